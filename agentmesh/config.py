@@ -1,0 +1,138 @@
+"""Typed, validated configuration with one precedence: defaults → file → env → flags.
+
+The file is YAML (``--config FILE``, else ``HOME/config.yaml`` when present).
+Environment variables are ``AGENTMESH_<FIELD>`` for top-level scalar fields,
+e.g. ``AGENTMESH_HOST`` or ``AGENTMESH_CALL_TIMEOUT_S``. A bad value stops the
+process with one line naming the source and the field.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from agentmesh.home import MeshHome
+
+ROLES = ("audit", "policy", "capability", "supervisor")
+DEFAULT_AGENTS = ("work-permit-agent", "training-agent", "risk-agent", "compliance-agent")
+DEFAULT_PORTS: dict[str, int] = {
+    "supervisor": 7401,
+    "policy": 7402,
+    "capability": 7403,
+    "audit": 7404,
+    "work-permit-agent": 7411,
+    "training-agent": 7412,
+    "risk-agent": 7413,
+    "compliance-agent": 7414,
+    "lms": 7480,
+}
+
+
+class ConfigError(Exception):
+    """The configuration is invalid; the message names the source and field."""
+
+
+class MeshConfig(BaseModel):
+    """Configuration shared by every process of one mesh."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    home: Path
+    """The mesh home (certs, keys, data, logs, pids)."""
+    host: str = "127.0.0.1"
+    """Interface every server binds to."""
+    ports: dict[str, int] = Field(default_factory=lambda: dict(DEFAULT_PORTS))
+    """Port per process name (role or agent id); 0 picks a free port."""
+    peers: dict[str, str] = Field(default_factory=dict)
+    """Address per process name, overriding ``host:port`` (for peers on other hosts)."""
+    agents: tuple[str, ...] = DEFAULT_AGENTS
+    """Specialist agents the launcher starts, one process each."""
+    access_file: Path | None = None
+    """Caller table; the shipped deny-by-default table when unset."""
+    call_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    """Deadline of an outgoing call that sets none."""
+    lms_url: str | None = None
+    """Base URL of the LMS; the sandbox LMS the launcher starts when unset."""
+    startup_timeout_s: float = Field(default=30.0, gt=0)
+    """How long the launcher waits for a process to report SERVING."""
+
+    @field_validator("ports")
+    @classmethod
+    def _ports_in_range(cls, value: dict[str, int]) -> dict[str, int]:
+        for name, port in value.items():
+            if not 0 <= port <= 65535:
+                raise ValueError(f"ports.{name}: {port} is not a port number")
+        return value
+
+    @property
+    def mesh_home(self) -> MeshHome:
+        """The home as a path helper."""
+        return MeshHome(self.home)
+
+    def port(self, name: str) -> int:
+        """The configured port of a process."""
+        return self.ports.get(name, 0)
+
+    def address(self, name: str) -> str:
+        """Where to reach a process: an explicit peer address, else host:port."""
+        if name in self.peers:
+            return self.peers[name]
+        port = self.port(name)
+        if port == 0:
+            raise ConfigError(f"no address known for {name!r}: set peers.{name} or ports.{name}")
+        return f"{self.host}:{port}"
+
+
+_ENV_FIELDS = {"host": str, "call_timeout_s": float, "lms_url": str, "access_file": Path,
+               "startup_timeout_s": float}
+
+
+def load(
+    *,
+    home: str | None = None,
+    config_file: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    environ: dict[str, str] | None = None,
+) -> MeshConfig:
+    """Builds the config: defaults, then the file, then env, then ``overrides`` (flags)."""
+    env = os.environ if environ is None else environ
+    mesh_home = MeshHome.resolve(home or env.get("AGENTMESH_HOME"))
+    data: dict[str, Any] = {}
+    path = Path(config_file) if config_file else mesh_home.config_file
+    if config_file or path.exists():
+        try:
+            doc = yaml.safe_load(path.read_text()) or {}
+        except OSError as err:
+            raise ConfigError(f"{path}: cannot read config: {err.strerror}") from err
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path}: not valid YAML: {err}") from err
+        if not isinstance(doc, dict):
+            raise ConfigError(f"{path}: expected a mapping at the top level")
+        data.update(doc)
+    source = str(path) if data else "defaults"
+    if "ports" in data and isinstance(data["ports"], dict):
+        data["ports"] = {**DEFAULT_PORTS, **data["ports"]}
+    for field, _ in _ENV_FIELDS.items():
+        value = env.get(f"AGENTMESH_{field.upper()}")
+        if value is not None:
+            data[field] = value
+            source = f"AGENTMESH_{field.upper()}"
+    for key, value in (overrides or {}).items():
+        if value is None:
+            continue
+        if key in ("ports", "peers") and isinstance(value, dict):
+            data[key] = {**(data.get(key) or (DEFAULT_PORTS if key == "ports" else {})), **value}
+        else:
+            data[key] = value
+        source = f"--{key.replace('_', '-')}"
+    data["home"] = mesh_home.root
+    try:
+        return MeshConfig.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(f"invalid config ({source}): {loc}: {first['msg']}") from err

@@ -1,0 +1,200 @@
+"""One exception tree for the mesh and one table mapping it to gRPC.
+
+    MeshError
+     ├── InvalidArgument        INVALID_ARGUMENT   bad input; names the field
+     ├── Unauthenticated        UNAUTHENTICATED    no or bad transport identity / assertion
+     ├── PermissionDenied       PERMISSION_DENIED  identity known, operation not allowed
+     ├── NotFound               NOT_FOUND
+     ├── AlreadyExists          ALREADY_EXISTS
+     ├── FailedPrecondition     FAILED_PRECONDITION state forbids it (e.g. DISABLED)
+     ├── Aborted                ABORTED            conflicting concurrent change / replay mismatch
+     ├── ResourceExhausted      RESOURCE_EXHAUSTED limits and budgets
+     ├── DeadlineExceeded       DEADLINE_EXCEEDED  a timeout, reported as such
+     ├── Unavailable            UNAVAILABLE        a dependency cannot be reached
+     ├── Unimplemented          UNIMPLEMENTED      behaviour that does not exist yet
+     └── Internal               INTERNAL
+
+Servers abort with ``google.rpc.Status`` carrying ``google.rpc.ErrorInfo``
+(AIP-193: reason in UPPER_SNAKE_CASE, domain ``agentmesh.local``, metadata
+naming the field). Clients turn an ``RpcError`` back into the same class with
+:func:`from_rpc_error`, so domain code never parses error strings.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, NoReturn
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+DOMAIN = "agentmesh.local"
+
+
+class MeshError(Exception):
+    """Base of every error the mesh reports to a caller."""
+
+    code: ClassVar[grpc.StatusCode] = grpc.StatusCode.INTERNAL
+    default_reason: ClassVar[str] = "INTERNAL"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str | None = None,
+        field: str | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.reason = reason or self.default_reason
+        self.metadata = dict(metadata or {})
+        if field:
+            self.metadata["field"] = field
+
+    @property
+    def field(self) -> str | None:
+        """The request field the error is about, if any."""
+        return self.metadata.get("field")
+
+    def to_status(self) -> status_pb2.Status:
+        """The google.rpc.Status with an ErrorInfo detail."""
+        info = error_details_pb2.ErrorInfo(reason=self.reason, domain=DOMAIN, metadata=self.metadata)
+        detail = any_pb2.Any()
+        detail.Pack(info)
+        return status_pb2.Status(
+            code=self.code.value[0], message=self.message, details=[detail]
+        )
+
+
+class InvalidArgument(MeshError):
+    """The request is malformed; ``field`` names what is wrong."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+    default_reason = "INVALID_ARGUMENT"
+
+
+class Unauthenticated(MeshError):
+    """The caller's identity could not be established."""
+
+    code = grpc.StatusCode.UNAUTHENTICATED
+    default_reason = "UNAUTHENTICATED"
+
+
+class PermissionDenied(MeshError):
+    """The caller is known but may not do this."""
+
+    code = grpc.StatusCode.PERMISSION_DENIED
+    default_reason = "PERMISSION_DENIED"
+
+
+class NotFound(MeshError):
+    """The named thing does not exist (or is not visible to the caller)."""
+
+    code = grpc.StatusCode.NOT_FOUND
+    default_reason = "NOT_FOUND"
+
+
+class AlreadyExists(MeshError):
+    """The thing to create exists already."""
+
+    code = grpc.StatusCode.ALREADY_EXISTS
+    default_reason = "ALREADY_EXISTS"
+
+
+class FailedPrecondition(MeshError):
+    """The current state forbids the operation."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    default_reason = "FAILED_PRECONDITION"
+
+
+class Aborted(MeshError):
+    """A conflict with an earlier or concurrent operation."""
+
+    code = grpc.StatusCode.ABORTED
+    default_reason = "ABORTED"
+
+
+class ResourceExhausted(MeshError):
+    """A limit or budget was exceeded."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    default_reason = "RESOURCE_EXHAUSTED"
+
+
+class DeadlineExceeded(MeshError):
+    """A deadline passed; no result is invented in its place."""
+
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+    default_reason = "DEADLINE_EXCEEDED"
+
+
+class Unavailable(MeshError):
+    """A dependency could not be reached."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+    default_reason = "UNAVAILABLE"
+
+
+class Unimplemented(MeshError):
+    """The RPC exists in the contract but has no behaviour yet."""
+
+    code = grpc.StatusCode.UNIMPLEMENTED
+    default_reason = "UNIMPLEMENTED"
+
+
+class Internal(MeshError):
+    """A bug or an unexpected failure; details are logged, not returned."""
+
+    code = grpc.StatusCode.INTERNAL
+    default_reason = "INTERNAL"
+
+
+_BY_CODE: dict[grpc.StatusCode, type[MeshError]] = {
+    cls.code: cls
+    for cls in (
+        InvalidArgument, Unauthenticated, PermissionDenied, NotFound, AlreadyExists,
+        FailedPrecondition, Aborted, ResourceExhausted, DeadlineExceeded, Unavailable,
+        Unimplemented, Internal,
+    )
+}
+_BY_CODE[grpc.StatusCode.CANCELLED] = Aborted
+_BY_CODE[grpc.StatusCode.UNKNOWN] = Internal
+
+
+def abort(context: grpc.ServicerContext, error: MeshError) -> NoReturn:
+    """Ends the RPC with the error's status and ErrorInfo."""
+    context.abort_with_status(rpc_status.to_status(error.to_status()))
+    raise AssertionError("unreachable")  # abort_with_status always raises
+
+
+def from_rpc_error(err: grpc.RpcError) -> MeshError:
+    """Maps a client-side RpcError back to the mesh exception it came from."""
+    code = err.code() if isinstance(err, grpc.Call) else grpc.StatusCode.UNKNOWN
+    message = err.details() if isinstance(err, grpc.Call) else str(err)
+    cls = _BY_CODE.get(code, Internal)
+    reason, metadata = cls.default_reason, {}
+    if isinstance(err, grpc.Call):
+        status = rpc_status.from_call(err)
+        for detail in status.details if status else []:
+            info = error_details_pb2.ErrorInfo()
+            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR) and detail.Unpack(info):
+                reason, metadata = info.reason, dict(info.metadata)
+    result = cls(message or code.name, reason=reason, metadata=metadata)
+    result.__cause__ = err
+    return result
+
+
+def error_info(err: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:
+    """The ErrorInfo attached to a failed call, if any (for tests and CLIs)."""
+    if not isinstance(err, grpc.Call):
+        return None
+    status = rpc_status.from_call(err)
+    for detail in status.details if status else []:
+        info = error_details_pb2.ErrorInfo()
+        if detail.Unpack(info):
+            return info
+    return None
+

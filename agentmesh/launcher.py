@@ -1,0 +1,227 @@
+"""``agentmesh up / status / down``: run every role as its own process.
+
+Processes start in dependency order. Each binds its port (0 picks a free one)
+and records its address under ``HOME/run``; the launcher passes those
+addresses to the processes that depend on them, waits until each one answers
+gRPC health SERVING over mTLS, and records the mesh in ``HOME/run/mesh.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from agentmesh import spiffe, transport
+from agentmesh.config import MeshConfig
+from agentmesh.identities import OPERATOR, Workload, client_paths, init_identities, workloads
+from agentmesh.service import address_file
+
+
+class LaunchError(Exception):
+    """A process did not come up; the message names it and quotes its log."""
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """A started process as recorded in ``mesh.json``."""
+
+    name: str
+    spiffe_id: str
+    address: str
+    pid: int
+    kind: str = "grpc"
+
+
+def state_file(config: MeshConfig) -> Path:
+    """Where the launcher records the running mesh."""
+    return config.mesh_home.run / "mesh.json"
+
+
+def read_state(config: MeshConfig) -> list[Running]:
+    """The recorded mesh, or [] when none is up."""
+    try:
+        return [Running(**r) for r in json.loads(state_file(config).read_text())]
+    except FileNotFoundError:
+        return []
+
+
+def _write_state(config: MeshConfig, procs: list[Running]) -> None:
+    state_file(config).write_text(json.dumps([asdict(p) for p in procs], indent=2))
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process exists (and is not a zombie we could reap)."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ")[-1][:1] != "Z"
+    except OSError:
+        return True
+
+
+def health_check(config: MeshConfig, address: str, identity: str, timeout_s: float = 2.0) -> str:
+    """The process's health status name over mTLS, or the error that prevented it."""
+    tls = transport.TlsFiles.of(client_paths(config, OPERATOR), config.mesh_home.certs / "ca.pem")
+    try:
+        channel = transport.secure_channel(address, tls, spiffe.parse(identity))
+        with channel:
+            resp = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=""), timeout=timeout_s
+            )
+        return str(health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status))
+    except grpc.RpcError as err:
+        return f"UNREACHABLE ({err.code().name})"  # type: ignore[attr-defined]
+
+
+def _log_tail(path: Path, lines: int = 5) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _start(config: MeshConfig, w: Workload, peers: dict[str, str]) -> subprocess.Popen[bytes]:
+    log_path = config.mesh_home.logs / f"{w.name}.log"
+    address_file(config, w.name).unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", w.module, *w.extra_args, "--home", str(config.home),
+           "--host", config.host, "--port", str(config.port(w.name))]
+    for name, addr in peers.items():
+        cmd += ["--peer", f"{name}={addr}"]
+    with open(log_path, "ab") as log:
+        # A new session: Ctrl-C in the launcher's terminal must not kill children
+        # before the launcher stops them in order.
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, "OTEL_SERVICE_NAME": w.name})
+
+
+def _wait_ready(config: MeshConfig, w: Workload, proc: subprocess.Popen[bytes]) -> str:
+    deadline = time.monotonic() + config.startup_timeout_s
+    addr_path = address_file(config, w.name)
+    log_path = config.mesh_home.logs / f"{w.name}.log"
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise LaunchError(f"{w.name} exited with code {proc.returncode}:\n{_log_tail(log_path)}")
+        if addr_path.exists():
+            try:
+                address = str(json.loads(addr_path.read_text())["address"])
+            except (ValueError, KeyError):
+                address = ""
+            if address and health_check(config, address, str(w.identity)) == "SERVING":
+                return address
+        time.sleep(0.05)
+    raise LaunchError(f"{w.name} did not report SERVING within {config.startup_timeout_s:.0f}s:\n"
+                      f"{_log_tail(log_path)}")
+
+
+def up(config: MeshConfig, *, progress: bool = True) -> list[Running]:
+    """Starts every process (creating certificates first if needed); returns them."""
+    if any(pid_alive(p.pid) for p in read_state(config)):
+        raise LaunchError(f"a mesh is already running under {config.home}; run 'agentmesh down' first")
+    init_identities(config)
+    peers: dict[str, str] = dict(config.peers)
+    started: list[Running] = []
+    try:
+        for w in workloads(config):
+            proc = _start(config, w, peers)
+            started.append(Running(w.name, str(w.identity), "", proc.pid))
+            address = _wait_ready(config, w, proc)
+            started[-1] = Running(w.name, str(w.identity), address, proc.pid)
+            peers[w.name] = address
+            _write_state(config, started)
+            if progress:
+                print(f"  {w.name:<18} SERVING  {address}", file=sys.stderr)
+    except BaseException:
+        stop_all(started)
+        state_file(config).unlink(missing_ok=True)
+        raise
+    return started
+
+
+def stop_all(procs: list[Running], grace_s: float = 10.0) -> list[str]:
+    """SIGTERM in reverse start order, SIGKILL what is left after the grace; returns names killed."""
+    for p in reversed(procs):
+        if pid_alive(p.pid):
+            try:
+                os.kill(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(pid_alive(p.pid) for p in procs):
+        time.sleep(0.05)
+    killed = []
+    for p in procs:
+        if pid_alive(p.pid):
+            try:
+                os.kill(p.pid, signal.SIGKILL)
+                killed.append(p.name)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(pid_alive(p.pid) for p in procs):
+        time.sleep(0.05)
+    return killed
+
+
+def down(config: MeshConfig) -> list[Running]:
+    """Stops the recorded mesh; returns what was stopped."""
+    procs = read_state(config)
+    stop_all(procs)
+    state_file(config).unlink(missing_ok=True)
+    return procs
+
+
+def status(config: MeshConfig) -> list[dict[str, object]]:
+    """Each recorded process with whether it is alive and its health."""
+    rows: list[dict[str, object]] = []
+    for p in read_state(config):
+        alive = pid_alive(p.pid)
+        health = health_check(config, p.address, p.spiffe_id) if alive and p.kind == "grpc" else (
+            "RUNNING" if alive else "DEAD")
+        rows.append({**asdict(p), "alive": alive, "health": health})
+    return rows
+
+
+def wait_foreground(config: MeshConfig, procs: list[Running]) -> None:
+    """Blocks until Ctrl-C / SIGTERM, warning when a process dies, then stops all."""
+    stop = {"now": False}
+
+    def handler(*_: object) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    reported: set[str] = set()
+    while not stop["now"]:
+        for p in procs:
+            if p.name not in reported and not pid_alive(p.pid):
+                reported.add(p.name)
+                print(f"agentmesh: {p.name} (pid {p.pid}) exited; see "
+                      f"{config.mesh_home.logs / (p.name + '.log')}", file=sys.stderr)
+        time.sleep(0.2)
+    print("agentmesh: stopping…", file=sys.stderr)
+    stop_all(procs)
+    state_file(config).unlink(missing_ok=True)
+
+
+__all__ = ["LaunchError", "Running", "down", "init_identities", "read_state", "status", "up",
+           "wait_foreground"]

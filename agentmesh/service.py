@@ -1,0 +1,181 @@
+"""The process shell shared by every role: flags, config, certificates, serve, stop.
+
+A role's ``__main__`` describes itself with a :class:`ServiceSpec` and calls
+:func:`run`. Anything wrong at start-up (config, certificate, port, a role's
+own files) ends the process with exit code 2 and one line naming the cause.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from agentmesh import config as mesh_config
+from agentmesh import spiffe, transport
+from agentmesh.access import AccessTable, AccessTableError
+from agentmesh.config import ConfigError, MeshConfig
+from agentmesh.pki import PkiError, leaf_paths
+
+log = logging.getLogger(__name__)
+
+
+class StartupError(Exception):
+    """A role cannot start; the message names the file, field or port at fault."""
+
+
+@dataclass
+class ServiceContext:
+    """What a role needs to build its servicers: config, identity, channels to peers."""
+
+    name: str
+    identity: spiffe.SpiffeId
+    config: MeshConfig
+    tls: transport.TlsFiles
+    args: argparse.Namespace
+    _channels: dict[str, grpc.Channel] = field(default_factory=dict)
+    _on_stop: list[Callable[[], None]] = field(default_factory=list)
+
+    @property
+    def data_dir(self) -> Path:
+        """Where this role keeps its SQLite files."""
+        path = self.config.mesh_home.data
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def channel(self, peer: str, peer_id: spiffe.SpiffeId | None = None) -> grpc.Channel:
+        """A shared mTLS channel to a peer process (a role or an agent id)."""
+        if peer not in self._channels:
+            ident = peer_id or (spiffe.service(peer) if peer in mesh_config.ROLES else spiffe.agent(peer))
+            self._channels[peer] = transport.secure_channel(
+                self.config.address(peer), self.tls, ident,
+                default_timeout_s=self.config.call_timeout_s,
+            )
+        return self._channels[peer]
+
+    def on_stop(self, fn: Callable[[], None]) -> None:
+        """Registers cleanup run after the server has stopped."""
+        self._on_stop.append(fn)
+
+
+Register = Callable[[grpc.Server, ServiceContext], transport.DenialHook | None]
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """How to run one role: its name, identity, gRPC services and how to register them."""
+
+    name: str
+    identity: spiffe.SpiffeId
+    service_names: Sequence[str]
+    register: Register
+    description: str = ""
+
+
+def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """The flags every role accepts."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--home", help="mesh home directory (default: $AGENTMESH_HOME or ~/.agentmesh)")
+    parser.add_argument("--config", help="YAML config file (default: HOME/config.yaml if present)")
+    parser.add_argument("--host", help="interface to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port to bind; 0 picks a free one")
+    parser.add_argument(
+        "--peer", action="append", default=[], metavar="NAME=ADDR",
+        help="address of a peer process, e.g. policy=127.0.0.1:7402 (repeatable)",
+    )
+    parser.add_argument("--log-level", default=os.environ.get("AGENTMESH_LOG_LEVEL", "INFO"))
+    return parser
+
+
+def _peers(values: list[str]) -> dict[str, str]:
+    peers = {}
+    for value in values:
+        name, sep, addr = value.partition("=")
+        if not sep or not name or not addr:
+            raise ConfigError(f"--peer: expected NAME=HOST:PORT, got {value!r}")
+        peers[name] = addr
+    return peers
+
+
+def address_file(config: MeshConfig, name: str) -> Path:
+    """Where a running process records the address it bound (read by the launcher)."""
+    return config.mesh_home.run / f"{name}.addr"
+
+
+def run(
+    make_spec: Callable[[argparse.Namespace], ServiceSpec],
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None = None,
+) -> int:
+    """Parses flags, builds and serves the role until SIGTERM / SIGINT; returns the exit code."""
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        spec = make_spec(args)
+        os.environ.setdefault("OTEL_SERVICE_NAME", spec.name)
+        overrides: dict[str, object] = {"host": args.host, "peers": _peers(args.peer) or None}
+        if args.port is not None:
+            overrides["ports"] = {spec.name: args.port}
+        cfg = mesh_config.load(home=args.home, config_file=args.config, overrides=overrides)
+        tls = transport.TlsFiles.of(leaf_paths(cfg.mesh_home.certs, spec.identity), cfg.mesh_home.certs / "ca.pem")
+        tls.read()  # a missing or unreadable certificate stops us here, naming the file
+        access = AccessTable.load(cfg.access_file)
+        ctx = ServiceContext(spec.name, spec.identity, cfg, tls, args)
+        server_holder: list[grpc.Server] = []
+        hooks: list[transport.DenialHook] = []
+
+        def on_denied(call: transport.DeniedCall) -> None:
+            log.warning("denied %s to %s: %s", call.method, call.caller or "<no identity>", call.reason)
+            for hook in hooks:
+                hook(call)
+
+        server = transport.create_server(access, on_denied=on_denied)
+        server_holder.append(server)
+        hook = spec.register(server, ctx)
+        if hook is not None:
+            hooks.append(hook)
+        health = transport.add_health_and_reflection(server, spec.service_names)
+        port = transport.bind(server, cfg.host, cfg.port(spec.name), tls)
+    except (ConfigError, PkiError, AccessTableError, StartupError, transport.PortInUse) as err:
+        print(f"{parser.prog}: {err}", file=sys.stderr)
+        return 2
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    server.start()
+    addr_file = address_file(cfg, spec.name)
+    addr_file.parent.mkdir(parents=True, exist_ok=True)
+    addr_file.write_text(json.dumps({"address": f"{cfg.host}:{port}", "pid": os.getpid(),
+                                     "spiffe_id": str(spec.identity)}))
+    transport.set_serving(health, spec.service_names, True)
+    log.info("%s serving as %s on %s:%d", spec.name, spec.identity, cfg.host, port)
+    stop.wait()
+    log.info("%s stopping", spec.name)
+    transport.set_serving(health, spec.service_names, False)
+    server.stop(grace=5).wait()
+    for fn in ctx._on_stop:
+        try:
+            fn()
+        except Exception:  # noqa: BLE001 - keep stopping the rest
+            log.exception("cleanup failed")
+    for channel in ctx._channels.values():
+        channel.close()
+    addr_file.unlink(missing_ok=True)
+    from agentmesh import telemetry
+
+    telemetry.shutdown_tracing()
+    return 0

@@ -1,0 +1,92 @@
+"""Tracing for every process: OpenTelemetry spans, OTLP export, mesh ids in baggage.
+
+The trace id travels in the W3C ``traceparent`` header and the correlation and
+execution ids in W3C ``baggage``, both as gRPC metadata, injected and
+extracted by the OpenTelemetry gRPC interceptors every server and channel use.
+Spans are exported over OTLP/gRPC when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set,
+so Jaeger (which ingests OTLP) shows one trace across all processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+from opentelemetry import baggage, context, trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+EXECUTION_ID = "agentmesh.execution_id"
+CORRELATION_ID = "agentmesh.correlation_id"
+CALLER_ID = "agentmesh.caller_spiffe_id"
+_MESH_KEYS = (EXECUTION_ID, CORRELATION_ID)
+
+_provider: TracerProvider | None = None
+
+
+def setup_tracing(service_name: str) -> TracerProvider:
+    """Installs the process-wide tracer provider once; exports only if an endpoint is set."""
+    global _provider
+    if _provider is not None:
+        return _provider
+    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get(
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+    ):
+        # Imported lazily: the exporter pulls in a gRPC client nobody needs otherwise.
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+    _provider = provider
+    return provider
+
+
+def shutdown_tracing() -> None:
+    """Flushes pending spans; called on graceful shutdown."""
+    if _provider is not None:
+        _provider.shutdown()
+
+
+def tracer(name: str = "agentmesh") -> trace.Tracer:
+    """A tracer from the installed provider."""
+    return trace.get_tracer(name)
+
+
+@contextlib.contextmanager
+def mesh_ids(*, execution_id: str | None = None, correlation_id: str | None = None) -> Iterator[None]:
+    """Puts execution / correlation ids in baggage so outgoing calls carry them."""
+    ctx = context.get_current()
+    if execution_id:
+        ctx = baggage.set_baggage(EXECUTION_ID, execution_id, ctx)
+    if correlation_id:
+        ctx = baggage.set_baggage(CORRELATION_ID, correlation_id, ctx)
+    token = context.attach(ctx)
+    try:
+        yield
+    finally:
+        context.detach(token)
+
+
+def current_ids() -> dict[str, str]:
+    """The mesh ids in the current context (from baggage), plus the trace id."""
+    ids = {k: str(v) for k in _MESH_KEYS if (v := baggage.get_baggage(k)) is not None}
+    span_ctx = trace.get_current_span().get_span_context()
+    if span_ctx.is_valid:
+        ids["trace_id"] = format(span_ctx.trace_id, "032x")
+    return ids
+
+
+def annotate_current_span(caller: str | None = None) -> None:
+    """Copies the mesh ids and the caller identity onto the current server span."""
+    span = trace.get_current_span()
+    if not span.is_recording():
+        return
+    for key in _MESH_KEYS:
+        value = baggage.get_baggage(key)
+        if value is not None:
+            span.set_attribute(key, str(value))
+    if caller:
+        span.set_attribute(CALLER_ID, caller)

@@ -1,0 +1,311 @@
+"""mTLS servers and channels, identity from the transport, the caller table.
+
+Every mesh server is built by :func:`create_server`: client certificates are
+required and verified against the mesh CA, certificates are reloaded without
+a restart, and a server interceptor establishes the caller's identity from
+the ``peer_spiffe_id`` auth-context property only (never CN, never a request
+field) and checks it against the caller table before any servicer code runs.
+Every outgoing call goes through :func:`secure_channel`, which verifies the
+server by the DNS name derived from its SPIFFE id and puts a deadline on
+every call that has none.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from opentelemetry.instrumentation.grpc import client_interceptor, grpcext, server_interceptor
+
+from agentmesh import errors, spiffe, telemetry
+from agentmesh.access import AccessTable
+from agentmesh.pki import CertPaths, PkiError
+
+log = logging.getLogger(__name__)
+
+PEER_SPIFFE_ID = "peer_spiffe_id"
+DEFAULT_CALL_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class TlsFiles:
+    """A workload's certificate and key, and the mesh CA bundle."""
+
+    cert: Path
+    key: Path
+    ca: Path
+
+    @classmethod
+    def of(cls, paths: CertPaths, ca: Path) -> TlsFiles:
+        """From a workload's cert paths and the CA bundle path."""
+        return cls(paths.cert, paths.key, ca)
+
+    def read(self) -> tuple[bytes, bytes, bytes]:
+        """(cert, key, ca) PEM bytes; a missing or unreadable file names itself."""
+        cert, key = CertPaths(self.cert, self.key).read()
+        ca, _ = CertPaths(self.ca, self.ca).read()
+        return cert, key, ca
+
+    def stamp(self) -> tuple[float, ...]:
+        """Modification times, to notice a re-issued certificate."""
+        return tuple(os.stat(p).st_mtime_ns for p in (self.cert, self.key, self.ca))
+
+
+@dataclass(frozen=True, slots=True)
+class DeniedCall:
+    """A call refused by the interceptor, handed to the denial hook for audit."""
+
+    method: str
+    caller: str
+    code: grpc.StatusCode
+    reason: str
+
+
+DenialHook = Callable[[DeniedCall], None]
+
+
+def peer_identity(context: grpc.ServicerContext) -> str | None:
+    """The caller's SPIFFE id from the TLS auth context, or None when absent or invalid.
+
+    gRPC sets ``peer_spiffe_id`` only for a verified peer certificate with
+    exactly one SPIFFE URI SAN; a certificate with several URI SANs gets none.
+    """
+    values = (context.auth_context() or {}).get(PEER_SPIFFE_ID) or []
+    if len(values) != 1:
+        return None
+    try:
+        return str(spiffe.parse(values[0].decode()))
+    except (spiffe.InvalidSpiffeId, UnicodeDecodeError):
+        return None
+
+
+def caller_id(context: grpc.ServicerContext) -> str:
+    """The authenticated caller of the current RPC (the interceptor has checked it)."""
+    caller = peer_identity(context)
+    if caller is None:
+        raise errors.Unauthenticated("no mesh identity on this connection", reason="NO_PEER_IDENTITY")
+    return caller
+
+
+def server_credentials(files: TlsFiles) -> grpc.ServerCredentials:
+    """mTLS server credentials that pick up a re-issued certificate on the next handshake."""
+    cert, key, ca = files.read()
+    state = {"stamp": files.stamp()}
+
+    def config(cert: bytes, key: bytes, ca: bytes) -> grpc.ServerCertificateConfiguration:
+        return grpc.ssl_server_certificate_configuration([(key, cert)], root_certificates=ca)
+
+    def fetch() -> grpc.ServerCertificateConfiguration | None:
+        # Called by gRPC before every new TLS handshake; None keeps the current config.
+        try:
+            stamp = files.stamp()
+            if stamp == state["stamp"]:
+                return None
+            new = config(*files.read())
+        except (OSError, PkiError) as err:
+            log.warning("certificate reload skipped, keeping the current one: %s", err)
+            return None
+        state["stamp"] = stamp
+        log.info("reloaded certificate %s", files.cert)
+        return new
+
+    return grpc.dynamic_ssl_server_credentials(
+        config(cert, key, ca), fetch, require_client_authentication=True
+    )
+
+
+class MeshServerInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
+    """Authenticates the caller, applies the caller table, maps errors to statuses."""
+
+    def __init__(self, access: AccessTable, on_denied: DenialHook | None = None) -> None:
+        self._access = access
+        self._on_denied = on_denied
+
+    def intercept_service(
+        self, continuation: Callable[[Any], Any], details: grpc.HandlerCallDetails
+    ) -> Any:
+        handler = continuation(details)
+        if handler is None:
+            return None
+        method: str = details.method
+        if handler.unary_unary:
+            return grpc.unary_unary_rpc_method_handler(
+                self._unary(method, handler.unary_unary),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream:
+            return grpc.unary_stream_rpc_method_handler(
+                self._stream(method, handler.unary_stream),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.stream_unary:
+            return grpc.stream_unary_rpc_method_handler(
+                self._unary(method, handler.stream_unary),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return grpc.stream_stream_rpc_method_handler(
+            self._stream(method, handler.stream_stream),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+    def _admit(self, method: str, context: grpc.ServicerContext) -> None:
+        caller = peer_identity(context)
+        if caller is None:
+            self._deny(method, "", errors.Unauthenticated(
+                "a client certificate with exactly one mesh SPIFFE id is required",
+                reason="NO_PEER_IDENTITY"), context)
+        elif not self._access.allows(method, caller):
+            self._deny(method, caller, errors.PermissionDenied(
+                f"{caller} may not call {method}", reason="CALLER_NOT_ALLOWED",
+                metadata={"caller": caller, "method": method}), context)
+        telemetry.annotate_current_span(caller)
+
+    def _deny(
+        self, method: str, caller: str, err: errors.MeshError, context: grpc.ServicerContext
+    ) -> None:
+        if self._on_denied is not None:
+            try:
+                self._on_denied(DeniedCall(method, caller, err.code, err.reason))
+            except Exception:  # noqa: BLE001 - the refusal stands even if audit fails
+                log.exception("could not record denied call to %s", method)
+        errors.abort(context, err)
+
+    def _unary(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
+            self._admit(method, context)
+            try:
+                return behavior(request, context)
+            except errors.MeshError as err:
+                errors.abort(context, err)
+            except Exception:
+                if context.code() is not None:  # the servicer aborted on purpose
+                    raise
+                log.exception("unhandled error in %s", method)
+                errors.abort(context, errors.Internal("internal error"))
+
+        return wrapped
+
+    def _stream(self, method: str, behavior: Callable[..., Iterator[Any]]) -> Callable[..., Any]:
+        def wrapped(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            self._admit(method, context)
+            try:
+                yield from behavior(request, context)
+            except errors.MeshError as err:
+                errors.abort(context, err)
+            except Exception:
+                if context.code() is not None:
+                    raise
+                log.exception("unhandled error in %s", method)
+                errors.abort(context, errors.Internal("internal error"))
+
+        return wrapped
+
+
+def create_server(
+    access: AccessTable,
+    *,
+    on_denied: DenialHook | None = None,
+    max_workers: int = 32,
+) -> grpc.Server:
+    """A gRPC server with tracing and the mesh interceptor (in that order)."""
+    provider = telemetry.setup_tracing(os.environ.get("OTEL_SERVICE_NAME", "agentmesh"))
+    return grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
+        interceptors=[server_interceptor(tracer_provider=provider), MeshServerInterceptor(access, on_denied)],
+        options=[("grpc.so_reuseport", 0)],
+    )
+
+
+class PortInUse(Exception):
+    """The address could not be bound."""
+
+
+def bind(server: grpc.Server, host: str, port: int, files: TlsFiles) -> int:
+    """Binds an mTLS port and returns the bound port (useful with port 0)."""
+    try:
+        bound: int = server.add_secure_port(f"{host}:{port}", server_credentials(files))
+    except RuntimeError as err:
+        raise PortInUse(f"cannot bind {host}:{port}: port in use or not available") from err
+    if bound == 0:
+        raise PortInUse(f"cannot bind {host}:{port}: port in use or not available")
+    return bound
+
+
+def add_health_and_reflection(server: grpc.Server, service_names: Sequence[str]) -> health.HealthServicer:
+    """Registers gRPC health (initially NOT_SERVING) and reflection for the given services."""
+    servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    for name in ("", *service_names):
+        servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    reflection.enable_server_reflection(
+        (*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+    return servicer
+
+
+def set_serving(servicer: health.HealthServicer, service_names: Sequence[str], serving: bool) -> None:
+    """Flips every service's health status at once."""
+    status = (
+        health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+    )
+    for name in ("", *service_names):
+        servicer.set(name, status)
+
+
+class _DefaultDeadline(
+    grpc.UnaryUnaryClientInterceptor,  # type: ignore[misc]
+    grpc.UnaryStreamClientInterceptor,  # type: ignore[misc]
+):
+    """Gives every outgoing call a deadline unless the caller set one."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self._timeout = timeout_s
+
+    def _details(self, details: Any) -> Any:
+        if details.timeout is not None:
+            return details
+        return details._replace(timeout=self._timeout)
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._details(details), request)
+
+    def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._details(details), request)
+
+
+def secure_channel(
+    target: str,
+    files: TlsFiles,
+    server_id: spiffe.SpiffeId,
+    *,
+    default_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
+) -> grpc.Channel:
+    """An mTLS channel to a mesh server, verified as ``server_id``, with tracing and deadlines."""
+    cert, key, ca = files.read()
+    creds = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
+    channel = grpc.secure_channel(
+        target,
+        creds,
+        options=[
+            # The server must present the certificate of the identity we meant to reach.
+            ("grpc.ssl_target_name_override", server_id.dns_name),
+            ("grpc.default_authority", server_id.dns_name),
+        ],
+    )
+    provider = telemetry.setup_tracing(os.environ.get("OTEL_SERVICE_NAME", "agentmesh"))
+    # Deadline first, so the tracing layer (grpcext, OpenTelemetry's own
+    # interceptor API) sees and records the effective timeout.
+    with_deadline = grpc.intercept_channel(channel, _DefaultDeadline(default_timeout_s))
+    return grpcext.intercept_channel(with_deadline, client_interceptor(tracer_provider=provider))

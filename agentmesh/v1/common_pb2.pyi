@@ -1,0 +1,516 @@
+import datetime
+
+from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class LifecycleStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LIFECYCLE_STATUS_UNSPECIFIED: _ClassVar[LifecycleStatus]
+    LIFECYCLE_STATUS_DRAFT: _ClassVar[LifecycleStatus]
+    LIFECYCLE_STATUS_VALIDATING: _ClassVar[LifecycleStatus]
+    LIFECYCLE_STATUS_EVALUATING: _ClassVar[LifecycleStatus]
+    LIFECYCLE_STATUS_APPROVED: _ClassVar[LifecycleStatus]
+    LIFECYCLE_STATUS_CANARY: _ClassVar[LifecycleStatus]
+    LIFECYCLE_STATUS_ACTIVE: _ClassVar[LifecycleStatus]
+    LIFECYCLE_STATUS_DEPRECATED: _ClassVar[LifecycleStatus]
+    LIFECYCLE_STATUS_DISABLED: _ClassVar[LifecycleStatus]
+    LIFECYCLE_STATUS_RETIRED: _ClassVar[LifecycleStatus]
+
+class RiskLevel(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RISK_LEVEL_UNSPECIFIED: _ClassVar[RiskLevel]
+    RISK_LEVEL_LOW: _ClassVar[RiskLevel]
+    RISK_LEVEL_MEDIUM: _ClassVar[RiskLevel]
+    RISK_LEVEL_HIGH: _ClassVar[RiskLevel]
+    RISK_LEVEL_CRITICAL: _ClassVar[RiskLevel]
+
+class StatementKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STATEMENT_KIND_UNSPECIFIED: _ClassVar[StatementKind]
+    STATEMENT_KIND_FACT: _ClassVar[StatementKind]
+    STATEMENT_KIND_INFERENCE: _ClassVar[StatementKind]
+    STATEMENT_KIND_RECOMMENDATION: _ClassVar[StatementKind]
+    STATEMENT_KIND_UNCERTAINTY: _ClassVar[StatementKind]
+
+class AuthorityLevel(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    AUTHORITY_LEVEL_UNSPECIFIED: _ClassVar[AuthorityLevel]
+    AUTHORITY_LEVEL_GOVERNMENT_SOURCE: _ClassVar[AuthorityLevel]
+    AUTHORITY_LEVEL_OFFICIAL_RECORD: _ClassVar[AuthorityLevel]
+    AUTHORITY_LEVEL_VERIFIED_INTEGRATION: _ClassVar[AuthorityLevel]
+    AUTHORITY_LEVEL_UNVERIFIED_DOCUMENT: _ClassVar[AuthorityLevel]
+    AUTHORITY_LEVEL_MODEL_INFERENCE: _ClassVar[AuthorityLevel]
+
+class TaskStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TASK_STATUS_UNSPECIFIED: _ClassVar[TaskStatus]
+    TASK_STATUS_CREATED: _ClassVar[TaskStatus]
+    TASK_STATUS_RUNNING: _ClassVar[TaskStatus]
+    TASK_STATUS_WAITING: _ClassVar[TaskStatus]
+    TASK_STATUS_COMPLETED: _ClassVar[TaskStatus]
+    TASK_STATUS_FAILED: _ClassVar[TaskStatus]
+    TASK_STATUS_CANCELLED: _ClassVar[TaskStatus]
+    TASK_STATUS_SKIPPED: _ClassVar[TaskStatus]
+
+class TaskPriority(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TASK_PRIORITY_UNSPECIFIED: _ClassVar[TaskPriority]
+    TASK_PRIORITY_LOW: _ClassVar[TaskPriority]
+    TASK_PRIORITY_NORMAL: _ClassVar[TaskPriority]
+    TASK_PRIORITY_HIGH: _ClassVar[TaskPriority]
+    TASK_PRIORITY_CRITICAL: _ClassVar[TaskPriority]
+
+class ResultStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RESULT_STATUS_UNSPECIFIED: _ClassVar[ResultStatus]
+    RESULT_STATUS_SUCCESS: _ClassVar[ResultStatus]
+    RESULT_STATUS_PARTIAL: _ClassVar[ResultStatus]
+    RESULT_STATUS_FAILED: _ClassVar[ResultStatus]
+    RESULT_STATUS_UNCERTAIN: _ClassVar[ResultStatus]
+
+class ActorType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ACTOR_TYPE_UNSPECIFIED: _ClassVar[ActorType]
+    ACTOR_TYPE_USER: _ClassVar[ActorType]
+    ACTOR_TYPE_SYSTEM: _ClassVar[ActorType]
+
+class PolicyEffect(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    POLICY_EFFECT_UNSPECIFIED: _ClassVar[PolicyEffect]
+    POLICY_EFFECT_ALLOW: _ClassVar[PolicyEffect]
+    POLICY_EFFECT_DENY: _ClassVar[PolicyEffect]
+    POLICY_EFFECT_CONFIRMATION_REQUIRED: _ClassVar[PolicyEffect]
+    POLICY_EFFECT_HUMAN_APPROVAL_REQUIRED: _ClassVar[PolicyEffect]
+
+class AnalysisDecision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ANALYSIS_DECISION_UNSPECIFIED: _ClassVar[AnalysisDecision]
+    ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE: _ClassVar[AnalysisDecision]
+    ANALYSIS_DECISION_NOT_RECOMMENDED: _ClassVar[AnalysisDecision]
+    ANALYSIS_DECISION_REQUIRES_REVIEW: _ClassVar[AnalysisDecision]
+    ANALYSIS_DECISION_INSUFFICIENT_EVIDENCE: _ClassVar[AnalysisDecision]
+LIFECYCLE_STATUS_UNSPECIFIED: LifecycleStatus
+LIFECYCLE_STATUS_DRAFT: LifecycleStatus
+LIFECYCLE_STATUS_VALIDATING: LifecycleStatus
+LIFECYCLE_STATUS_EVALUATING: LifecycleStatus
+LIFECYCLE_STATUS_APPROVED: LifecycleStatus
+LIFECYCLE_STATUS_CANARY: LifecycleStatus
+LIFECYCLE_STATUS_ACTIVE: LifecycleStatus
+LIFECYCLE_STATUS_DEPRECATED: LifecycleStatus
+LIFECYCLE_STATUS_DISABLED: LifecycleStatus
+LIFECYCLE_STATUS_RETIRED: LifecycleStatus
+RISK_LEVEL_UNSPECIFIED: RiskLevel
+RISK_LEVEL_LOW: RiskLevel
+RISK_LEVEL_MEDIUM: RiskLevel
+RISK_LEVEL_HIGH: RiskLevel
+RISK_LEVEL_CRITICAL: RiskLevel
+STATEMENT_KIND_UNSPECIFIED: StatementKind
+STATEMENT_KIND_FACT: StatementKind
+STATEMENT_KIND_INFERENCE: StatementKind
+STATEMENT_KIND_RECOMMENDATION: StatementKind
+STATEMENT_KIND_UNCERTAINTY: StatementKind
+AUTHORITY_LEVEL_UNSPECIFIED: AuthorityLevel
+AUTHORITY_LEVEL_GOVERNMENT_SOURCE: AuthorityLevel
+AUTHORITY_LEVEL_OFFICIAL_RECORD: AuthorityLevel
+AUTHORITY_LEVEL_VERIFIED_INTEGRATION: AuthorityLevel
+AUTHORITY_LEVEL_UNVERIFIED_DOCUMENT: AuthorityLevel
+AUTHORITY_LEVEL_MODEL_INFERENCE: AuthorityLevel
+TASK_STATUS_UNSPECIFIED: TaskStatus
+TASK_STATUS_CREATED: TaskStatus
+TASK_STATUS_RUNNING: TaskStatus
+TASK_STATUS_WAITING: TaskStatus
+TASK_STATUS_COMPLETED: TaskStatus
+TASK_STATUS_FAILED: TaskStatus
+TASK_STATUS_CANCELLED: TaskStatus
+TASK_STATUS_SKIPPED: TaskStatus
+TASK_PRIORITY_UNSPECIFIED: TaskPriority
+TASK_PRIORITY_LOW: TaskPriority
+TASK_PRIORITY_NORMAL: TaskPriority
+TASK_PRIORITY_HIGH: TaskPriority
+TASK_PRIORITY_CRITICAL: TaskPriority
+RESULT_STATUS_UNSPECIFIED: ResultStatus
+RESULT_STATUS_SUCCESS: ResultStatus
+RESULT_STATUS_PARTIAL: ResultStatus
+RESULT_STATUS_FAILED: ResultStatus
+RESULT_STATUS_UNCERTAIN: ResultStatus
+ACTOR_TYPE_UNSPECIFIED: ActorType
+ACTOR_TYPE_USER: ActorType
+ACTOR_TYPE_SYSTEM: ActorType
+POLICY_EFFECT_UNSPECIFIED: PolicyEffect
+POLICY_EFFECT_ALLOW: PolicyEffect
+POLICY_EFFECT_DENY: PolicyEffect
+POLICY_EFFECT_CONFIRMATION_REQUIRED: PolicyEffect
+POLICY_EFFECT_HUMAN_APPROVAL_REQUIRED: PolicyEffect
+ANALYSIS_DECISION_UNSPECIFIED: AnalysisDecision
+ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE: AnalysisDecision
+ANALYSIS_DECISION_NOT_RECOMMENDED: AnalysisDecision
+ANALYSIS_DECISION_REQUIRES_REVIEW: AnalysisDecision
+ANALYSIS_DECISION_INSUFFICIENT_EVIDENCE: AnalysisDecision
+
+class VersionStamp(_message.Message):
+    __slots__ = ("agent_version", "capability_version", "policy_version", "knowledge_version", "ui_manifest_version", "runtime_version", "model_version")
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    KNOWLEDGE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    UI_MANIFEST_VERSION_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_VERSION_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    agent_version: str
+    capability_version: str
+    policy_version: str
+    knowledge_version: str
+    ui_manifest_version: str
+    runtime_version: str
+    model_version: str
+    def __init__(self, agent_version: _Optional[str] = ..., capability_version: _Optional[str] = ..., policy_version: _Optional[str] = ..., knowledge_version: _Optional[str] = ..., ui_manifest_version: _Optional[str] = ..., runtime_version: _Optional[str] = ..., model_version: _Optional[str] = ...) -> None: ...
+
+class RiskProfile(_message.Message):
+    __slots__ = ("max_risk", "can_mutate", "can_external_write", "can_bulk_operate")
+    MAX_RISK_FIELD_NUMBER: _ClassVar[int]
+    CAN_MUTATE_FIELD_NUMBER: _ClassVar[int]
+    CAN_EXTERNAL_WRITE_FIELD_NUMBER: _ClassVar[int]
+    CAN_BULK_OPERATE_FIELD_NUMBER: _ClassVar[int]
+    max_risk: RiskLevel
+    can_mutate: bool
+    can_external_write: bool
+    can_bulk_operate: bool
+    def __init__(self, max_risk: _Optional[_Union[RiskLevel, str]] = ..., can_mutate: _Optional[bool] = ..., can_external_write: _Optional[bool] = ..., can_bulk_operate: _Optional[bool] = ...) -> None: ...
+
+class AgentDependencies(_message.Message):
+    __slots__ = ("capabilities", "knowledge", "policies")
+    CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    KNOWLEDGE_FIELD_NUMBER: _ClassVar[int]
+    POLICIES_FIELD_NUMBER: _ClassVar[int]
+    capabilities: _containers.RepeatedScalarFieldContainer[str]
+    knowledge: _containers.RepeatedScalarFieldContainer[str]
+    policies: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, capabilities: _Optional[_Iterable[str]] = ..., knowledge: _Optional[_Iterable[str]] = ..., policies: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AgentDefinition(_message.Message):
+    __slots__ = ("agent_id", "version", "name", "description", "domains", "capabilities", "knowledge_scopes", "input_schema", "output_schema", "allowed_delegations", "status", "risk_profile", "dependencies", "spiffe_id", "cost")
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    DOMAINS_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    KNOWLEDGE_SCOPES_FIELD_NUMBER: _ClassVar[int]
+    INPUT_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    ALLOWED_DELEGATIONS_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    RISK_PROFILE_FIELD_NUMBER: _ClassVar[int]
+    DEPENDENCIES_FIELD_NUMBER: _ClassVar[int]
+    SPIFFE_ID_FIELD_NUMBER: _ClassVar[int]
+    COST_FIELD_NUMBER: _ClassVar[int]
+    agent_id: str
+    version: str
+    name: str
+    description: str
+    domains: _containers.RepeatedScalarFieldContainer[str]
+    capabilities: _containers.RepeatedScalarFieldContainer[str]
+    knowledge_scopes: _containers.RepeatedScalarFieldContainer[str]
+    input_schema: _struct_pb2.Struct
+    output_schema: _struct_pb2.Struct
+    allowed_delegations: _containers.RepeatedScalarFieldContainer[str]
+    status: LifecycleStatus
+    risk_profile: RiskProfile
+    dependencies: AgentDependencies
+    spiffe_id: str
+    cost: float
+    def __init__(self, agent_id: _Optional[str] = ..., version: _Optional[str] = ..., name: _Optional[str] = ..., description: _Optional[str] = ..., domains: _Optional[_Iterable[str]] = ..., capabilities: _Optional[_Iterable[str]] = ..., knowledge_scopes: _Optional[_Iterable[str]] = ..., input_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., output_schema: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., allowed_delegations: _Optional[_Iterable[str]] = ..., status: _Optional[_Union[LifecycleStatus, str]] = ..., risk_profile: _Optional[_Union[RiskProfile, _Mapping]] = ..., dependencies: _Optional[_Union[AgentDependencies, _Mapping]] = ..., spiffe_id: _Optional[str] = ..., cost: _Optional[float] = ...) -> None: ...
+
+class UserContext(_message.Message):
+    __slots__ = ("tenant_id", "user_id", "session_id", "conversation_id", "roles", "assertion_digest")
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    ASSERTION_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    tenant_id: str
+    user_id: str
+    session_id: str
+    conversation_id: str
+    roles: _containers.RepeatedScalarFieldContainer[str]
+    assertion_digest: str
+    def __init__(self, tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., assertion_digest: _Optional[str] = ...) -> None: ...
+
+class TraceContext(_message.Message):
+    __slots__ = ("trace_id", "correlation_id", "execution_id")
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    trace_id: str
+    correlation_id: str
+    execution_id: str
+    def __init__(self, trace_id: _Optional[str] = ..., correlation_id: _Optional[str] = ..., execution_id: _Optional[str] = ...) -> None: ...
+
+class AgentBudget(_message.Message):
+    __slots__ = ("max_tokens", "max_model_calls", "max_execution_time_ms", "max_cost", "max_delegations")
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MAX_MODEL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    MAX_EXECUTION_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_COST_FIELD_NUMBER: _ClassVar[int]
+    MAX_DELEGATIONS_FIELD_NUMBER: _ClassVar[int]
+    max_tokens: int
+    max_model_calls: int
+    max_execution_time_ms: int
+    max_cost: float
+    max_delegations: int
+    def __init__(self, max_tokens: _Optional[int] = ..., max_model_calls: _Optional[int] = ..., max_execution_time_ms: _Optional[int] = ..., max_cost: _Optional[float] = ..., max_delegations: _Optional[int] = ...) -> None: ...
+
+class AgentContextProjection(_message.Message):
+    __slots__ = ("source_context_id", "target_agent_id", "allowed_fields", "redacted_fields", "purpose", "expires_at", "digest")
+    SOURCE_CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
+    TARGET_AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    ALLOWED_FIELDS_FIELD_NUMBER: _ClassVar[int]
+    REDACTED_FIELDS_FIELD_NUMBER: _ClassVar[int]
+    PURPOSE_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    source_context_id: str
+    target_agent_id: str
+    allowed_fields: _containers.RepeatedScalarFieldContainer[str]
+    redacted_fields: _containers.RepeatedScalarFieldContainer[str]
+    purpose: str
+    expires_at: _timestamp_pb2.Timestamp
+    digest: str
+    def __init__(self, source_context_id: _Optional[str] = ..., target_agent_id: _Optional[str] = ..., allowed_fields: _Optional[_Iterable[str]] = ..., redacted_fields: _Optional[_Iterable[str]] = ..., purpose: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., digest: _Optional[str] = ...) -> None: ...
+
+class AgentTask(_message.Message):
+    __slots__ = ("task_id", "parent_task_id", "execution_id", "source_agent_id", "target_agent_id", "tenant_id", "user_id", "session_id", "conversation_id", "objective", "input", "required_capabilities", "deadline", "priority", "status", "depth", "budget", "projection", "correlation_id")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    PARENT_TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TARGET_AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    OBJECTIVE_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FIELD_NUMBER: _ClassVar[int]
+    REQUIRED_CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    DEPTH_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    PROJECTION_FIELD_NUMBER: _ClassVar[int]
+    CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    parent_task_id: str
+    execution_id: str
+    source_agent_id: str
+    target_agent_id: str
+    tenant_id: str
+    user_id: str
+    session_id: str
+    conversation_id: str
+    objective: str
+    input: _struct_pb2.Struct
+    required_capabilities: _containers.RepeatedScalarFieldContainer[str]
+    deadline: _timestamp_pb2.Timestamp
+    priority: TaskPriority
+    status: TaskStatus
+    depth: int
+    budget: AgentBudget
+    projection: AgentContextProjection
+    correlation_id: str
+    def __init__(self, task_id: _Optional[str] = ..., parent_task_id: _Optional[str] = ..., execution_id: _Optional[str] = ..., source_agent_id: _Optional[str] = ..., target_agent_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., objective: _Optional[str] = ..., input: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., required_capabilities: _Optional[_Iterable[str]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., priority: _Optional[_Union[TaskPriority, str]] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., depth: _Optional[int] = ..., budget: _Optional[_Union[AgentBudget, _Mapping]] = ..., projection: _Optional[_Union[AgentContextProjection, _Mapping]] = ..., correlation_id: _Optional[str] = ...) -> None: ...
+
+class TaskEdge(_message.Message):
+    __slots__ = ("from_task_id", "to_task_id", "condition")
+    FROM_TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    TO_TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    CONDITION_FIELD_NUMBER: _ClassVar[int]
+    from_task_id: str
+    to_task_id: str
+    condition: str
+    def __init__(self, from_task_id: _Optional[str] = ..., to_task_id: _Optional[str] = ..., condition: _Optional[str] = ...) -> None: ...
+
+class AgentTaskGraph(_message.Message):
+    __slots__ = ("graph_id", "nodes", "edges")
+    GRAPH_ID_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    EDGES_FIELD_NUMBER: _ClassVar[int]
+    graph_id: str
+    nodes: _containers.RepeatedCompositeFieldContainer[AgentTask]
+    edges: _containers.RepeatedCompositeFieldContainer[TaskEdge]
+    def __init__(self, graph_id: _Optional[str] = ..., nodes: _Optional[_Iterable[_Union[AgentTask, _Mapping]]] = ..., edges: _Optional[_Iterable[_Union[TaskEdge, _Mapping]]] = ...) -> None: ...
+
+class EvidenceReference(_message.Message):
+    __slots__ = ("source", "reference", "authority", "fetched_at", "data", "capability")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    REFERENCE_FIELD_NUMBER: _ClassVar[int]
+    AUTHORITY_FIELD_NUMBER: _ClassVar[int]
+    FETCHED_AT_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITY_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    reference: str
+    authority: AuthorityLevel
+    fetched_at: _timestamp_pb2.Timestamp
+    data: _struct_pb2.Struct
+    capability: str
+    def __init__(self, source: _Optional[str] = ..., reference: _Optional[str] = ..., authority: _Optional[_Union[AuthorityLevel, str]] = ..., fetched_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., data: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., capability: _Optional[str] = ...) -> None: ...
+
+class Statement(_message.Message):
+    __slots__ = ("kind", "text", "code", "evidence_indexes", "subject")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    EVIDENCE_INDEXES_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    kind: StatementKind
+    text: str
+    code: str
+    evidence_indexes: _containers.RepeatedScalarFieldContainer[int]
+    subject: str
+    def __init__(self, kind: _Optional[_Union[StatementKind, str]] = ..., text: _Optional[str] = ..., code: _Optional[str] = ..., evidence_indexes: _Optional[_Iterable[int]] = ..., subject: _Optional[str] = ...) -> None: ...
+
+class RequestedAction(_message.Message):
+    __slots__ = ("action", "target_agent_id", "reason", "parameters")
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    TARGET_AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    action: str
+    target_agent_id: str
+    reason: str
+    parameters: _struct_pb2.Struct
+    def __init__(self, action: _Optional[str] = ..., target_agent_id: _Optional[str] = ..., reason: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+
+class AgentResult(_message.Message):
+    __slots__ = ("task_id", "agent_id", "status", "result", "evidence", "confidence", "statements", "requested_actions", "completed_at", "error_reason", "versions")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    EVIDENCE_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    STATEMENTS_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_AT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_REASON_FIELD_NUMBER: _ClassVar[int]
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    agent_id: str
+    status: ResultStatus
+    result: _struct_pb2.Struct
+    evidence: _containers.RepeatedCompositeFieldContainer[EvidenceReference]
+    confidence: float
+    statements: _containers.RepeatedCompositeFieldContainer[Statement]
+    requested_actions: _containers.RepeatedCompositeFieldContainer[RequestedAction]
+    completed_at: _timestamp_pb2.Timestamp
+    error_reason: str
+    versions: VersionStamp
+    def __init__(self, task_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., status: _Optional[_Union[ResultStatus, str]] = ..., result: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., evidence: _Optional[_Iterable[_Union[EvidenceReference, _Mapping]]] = ..., confidence: _Optional[float] = ..., statements: _Optional[_Iterable[_Union[Statement, _Mapping]]] = ..., requested_actions: _Optional[_Iterable[_Union[RequestedAction, _Mapping]]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error_reason: _Optional[str] = ..., versions: _Optional[_Union[VersionStamp, _Mapping]] = ...) -> None: ...
+
+class AgentSelectionScore(_message.Message):
+    __slots__ = ("agent_id", "domain_score", "capability_score", "knowledge_score", "availability_score", "cost_score", "history_score", "final_score")
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    DOMAIN_SCORE_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITY_SCORE_FIELD_NUMBER: _ClassVar[int]
+    KNOWLEDGE_SCORE_FIELD_NUMBER: _ClassVar[int]
+    AVAILABILITY_SCORE_FIELD_NUMBER: _ClassVar[int]
+    COST_SCORE_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_SCORE_FIELD_NUMBER: _ClassVar[int]
+    FINAL_SCORE_FIELD_NUMBER: _ClassVar[int]
+    agent_id: str
+    domain_score: float
+    capability_score: float
+    knowledge_score: float
+    availability_score: float
+    cost_score: float
+    history_score: float
+    final_score: float
+    def __init__(self, agent_id: _Optional[str] = ..., domain_score: _Optional[float] = ..., capability_score: _Optional[float] = ..., knowledge_score: _Optional[float] = ..., availability_score: _Optional[float] = ..., cost_score: _Optional[float] = ..., history_score: _Optional[float] = ..., final_score: _Optional[float] = ...) -> None: ...
+
+class TaskGrant(_message.Message):
+    __slots__ = ("grant_id", "execution_id", "task_id", "tenant_id", "user_id", "assertion_digest", "issuer", "audience", "capabilities", "projection_digest", "depth", "issued_at", "expires_at", "actor_type", "roles", "session_id", "conversation_id", "parent_grant_id")
+    GRANT_ID_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    ASSERTION_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    ISSUER_FIELD_NUMBER: _ClassVar[int]
+    AUDIENCE_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    PROJECTION_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    DEPTH_FIELD_NUMBER: _ClassVar[int]
+    ISSUED_AT_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_TYPE_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    PARENT_GRANT_ID_FIELD_NUMBER: _ClassVar[int]
+    grant_id: str
+    execution_id: str
+    task_id: str
+    tenant_id: str
+    user_id: str
+    assertion_digest: str
+    issuer: str
+    audience: str
+    capabilities: _containers.RepeatedScalarFieldContainer[str]
+    projection_digest: str
+    depth: int
+    issued_at: _timestamp_pb2.Timestamp
+    expires_at: _timestamp_pb2.Timestamp
+    actor_type: ActorType
+    roles: _containers.RepeatedScalarFieldContainer[str]
+    session_id: str
+    conversation_id: str
+    parent_grant_id: str
+    def __init__(self, grant_id: _Optional[str] = ..., execution_id: _Optional[str] = ..., task_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., assertion_digest: _Optional[str] = ..., issuer: _Optional[str] = ..., audience: _Optional[str] = ..., capabilities: _Optional[_Iterable[str]] = ..., projection_digest: _Optional[str] = ..., depth: _Optional[int] = ..., issued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., actor_type: _Optional[_Union[ActorType, str]] = ..., roles: _Optional[_Iterable[str]] = ..., session_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., parent_grant_id: _Optional[str] = ...) -> None: ...
+
+class SignedTaskGrant(_message.Message):
+    __slots__ = ("grant", "signature", "key_id")
+    GRANT_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    grant: bytes
+    signature: bytes
+    key_id: str
+    def __init__(self, grant: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., key_id: _Optional[str] = ...) -> None: ...
+
+class AgentPrincipal(_message.Message):
+    __slots__ = ("agent_id", "agent_version", "execution_id", "parent_agent_id", "delegation_chain", "grants")
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    PARENT_AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    DELEGATION_CHAIN_FIELD_NUMBER: _ClassVar[int]
+    GRANTS_FIELD_NUMBER: _ClassVar[int]
+    agent_id: str
+    agent_version: str
+    execution_id: str
+    parent_agent_id: str
+    delegation_chain: _containers.RepeatedScalarFieldContainer[str]
+    grants: _containers.RepeatedCompositeFieldContainer[SignedTaskGrant]
+    def __init__(self, agent_id: _Optional[str] = ..., agent_version: _Optional[str] = ..., execution_id: _Optional[str] = ..., parent_agent_id: _Optional[str] = ..., delegation_chain: _Optional[_Iterable[str]] = ..., grants: _Optional[_Iterable[_Union[SignedTaskGrant, _Mapping]]] = ...) -> None: ...
+
+class PolicyDecision(_message.Message):
+    __slots__ = ("decision_id", "effect", "reason_codes", "policy_version")
+    DECISION_ID_FIELD_NUMBER: _ClassVar[int]
+    EFFECT_FIELD_NUMBER: _ClassVar[int]
+    REASON_CODES_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    decision_id: str
+    effect: PolicyEffect
+    reason_codes: _containers.RepeatedScalarFieldContainer[str]
+    policy_version: str
+    def __init__(self, decision_id: _Optional[str] = ..., effect: _Optional[_Union[PolicyEffect, str]] = ..., reason_codes: _Optional[_Iterable[str]] = ..., policy_version: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,161 @@
+import datetime
+
+from agentmesh.v1 import common_pb2 as _common_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ExecutionStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EXECUTION_STATUS_UNSPECIFIED: _ClassVar[ExecutionStatus]
+    EXECUTION_STATUS_RUNNING: _ClassVar[ExecutionStatus]
+    EXECUTION_STATUS_SUCCEEDED: _ClassVar[ExecutionStatus]
+    EXECUTION_STATUS_PARTIAL: _ClassVar[ExecutionStatus]
+    EXECUTION_STATUS_FAILED: _ClassVar[ExecutionStatus]
+    EXECUTION_STATUS_CANCELLED: _ClassVar[ExecutionStatus]
+    EXECUTION_STATUS_STOPPED: _ClassVar[ExecutionStatus]
+    EXECUTION_STATUS_AWAITING_REVIEW: _ClassVar[ExecutionStatus]
+EXECUTION_STATUS_UNSPECIFIED: ExecutionStatus
+EXECUTION_STATUS_RUNNING: ExecutionStatus
+EXECUTION_STATUS_SUCCEEDED: ExecutionStatus
+EXECUTION_STATUS_PARTIAL: ExecutionStatus
+EXECUTION_STATUS_FAILED: ExecutionStatus
+EXECUTION_STATUS_CANCELLED: ExecutionStatus
+EXECUTION_STATUS_STOPPED: ExecutionStatus
+EXECUTION_STATUS_AWAITING_REVIEW: ExecutionStatus
+
+class Conflict(_message.Message):
+    __slots__ = ("subject", "agent_a", "agent_b", "evidence_a", "evidence_b", "applicable_rules", "resolution", "review_id")
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    AGENT_A_FIELD_NUMBER: _ClassVar[int]
+    AGENT_B_FIELD_NUMBER: _ClassVar[int]
+    EVIDENCE_A_FIELD_NUMBER: _ClassVar[int]
+    EVIDENCE_B_FIELD_NUMBER: _ClassVar[int]
+    APPLICABLE_RULES_FIELD_NUMBER: _ClassVar[int]
+    RESOLUTION_FIELD_NUMBER: _ClassVar[int]
+    REVIEW_ID_FIELD_NUMBER: _ClassVar[int]
+    subject: str
+    agent_a: str
+    agent_b: str
+    evidence_a: _containers.RepeatedCompositeFieldContainer[_common_pb2.EvidenceReference]
+    evidence_b: _containers.RepeatedCompositeFieldContainer[_common_pb2.EvidenceReference]
+    applicable_rules: _containers.RepeatedScalarFieldContainer[str]
+    resolution: str
+    review_id: str
+    def __init__(self, subject: _Optional[str] = ..., agent_a: _Optional[str] = ..., agent_b: _Optional[str] = ..., evidence_a: _Optional[_Iterable[_Union[_common_pb2.EvidenceReference, _Mapping]]] = ..., evidence_b: _Optional[_Iterable[_Union[_common_pb2.EvidenceReference, _Mapping]]] = ..., applicable_rules: _Optional[_Iterable[str]] = ..., resolution: _Optional[str] = ..., review_id: _Optional[str] = ...) -> None: ...
+
+class Execution(_message.Message):
+    __slots__ = ("execution_id", "status", "decision", "request_text", "intent", "tenant_id", "user_id", "graph", "results", "selection_scores", "conflicts", "missing", "reason", "trace", "started_at", "finished_at", "summary")
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_TEXT_FIELD_NUMBER: _ClassVar[int]
+    INTENT_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    GRAPH_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    SELECTION_SCORES_FIELD_NUMBER: _ClassVar[int]
+    CONFLICTS_FIELD_NUMBER: _ClassVar[int]
+    MISSING_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    TRACE_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    execution_id: str
+    status: ExecutionStatus
+    decision: _common_pb2.AnalysisDecision
+    request_text: str
+    intent: str
+    tenant_id: str
+    user_id: str
+    graph: _common_pb2.AgentTaskGraph
+    results: _containers.RepeatedCompositeFieldContainer[_common_pb2.AgentResult]
+    selection_scores: _containers.RepeatedCompositeFieldContainer[_common_pb2.AgentSelectionScore]
+    conflicts: _containers.RepeatedCompositeFieldContainer[Conflict]
+    missing: _containers.RepeatedScalarFieldContainer[str]
+    reason: str
+    trace: _common_pb2.TraceContext
+    started_at: _timestamp_pb2.Timestamp
+    finished_at: _timestamp_pb2.Timestamp
+    summary: str
+    def __init__(self, execution_id: _Optional[str] = ..., status: _Optional[_Union[ExecutionStatus, str]] = ..., decision: _Optional[_Union[_common_pb2.AnalysisDecision, str]] = ..., request_text: _Optional[str] = ..., intent: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., graph: _Optional[_Union[_common_pb2.AgentTaskGraph, _Mapping]] = ..., results: _Optional[_Iterable[_Union[_common_pb2.AgentResult, _Mapping]]] = ..., selection_scores: _Optional[_Iterable[_Union[_common_pb2.AgentSelectionScore, _Mapping]]] = ..., conflicts: _Optional[_Iterable[_Union[Conflict, _Mapping]]] = ..., missing: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ..., trace: _Optional[_Union[_common_pb2.TraceContext, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., summary: _Optional[str] = ...) -> None: ...
+
+class AnalyzeRequest(_message.Message):
+    __slots__ = ("user_assertion", "request_text", "tenant_id", "correlation_id", "budget")
+    USER_ASSERTION_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_TEXT_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    user_assertion: str
+    request_text: str
+    tenant_id: str
+    correlation_id: str
+    budget: _common_pb2.AgentBudget
+    def __init__(self, user_assertion: _Optional[str] = ..., request_text: _Optional[str] = ..., tenant_id: _Optional[str] = ..., correlation_id: _Optional[str] = ..., budget: _Optional[_Union[_common_pb2.AgentBudget, _Mapping]] = ...) -> None: ...
+
+class AnalyzeResponse(_message.Message):
+    __slots__ = ("execution",)
+    EXECUTION_FIELD_NUMBER: _ClassVar[int]
+    execution: Execution
+    def __init__(self, execution: _Optional[_Union[Execution, _Mapping]] = ...) -> None: ...
+
+class GetExecutionRequest(_message.Message):
+    __slots__ = ("user_assertion", "execution_id")
+    USER_ASSERTION_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    user_assertion: str
+    execution_id: str
+    def __init__(self, user_assertion: _Optional[str] = ..., execution_id: _Optional[str] = ...) -> None: ...
+
+class GetExecutionResponse(_message.Message):
+    __slots__ = ("execution",)
+    EXECUTION_FIELD_NUMBER: _ClassVar[int]
+    execution: Execution
+    def __init__(self, execution: _Optional[_Union[Execution, _Mapping]] = ...) -> None: ...
+
+class WatchExecutionRequest(_message.Message):
+    __slots__ = ("user_assertion", "execution_id")
+    USER_ASSERTION_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    user_assertion: str
+    execution_id: str
+    def __init__(self, user_assertion: _Optional[str] = ..., execution_id: _Optional[str] = ...) -> None: ...
+
+class WatchExecutionResponse(_message.Message):
+    __slots__ = ("event", "task_id", "agent_id", "task_status", "execution")
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_STATUS_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_FIELD_NUMBER: _ClassVar[int]
+    event: str
+    task_id: str
+    agent_id: str
+    task_status: _common_pb2.TaskStatus
+    execution: Execution
+    def __init__(self, event: _Optional[str] = ..., task_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., task_status: _Optional[_Union[_common_pb2.TaskStatus, str]] = ..., execution: _Optional[_Union[Execution, _Mapping]] = ...) -> None: ...
+
+class CancelExecutionRequest(_message.Message):
+    __slots__ = ("user_assertion", "execution_id", "reason")
+    USER_ASSERTION_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    user_assertion: str
+    execution_id: str
+    reason: str
+    def __init__(self, user_assertion: _Optional[str] = ..., execution_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class CancelExecutionResponse(_message.Message):
+    __slots__ = ("execution",)
+    EXECUTION_FIELD_NUMBER: _ClassVar[int]
+    execution: Execution
+    def __init__(self, execution: _Optional[_Union[Execution, _Mapping]] = ...) -> None: ...

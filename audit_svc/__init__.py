@@ -1,0 +1,1 @@
+"""The audit service: tamper-evident Merkle log with signed checkpoints."""

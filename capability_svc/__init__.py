@@ -1,0 +1,1 @@
+"""The capability runtime: registry, grant verification, governed execution."""

@@ -1,0 +1,1 @@
+"""The policy engine: Cedar-backed authorization, the only source of authority."""

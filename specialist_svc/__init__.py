@@ -1,0 +1,1 @@
+"""Specialist agents: one process per agent, deterministic rules first."""

@@ -1,0 +1,1 @@
+"""The supervisor: intent, agent registry, selection, task DAG, aggregation."""
