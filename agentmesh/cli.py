@@ -122,9 +122,13 @@ def cmd_down(args: argparse.Namespace, cfg: MeshConfig) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The full command tree."""
+    # SUPPRESS: the options may come before or after the subcommand, and a
+    # subcommand's unset default must not overwrite a value given before it.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--home", help="mesh home directory (default: $AGENTMESH_HOME or ~/.agentmesh)")
-    common.add_argument("--config", help="YAML config file (default: HOME/config.yaml if present)")
+    common.add_argument("--home", default=argparse.SUPPRESS,
+                        help="mesh home directory (default: $AGENTMESH_HOME or ~/.agentmesh)")
+    common.add_argument("--config", default=argparse.SUPPRESS,
+                        help="YAML config file (default: HOME/config.yaml if present)")
     out = argparse.ArgumentParser(add_help=False)
     out.add_argument("--json", action="store_true", help="print machine-readable JSON")
 
@@ -178,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        cfg = config.load(home=args.home, config_file=args.config)
+        cfg = config.load(home=getattr(args, "home", None), config_file=getattr(args, "config", None))
         handler: Handler = args.handler
         return handler(args, cfg)
     except ConfigError as err:

@@ -8,6 +8,7 @@ gRPC health SERVING over mTLS, and records the mesh in ``HOME/run/mesh.json``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -90,7 +91,7 @@ def health_check(config: MeshConfig, address: str, identity: str, timeout_s: flo
             )
         return str(health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status))
     except grpc.RpcError as err:
-        return f"UNREACHABLE ({err.code().name})"  # type: ignore[attr-defined]
+        return f"UNREACHABLE ({err.code().name})"
 
 
 def _log_tail(path: Path, lines: int = 5) -> str:
@@ -161,10 +162,8 @@ def stop_all(procs: list[Running], grace_s: float = 10.0) -> list[str]:
     """SIGTERM in reverse start order, SIGKILL what is left after the grace; returns names killed."""
     for p in reversed(procs):
         if pid_alive(p.pid):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and any(pid_alive(p.pid) for p in procs):
         time.sleep(0.05)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from dataclasses import dataclass
@@ -223,7 +224,10 @@ def create_server(
     provider = telemetry.setup_tracing(os.environ.get("OTEL_SERVICE_NAME", "agentmesh"))
     return grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
-        interceptors=[server_interceptor(tracer_provider=provider), MeshServerInterceptor(access, on_denied)],
+        interceptors=[
+            server_interceptor(tracer_provider=provider),  # type: ignore[no-untyped-call]
+            MeshServerInterceptor(access, on_denied),
+        ],
         options=[("grpc.so_reuseport", 0)],
     )
 
@@ -234,6 +238,16 @@ class PortInUse(Exception):
 
 def bind(server: grpc.Server, host: str, port: int, files: TlsFiles) -> int:
     """Binds an mTLS port and returns the bound port (useful with port 0)."""
+    if port:
+        # Probe first: gRPC core reports a failed bind with its own multi-line
+        # log, and start-up errors must be one line naming the port.
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host, port))
+            except OSError as err:
+                raise PortInUse(f"cannot bind {host}:{port}: {err.strerror}") from err
     try:
         bound: int = server.add_secure_port(f"{host}:{port}", server_credentials(files))
     except RuntimeError as err:
@@ -308,4 +322,5 @@ def secure_channel(
     # Deadline first, so the tracing layer (grpcext, OpenTelemetry's own
     # interceptor API) sees and records the effective timeout.
     with_deadline = grpc.intercept_channel(channel, _DefaultDeadline(default_timeout_s))
-    return grpcext.intercept_channel(with_deadline, client_interceptor(tracer_provider=provider))
+    tracing = client_interceptor(tracer_provider=provider)  # type: ignore[no-untyped-call]
+    return grpcext.intercept_channel(with_deadline, tracing)  # type: ignore[no-untyped-call]

@@ -5,14 +5,11 @@ Each method answers UNIMPLEMENTED with an ErrorInfo, never placeholder data.
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any
 
 from agentmesh import errors
 
-T = TypeVar("T")
-
-
-def unimplemented_servicer(base: type[T], *, only: tuple[str, ...] | None = None) -> type[T]:
+def unimplemented_servicer(base: type[Any], *, only: tuple[str, ...] | None = None) -> type[Any]:
     """A subclass of a generated servicer whose RPCs (all, or those in ``only``) are UNIMPLEMENTED."""
     names = [
         n for n, v in vars(base).items() if callable(v) and not n.startswith("_") and (only is None or n in only)
