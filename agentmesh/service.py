@@ -23,6 +23,7 @@ import grpc
 from agentmesh import config as mesh_config
 from agentmesh import spiffe, transport
 from agentmesh.access import AccessTable, AccessTableError
+from agentmesh.audit_client import AuditRecorder
 from agentmesh.config import ConfigError, MeshConfig
 from agentmesh.pki import PkiError, leaf_paths
 
@@ -61,6 +62,10 @@ class ServiceContext:
                 default_timeout_s=self.config.call_timeout_s,
             )
         return self._channels[peer]
+
+    def audit(self) -> AuditRecorder:
+        """A recorder to the audit service (shared channel)."""
+        return AuditRecorder(self.channel("audit"), timeout_s=min(5.0, self.config.call_timeout_s))
 
     def on_stop(self, fn: Callable[[], None]) -> None:
         """Registers cleanup run after the server has stopped."""
@@ -106,6 +111,14 @@ def _peers(values: list[str]) -> dict[str, str]:
     return peers
 
 
+def _knows(cfg: MeshConfig, peer: str) -> bool:
+    try:
+        cfg.address(peer)
+    except ConfigError:
+        return False
+    return True
+
+
 def address_file(config: MeshConfig, name: str) -> Path:
     """Where a running process records the address it bound (read by the launcher)."""
     return config.mesh_home.run / f"{name}.addr"
@@ -147,6 +160,8 @@ def run(
         hook = spec.register(server, ctx)
         if hook is not None:
             hooks.append(hook)
+        elif spec.name != "audit" and _knows(cfg, "audit"):
+            hooks.append(ctx.audit().denial_hook())
         health = transport.add_health_and_reflection(server, spec.service_names)
         port = transport.bind(server, cfg.host, cfg.port(spec.name), tls)
     except (ConfigError, PkiError, AccessTableError, StartupError, transport.PortInUse) as err:

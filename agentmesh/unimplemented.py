@@ -9,6 +9,7 @@ from typing import Any
 
 from agentmesh import errors
 
+
 def unimplemented_servicer(base: type[Any], *, only: tuple[str, ...] | None = None) -> type[Any]:
     """A subclass of a generated servicer whose RPCs (all, or those in ``only``) are UNIMPLEMENTED."""
     names = [
