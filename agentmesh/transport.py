@@ -163,6 +163,8 @@ class MeshServerInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
 
     def _admit(self, method: str, context: grpc.ServicerContext) -> None:
         caller = peer_identity(context)
+        # Annotate first, so refused calls are traceable too.
+        telemetry.annotate_current_span(caller)
         if caller is None:
             self._deny(method, "", errors.Unauthenticated(
                 "a client certificate with exactly one mesh SPIFFE id is required",
@@ -171,7 +173,6 @@ class MeshServerInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
             self._deny(method, caller, errors.PermissionDenied(
                 f"{caller} may not call {method}", reason="CALLER_NOT_ALLOWED",
                 metadata={"caller": caller, "method": method}), context)
-        telemetry.annotate_current_span(caller)
 
     def _deny(
         self, method: str, caller: str, err: errors.MeshError, context: grpc.ServicerContext

@@ -46,3 +46,55 @@ def peer_address(cfg: MeshConfig, name: str) -> str:
 def client_tls(cfg: MeshConfig, identity: object) -> transport.TlsFiles:
     """TLS files of a client identity issued in the mesh home."""
     return transport.TlsFiles.of(client_paths(cfg, identity), cfg.mesh_home.certs / "ca.pem")  # type: ignore[arg-type]
+
+
+class RoleProcess:
+    """One role started as its own process on a free port; stop() in finally."""
+
+    def __init__(self, cfg: MeshConfig, name: str, module: str, *, peers: dict[str, str] | None = None,
+                 env: dict[str, str] | None = None, extra: tuple[str, ...] = ()) -> None:
+        import json
+        import os
+        import time
+
+        from agentmesh.service import address_file
+
+        self.name = name
+        addr_path = address_file(cfg, name)
+        addr_path.unlink(missing_ok=True)
+        cmd = [sys.executable, "-m", module, *extra, "--home", str(cfg.home), "--port", "0"]
+        for peer, addr in (peers or {}).items():
+            cmd += ["--peer", f"{peer}={addr}"]
+        self.log = cfg.mesh_home.logs / f"{name}-test.log"
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                         env={**os.environ, "OTEL_SERVICE_NAME": name, **(env or {})})
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{name} exited {self.proc.returncode}: {self.log.read_text()[-2000:]}")
+            if addr_path.exists():
+                try:
+                    self.address = str(json.loads(addr_path.read_text())["address"])
+                    return
+                except (ValueError, KeyError):
+                    pass
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"{name} did not start: {self.log.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it does not stop."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def kill(self) -> None:
+        """kill -9."""
+        self.proc.kill()
+        self.proc.wait()
