@@ -40,9 +40,9 @@ def test_a_call_crossing_two_services_is_one_trace(mesh_config: MeshConfig) -> N
             tls = transport.TlsFiles.of(leaf_paths(mesh_config.mesh_home.certs, spiffe.agent("training-agent")),
                                         mesh_config.mesh_home.certs / "ca.pem")
             channel = transport.secure_channel(policy.address, tls, spiffe.service("policy"))
-            with channel, telemetry.mesh_ids(execution_id=execution_id, correlation_id="corr-1"):
-                with pytest.raises(grpc.RpcError) as info:
-                    policy_grpc.PolicyServiceStub(channel).SetKillSwitch(policy_pb2.SetKillSwitchRequest())
+            with channel, telemetry.mesh_ids(execution_id=execution_id, correlation_id="corr-1"), \
+                    pytest.raises(grpc.RpcError) as info:
+                policy_grpc.PolicyServiceStub(channel).SetKillSwitch(policy_pb2.SetKillSwitchRequest())
             assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
 
             def complete(spans: list[dict[str, Any]]) -> bool:
