@@ -1,0 +1,619 @@
+"""The policy engine: Cedar policies, schema and data loaded once, decisions on demand.
+
+Loading (:meth:`PolicyEngine.load`) reads a policy directory::
+
+    schema.cedarschema   the Cedar schema (Cedar syntax)
+    entities.yaml        tenants, roles, capabilities, system actors (policy_svc.data)
+    *.cedar              the policies; every policy carries @id("...")
+
+and validates every policy against the schema (strict mode) and the data
+against the schema, once. The parsed ``cedarpy.PolicySet``, ``cedarpy.Schema``
+and ``cedarpy.Entities`` handles are kept, so a decision parses only the
+request itself: principal, action, the capability as resource, and a flat
+context of strings, booleans and one number (cedarpy takes the context as JSON
+and re-parses it on every call; it offers no pre-parsed context handle).
+
+Deciding (:meth:`PolicyEngine.authorize`) fails closed: only a Cedar ``Allow``
+with no evaluation error is an ALLOW. Obligations: a forbid annotated
+``@obligation("confirmation")`` or ``@obligation("human_approval")`` turns a
+Deny into CONFIRMATION_REQUIRED or HUMAN_APPROVAL_REQUIRED when (a) only
+obligation policies denied and (b) the same request is allowed by the set
+without the obligation policies. Human approval wins when both apply.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import cedarpy
+
+from policy_svc.data import (
+    NAME_PATTERN,
+    JsonObject,
+    PolicyData,
+    entity_type,
+    load_policy_data,
+    role_id,
+    uid,
+)
+from policy_svc.errors import InvalidRequestError, PolicyLoadError
+from policy_svc.model import (
+    ActorType,
+    AuthorizationRequest,
+    Decision,
+    Effect,
+    KillSwitchScope,
+    OperationKind,
+    PolicyInfo,
+    parse_kill_switch_key,
+)
+
+__all__ = [
+    "DEFAULT_EVALUATION_BUDGET_S",
+    "DEFAULT_POLICY_DIR",
+    "ENGINE_REASONS",
+    "PolicyEngine",
+]
+
+_log = logging.getLogger(__name__)
+
+#: The policy directory shipped with the package.
+DEFAULT_POLICY_DIR = Path(__file__).parent / "policies"
+SCHEMA_FILE = "schema.cedarschema"
+DATA_FILE = "entities.yaml"
+POLICY_GLOB = "*.cedar"
+
+#: A decision that takes longer than this is discarded as DENY (policy.timeout).
+DEFAULT_EVALUATION_BUDGET_S = 0.25
+
+OBLIGATION_CONFIRMATION = "confirmation"
+OBLIGATION_HUMAN_APPROVAL = "human_approval"
+_OBLIGATIONS = frozenset({OBLIGATION_CONFIRMATION, OBLIGATION_HUMAN_APPROVAL})
+
+# Engine-level reason codes: outcomes no single policy decided.
+EVALUATION_ERROR = "policy.evaluation_error"
+NO_DECISION = "policy.no_decision"
+DEFAULT_DENY = "policy.default_deny"
+ENGINE_ERROR = "policy.engine_error"
+TIMEOUT = "policy.timeout"
+INVALID_KILL_SWITCH = "policy.invalid_kill_switch"
+
+#: Explanation of each engine-level reason code.
+ENGINE_REASONS: Mapping[str, str] = {
+    EVALUATION_ERROR: "a policy failed to evaluate, so the engine fails closed",
+    NO_DECISION: "Cedar reached no decision (the request could not be evaluated), so the engine fails closed",
+    DEFAULT_DENY: "no policy permits this operation",
+    ENGINE_ERROR: "the policy engine failed unexpectedly, so it fails closed",
+    TIMEOUT: "the evaluation exceeded its time budget, so the engine fails closed",
+    INVALID_KILL_SWITCH: "a kill switch in force could not be understood, so the engine fails closed",
+}
+
+ACTION_TYPE = entity_type("Action")
+_ACTIONS = {OperationKind.INVOKE: "invoke", OperationKind.OVERRIDE: "override"}
+# Proto int32 bounds; Cedar Longs are i64, so anything larger is a caller bug.
+_MAX_DEPTH_VALUE = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class _PolicyMeta:
+    policy_id: str
+    obligation: str | None
+    description: str
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    decision: cedarpy.Decision
+    reasons: tuple[str, ...]
+    errors: tuple[str, ...]
+
+
+class PolicyEngine:
+    """Decides operations against a policy set loaded once.
+
+    Construct it with :meth:`load`, not directly. Safe to share between
+    request threads: everything is immutable after loading except a one-entry
+    cache of the kill-switch board, which is replaced atomically.
+    """
+
+    def __init__(
+        self,
+        *,
+        schema: cedarpy.Schema,
+        policy_set: cedarpy.PolicySet,
+        relaxed_policy_set: cedarpy.PolicySet,
+        entities: cedarpy.Entities,
+        policies: Mapping[str, _PolicyMeta],
+        data: PolicyData,
+        version: str,
+        evaluation_budget_s: float,
+        clock: Callable[[], float],
+        new_decision_id: Callable[[], str],
+        validate_requests: bool,
+    ) -> None:
+        self._schema = schema
+        self._policy_set = policy_set
+        # The same policies minus the obligation forbids: "would this be
+        # allowed once confirmed / approved?".
+        self._relaxed_policy_set = relaxed_policy_set
+        self._entities = entities
+        # (active switches, static entities + their board); see _entities_with.
+        self._board: tuple[_KillSwitches, cedarpy.Entities] | None = None
+        self._policies = policies
+        self._data = data
+        self._version = version
+        self._budget_s = evaluation_budget_s
+        self._clock = clock
+        self._new_decision_id = new_decision_id
+        self._request_schema = schema if validate_requests else None
+
+    @classmethod
+    def load(
+        cls,
+        policy_dir: str | Path = DEFAULT_POLICY_DIR,
+        *,
+        evaluation_budget_s: float = DEFAULT_EVALUATION_BUDGET_S,
+        clock: Callable[[], float] = time.monotonic,
+        new_decision_id: Callable[[], str] | None = None,
+        validate_requests: bool = False,
+    ) -> PolicyEngine:
+        """Parses and validates the policy directory; raises ``PolicyLoadError``.
+
+        Args:
+            policy_dir: directory with ``schema.cedarschema``, ``entities.yaml``
+                and ``*.cedar`` files.
+            evaluation_budget_s: a decision slower than this is a DENY
+                (``policy.timeout``). Cedar cannot be interrupted, so the
+                check happens after evaluation: a slow answer is discarded.
+            clock: monotonic clock in seconds, for the budget.
+            new_decision_id: makes decision ids; a random UUID by default.
+            validate_requests: also validate every Cedar request and context
+                against the schema. Off by default because it roughly doubles
+                the evaluation time; the context is built by typed code and
+                the tests run the whole rule table with it on. A context
+                that does not conform is a DENY (``policy.no_decision``).
+        """
+        if not math.isfinite(evaluation_budget_s) or evaluation_budget_s <= 0:
+            raise ValueError("evaluation_budget_s must be a positive number")
+        root = Path(policy_dir)
+        if not root.is_dir():
+            raise PolicyLoadError(
+                f"policy directory {root} does not exist",
+                reason="POLICY_DIR_INVALID",
+                path=str(root),
+            )
+        schema_path = root / SCHEMA_FILE
+        data_path = root / DATA_FILE
+        policy_paths = sorted(root.glob(POLICY_GLOB))
+        if not policy_paths:
+            raise PolicyLoadError(f"no {POLICY_GLOB} files in {root}", reason="POLICY_DIR_INVALID", path=str(root))
+
+        schema_text = _read(schema_path, "SCHEMA_INVALID")
+        try:
+            schema = cedarpy.Schema.from_str(schema_text)
+        except ValueError as exc:
+            raise PolicyLoadError(
+                f"{schema_path}: invalid Cedar schema: {exc}",
+                reason="SCHEMA_INVALID",
+                path=str(schema_path),
+            ) from exc
+
+        data = load_policy_data(data_path)
+        try:
+            entities = cedarpy.Entities.from_json_str(json.dumps(list(data.entities)), schema)
+        except ValueError as exc:
+            raise PolicyLoadError(
+                f"{data_path}: entities do not match the schema: {exc}",
+                reason="DATA_INVALID",
+                path=str(data_path),
+            ) from exc
+
+        metas: dict[str, _PolicyMeta] = {}
+        static_policies: dict[str, JsonObject] = {}
+        texts: dict[str, str] = {}
+        for path in policy_paths:
+            text = _read(path, "POLICY_PARSE_FAILED")
+            texts[path.name] = text
+            for meta, est in _parse_policy_file(path, text, schema):
+                if meta.policy_id in metas:
+                    raise PolicyLoadError(
+                        f"{path}: policy id {meta.policy_id!r} is also used in {metas[meta.policy_id].path}",
+                        reason="POLICY_ID_DUPLICATE",
+                        path=str(path),
+                        policy_id=meta.policy_id,
+                    )
+                metas[meta.policy_id] = meta
+                static_policies[meta.policy_id] = est
+
+        # Re-keying the policies by their @id makes Cedar report the @ids
+        # themselves as reasons and in error messages.
+        policy_set = _policy_set(static_policies)
+        relaxed_policy_set = _policy_set(
+            {pid: est for pid, est in static_policies.items() if metas[pid].obligation is None}
+        )
+
+        version = _digest(texts, schema_text, data_path.read_bytes(), schema_name=SCHEMA_FILE)
+        _log.info("loaded %d policies from %s, version %s", len(metas), root, version)
+        return cls(
+            schema=schema,
+            policy_set=policy_set,
+            relaxed_policy_set=relaxed_policy_set,
+            entities=entities,
+            policies=metas,
+            data=data,
+            version=version,
+            evaluation_budget_s=evaluation_budget_s,
+            clock=clock,
+            new_decision_id=new_decision_id or _random_decision_id,
+            validate_requests=validate_requests,
+        )
+
+    @property
+    def version(self) -> str:
+        """The policy set version: ``sha256:`` + digest of policies, schema and data."""
+        return self._version
+
+    @property
+    def data(self) -> PolicyData:
+        """The loaded policy data (tenants, roles, capabilities, system actors)."""
+        return self._data
+
+    def info(self) -> PolicyInfo:
+        """The version and the ``@id`` of every policy (``GetPolicyInfo``)."""
+        return PolicyInfo(policy_version=self._version, policy_ids=tuple(sorted(self._policies)))
+
+    def describe(self, reason_code: str) -> str:
+        """The human-readable meaning of a reason code."""
+        meta = self._policies.get(reason_code)
+        if meta is not None:
+            return meta.description
+        return ENGINE_REASONS.get(reason_code, "unknown reason")
+
+    def authorize(self, request: AuthorizationRequest, *, kill_switches: Iterable[str]) -> Decision:
+        """Decides one operation.
+
+        Args:
+            request: the operation to decide.
+            kill_switches: the kill switches in force, as context strings
+                (``"platform"``, ``"tenant:acme"``, ``"agent:training-agent"``,
+                ``"capability:training.external.update"``); typically
+                ``KillSwitchStore.active()``. Required so a caller cannot
+                forget them.
+
+        Returns:
+            The decision. Every failure to evaluate (Cedar error, no decision,
+            exception, budget exceeded) is a DENY with a ``policy.*`` reason.
+
+        Raises:
+            InvalidRequestError: the request is malformed (names the field).
+                No decision is produced.
+        """
+        _validate(request)
+        started = self._clock()
+        try:
+            switches = _parse_kill_switches(kill_switches)
+        except ValueError as exc:
+            return self._decide(Effect.DENY, (INVALID_KILL_SWITCH,), details=(str(exc),))
+        try:
+            effect, reasons, details = self._evaluate(request, switches)
+        except Exception as exc:  # fail closed on anything, including bugs
+            _log.exception("policy evaluation failed; denying")
+            return self._decide(Effect.DENY, (ENGINE_ERROR,), details=(repr(exc),))
+        elapsed = self._clock() - started
+        if elapsed > self._budget_s:
+            return self._decide(
+                Effect.DENY,
+                (TIMEOUT,),
+                details=(f"took {elapsed * 1e3:.1f} ms, budget {self._budget_s * 1e3:.1f} ms",),
+            )
+        return self._decide(effect, reasons, details=details)
+
+    # -- evaluation -------------------------------------------------------
+
+    def _evaluate(
+        self, request: AuthorizationRequest, switches: _KillSwitches
+    ) -> tuple[Effect, tuple[str, ...], tuple[str, ...]]:
+        entities = self._entities_with(switches)
+        cedar_request = _cedar_request(request)
+        first = self._run(cedar_request, self._policy_set, entities)
+        if first.decision not in (cedarpy.Decision.Allow, cedarpy.Decision.Deny):
+            # The request could not even be built (cedarpy reports why in errors).
+            return Effect.DENY, (NO_DECISION,), first.errors
+        if first.errors:
+            return Effect.DENY, (EVALUATION_ERROR,), first.errors
+        if first.decision is cedarpy.Decision.Allow:
+            return Effect.ALLOW, first.reasons, ()
+        if not first.reasons:
+            return Effect.DENY, (DEFAULT_DENY,), ()
+
+        obligations = {self._policies[r].obligation for r in first.reasons}
+        if None in obligations:
+            return Effect.DENY, first.reasons, ()
+
+        # Only obligations denied: would the operation be allowed once they
+        # are met? If not, the obligations are moot and the answer is DENY.
+        second = self._run(cedar_request, self._relaxed_policy_set, entities)
+        if second.decision not in (cedarpy.Decision.Allow, cedarpy.Decision.Deny):
+            return Effect.DENY, (NO_DECISION,), second.errors
+        if second.errors:
+            return Effect.DENY, (EVALUATION_ERROR,), second.errors
+        if second.decision is not cedarpy.Decision.Allow:
+            return Effect.DENY, second.reasons or (DEFAULT_DENY,), ()
+        if OBLIGATION_HUMAN_APPROVAL in obligations:
+            return Effect.HUMAN_APPROVAL_REQUIRED, first.reasons, ()
+        return Effect.CONFIRMATION_REQUIRED, first.reasons, ()
+
+    def _entities_with(self, switches: _KillSwitches) -> cedarpy.Entities:
+        """The static entities plus the kill-switch board for ``switches``.
+
+        Switches change rarely, so the last board is cached: rebuilding costs
+        one copy of the static graph, paid only when the active set changes.
+        """
+        cached = self._board  # one read: another thread may replace it
+        if cached is not None and cached[0] == switches:
+            return cached[1]
+        board = {
+            "uid": uid("KillSwitchBoard", "active"),
+            "attrs": {
+                "platform": switches.platform,
+                "tenants": sorted(switches.tenants),
+                "agents": sorted(switches.agents),
+                "capabilities": sorted(switches.capabilities),
+            },
+            "parents": [],
+        }
+        entities = self._entities.with_added_json_str(json.dumps([board]), self._schema)
+        self._board = (switches, entities)
+        return entities
+
+    def _run(self, cedar_request: JsonObject, policy_set: cedarpy.PolicySet, entities: cedarpy.Entities) -> _Outcome:
+        # The schema is passed only when validate_requests is on (see load()).
+        result = cedarpy.is_authorized(cedar_request, policy_set, entities, schema=self._request_schema)
+        diagnostics = result.diagnostics
+        return _Outcome(
+            decision=result.decision,
+            reasons=tuple(sorted(diagnostics.reasons)),
+            errors=tuple(diagnostics.errors),
+        )
+
+    def _decide(self, effect: Effect, reasons: tuple[str, ...], *, details: tuple[str, ...] = ()) -> Decision:
+        parts = [f"{code}: {self.describe(code)}" for code in reasons]
+        explanation = f"{effect.value}: " + "; ".join(parts)
+        if details:
+            explanation += " (" + "; ".join(details) + ")"
+        return Decision(
+            decision_id=self._new_decision_id(),
+            effect=effect,
+            reason_codes=reasons,
+            policy_version=self._version,
+            explanation=explanation,
+        )
+
+
+# -- loading helpers ------------------------------------------------------
+
+
+def _read(path: Path, reason: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PolicyLoadError(f"cannot read {path}: {exc}", reason=reason, path=str(path)) from exc
+
+
+def _parse_policy_file(path: Path, text: str, schema: cedarpy.Schema) -> list[tuple[_PolicyMeta, JsonObject]]:
+    try:
+        est = json.loads(cedarpy.policies_to_json_str(text))
+    except ValueError as exc:
+        raise PolicyLoadError(
+            f"{path}: cannot parse policies: {exc}", reason="POLICY_PARSE_FAILED", path=str(path)
+        ) from exc
+    if est.get("templates") or est.get("templateLinks"):
+        raise PolicyLoadError(
+            f"{path}: policy templates are not supported",
+            reason="POLICY_TEMPLATE_UNSUPPORTED",
+            path=str(path),
+        )
+
+    parsed: list[tuple[_PolicyMeta, JsonObject]] = []
+    ids_by_position: dict[str, str] = {}
+    for position, (cedar_id, policy) in enumerate(est.get("staticPolicies", {}).items(), 1):
+        annotations: dict[str, str] = policy.get("annotations") or {}
+        policy_id = annotations.get("id", "")
+        if not policy_id:
+            raise PolicyLoadError(
+                f"{path}: policy #{position} ({policy.get('effect')}) has no @id annotation",
+                reason="POLICY_ID_MISSING",
+                path=str(path),
+            )
+        obligation = annotations.get("obligation")
+        if obligation is not None and (obligation not in _OBLIGATIONS or policy.get("effect") != "forbid"):
+            raise PolicyLoadError(
+                f"{path}: policy {policy_id!r}: @obligation must be one of {sorted(_OBLIGATIONS)} on a forbid policy",
+                reason="POLICY_VALIDATION_FAILED",
+                path=str(path),
+                policy_id=policy_id,
+            )
+        ids_by_position[cedar_id] = policy_id
+        meta = _PolicyMeta(
+            policy_id=policy_id,
+            obligation=obligation,
+            description=annotations.get("description") or policy_id,
+            path=str(path),
+        )
+        parsed.append((meta, policy))
+
+    result = cedarpy.validate_policies(text, schema)
+    if not result.validation_passed:
+        first = result.errors[0]
+        # Validation runs on the file text, so errors name Cedar's positional
+        # ids ("policy0"); map them back to the @id the author wrote.
+        bad_id = ids_by_position.get(first.policy_id) or first.policy_id or "<unknown>"
+        others = len(result.errors) - 1
+        more = f" (and {others} more error{'s' if others > 1 else ''})" if others else ""
+        raise PolicyLoadError(
+            f"{path}: policy {bad_id!r} fails validation against the schema: {first.error}{more}",
+            reason="POLICY_VALIDATION_FAILED",
+            path=str(path),
+            policy_id=bad_id,
+        )
+    return parsed
+
+
+def _policy_set(static_policies: Mapping[str, JsonObject]) -> cedarpy.PolicySet:
+    document = {"staticPolicies": dict(static_policies), "templates": {}, "templateLinks": []}
+    return cedarpy.PolicySet.from_json_str(json.dumps(document))
+
+
+def _digest(texts: Mapping[str, str], schema_text: str, data: bytes, *, schema_name: str) -> str:
+    # Names are hashed with the contents and every part is length-prefixed, so
+    # moving text between files or renaming a file changes the version.
+    sha = hashlib.sha256()
+
+    def part(label: str, content: bytes) -> None:
+        for chunk in (label.encode(), content):
+            sha.update(len(chunk).to_bytes(8, "big"))
+            sha.update(chunk)
+
+    for name in sorted(texts):
+        part(f"policy:{name}", texts[name].encode())
+    part(f"schema:{schema_name}", schema_text.encode())
+    part(f"data:{DATA_FILE}", data)
+    return "sha256:" + sha.hexdigest()
+
+
+def _random_decision_id() -> str:
+    return str(uuid.uuid4())
+
+
+# -- request helpers ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _KillSwitches:
+    platform: bool
+    tenants: frozenset[str]
+    agents: frozenset[str]
+    capabilities: frozenset[str]
+
+
+def _parse_kill_switches(keys: Iterable[str]) -> _KillSwitches:
+    by_scope: dict[KillSwitchScope, set[str]] = {
+        KillSwitchScope.TENANT: set(),
+        KillSwitchScope.AGENT: set(),
+        KillSwitchScope.CAPABILITY: set(),
+    }
+    platform = False
+    if isinstance(keys, str):
+        # A bare string is iterable too; taking it char by char would drop the switch.
+        raise ValueError("kill_switches must be a collection of keys, not one string")
+    for key in keys:
+        scope, target = parse_kill_switch_key(key)
+        if scope is KillSwitchScope.PLATFORM:
+            platform = True
+        else:
+            by_scope[scope].add(target)
+    return _KillSwitches(
+        platform=platform,
+        tenants=frozenset(by_scope[KillSwitchScope.TENANT]),
+        agents=frozenset(by_scope[KillSwitchScope.AGENT]),
+        capabilities=frozenset(by_scope[KillSwitchScope.CAPABILITY]),
+    )
+
+
+def _validate(request: AuthorizationRequest) -> None:
+    """Raises ``InvalidRequestError`` naming the first bad field."""
+    user = request.user
+    if user is None:
+        raise InvalidRequestError.missing("user")
+    if not user.tenant_id:
+        raise InvalidRequestError.missing("user.tenant_id")
+    if not NAME_PATTERN.match(user.tenant_id):
+        raise InvalidRequestError.invalid("user.tenant_id", "not a valid tenant id")
+    if request.actor_type is ActorType.USER:
+        if not user.user_id:
+            raise InvalidRequestError.missing("user.user_id")
+        if request.system_actor:
+            raise InvalidRequestError.invalid("system_actor", "must be empty for USER actors")
+    elif request.actor_type is ActorType.SYSTEM:
+        if not request.system_actor:
+            raise InvalidRequestError.missing("system_actor")
+    else:
+        raise InvalidRequestError.missing("actor_type")
+    agent = request.agent
+    if agent is None:
+        raise InvalidRequestError.missing("agent")
+    if not agent.agent_id:
+        raise InvalidRequestError.missing("agent.agent_id")
+    if request.delegation_depth < 0 or request.delegation_depth > _MAX_DEPTH_VALUE:
+        raise InvalidRequestError.invalid("delegation_depth", "must be between 0 and 2^31-1")
+    if not request.capability_id:
+        raise InvalidRequestError.missing("capability_id")
+    resource = request.resource
+    if resource is None:
+        raise InvalidRequestError.missing("resource")
+    if not resource.type:
+        raise InvalidRequestError.missing("resource.type")
+    if not resource.id:
+        raise InvalidRequestError.missing("resource.id")
+    if not resource.tenant_id:
+        raise InvalidRequestError.missing("resource.tenant_id")
+    if request.operation not in _ACTIONS:
+        raise InvalidRequestError.missing("operation")
+
+
+def _cedar_request(request: AuthorizationRequest) -> JsonObject:
+    """The Cedar request: principal, action, the capability as resource, context.
+
+    Only what some policy reads goes into the context (see the schema): every
+    value costs parse time on every call.
+    """
+    user, agent, resource = request.user, request.agent, request.resource
+    assert user is not None and agent is not None and resource is not None  # _validate
+    tenant = user.tenant_id
+    ctx = request.context
+    if request.actor_type is ActorType.USER:
+        principal = uid("User", f"{tenant}/{user.user_id}")
+        requester_id = user.user_id
+        # Role names are scoped to the user's tenant here, so a role name can
+        # never reach another tenant's permissions.
+        roles = [role_id(tenant, r) for r in user.roles]
+    else:
+        principal = uid("SystemActor", request.system_actor)
+        requester_id = request.system_actor
+        roles = []
+    context: JsonObject = {
+        "tenant": tenant,
+        "requester_id": requester_id,
+        "roles": roles,
+        "capability_id": request.capability_id,
+        "agent_id": agent.agent_id,
+        "agent_capabilities": list(agent.capabilities),
+        "resource_tenant": resource.tenant_id,
+        "delegation_depth": request.delegation_depth,
+        "delegation_chain": list(agent.delegation_chain),
+        "confirmation_given": ctx.confirmation_given,
+        "approval_id": ctx.human_approval_id,
+        "approver_id": ctx.human_approver_id,
+        "risk_profile": {
+            "max_risk": ctx.risk_profile.max_risk.value,
+            "can_mutate": ctx.risk_profile.can_mutate,
+            "can_external_write": ctx.risk_profile.can_external_write,
+            "can_bulk_operate": ctx.risk_profile.can_bulk_operate,
+        },
+        "override_reason": ctx.override_reason,
+    }
+    return {
+        "principal": principal,
+        "action": {"type": ACTION_TYPE, "id": _ACTIONS[request.operation]},
+        "resource": uid("Capability", request.capability_id),
+        "context": context,
+    }

@@ -1,0 +1,166 @@
+"""Fail closed: anything but a clean Cedar Allow is a DENY that says why."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import cedarpy
+import pytest
+
+from policy_svc import engine as engine_module
+from policy_svc.engine import PolicyEngine
+from policy_svc.model import Effect, RiskLevel
+
+# Passes strict validation, errors at run time: Long overflow for any depth >= 1.
+OVERFLOW_POLICY = """
+@id("test.overflowing_guard")
+@description("a guard whose arithmetic overflows")
+forbid (principal, action, resource)
+when { context.delegation_depth + 9223372036854775807 < 0 };
+"""
+
+# Reads an attribute of the resource without first checking it is catalogued:
+# for an unknown capability the entity does not exist.
+UNKNOWN_ENTITY_POLICY = """
+@id("test.unguarded_read")
+@description("reads a capability attribute without checking the capability exists")
+forbid (principal, action, resource)
+when { resource.permitted_roles.contains("nobody/none") };
+"""
+
+
+def _with_policy(policy_dir: Path, text: str, **kwargs: Any) -> PolicyEngine:
+    (policy_dir / "zz_test.cedar").write_text(text, encoding="utf-8")
+    return PolicyEngine.load(policy_dir, **kwargs)
+
+
+def test_evaluation_error_denies_even_when_cedar_allows(policy_dir: Path, make_request: Any) -> None:
+    engine = _with_policy(policy_dir, OVERFLOW_POLICY)
+    request = make_request(delegation_depth=1)
+
+    # Cedar itself skips the erroring forbid and answers Allow...
+    raw = cedarpy.is_authorized(
+        engine_module._cedar_request(request),
+        engine._policy_set,
+        engine._entities_with(engine_module._parse_kill_switches(())),
+    )
+    assert raw.decision is cedarpy.Decision.Allow
+    assert raw.diagnostics.errors
+
+    # ...the engine does not.
+    decision = engine.authorize(request, kill_switches=())
+    assert decision.effect is Effect.DENY
+    assert decision.reason_codes == ("policy.evaluation_error",)
+    assert "test.overflowing_guard" in decision.explanation
+    assert "overflow" in decision.explanation
+
+
+def test_same_policy_without_error_allows(policy_dir: Path, make_request: Any) -> None:
+    # Depth 0 does not overflow: proves the DENY above comes from the error.
+    engine = _with_policy(policy_dir, OVERFLOW_POLICY)
+    decision = engine.authorize(make_request(delegation_depth=0), kill_switches=())
+    assert decision.effect is Effect.ALLOW
+
+
+def test_unknown_entity_denies(policy_dir: Path, make_request: Any) -> None:
+    engine = _with_policy(policy_dir, UNKNOWN_ENTITY_POLICY)
+
+    known = engine.authorize(make_request(), kill_switches=())
+    unknown = engine.authorize(
+        make_request(capability="payroll.export", agent_capabilities=("payroll.export",)),
+        kill_switches=(),
+    )
+
+    assert known.effect is Effect.ALLOW
+    assert unknown.effect is Effect.DENY
+    assert unknown.reason_codes == ("policy.evaluation_error",)
+    assert "does not exist" in unknown.explanation
+
+
+def test_evaluation_error_beats_an_obligation(policy_dir: Path, make_request: Any) -> None:
+    # Without the error this would be CONFIRMATION_REQUIRED: an error is never
+    # softened into an obligation.
+    engine = _with_policy(policy_dir, OVERFLOW_POLICY)
+    decision = engine.authorize(
+        make_request(roles=("permit-manager",), capability="workPermit.release"),
+        kill_switches=(),
+    )
+    assert decision.effect is Effect.DENY
+    assert decision.reason_codes == ("policy.evaluation_error",)
+
+
+def test_cedar_exception_denies(engine: PolicyEngine, make_request: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    def explode(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("engine on fire")
+
+    monkeypatch.setattr(engine_module.cedarpy, "is_authorized", explode)
+    decision = engine.authorize(make_request(), kill_switches=())
+    assert decision.effect is Effect.DENY
+    assert decision.reason_codes == ("policy.engine_error",)
+    assert "engine on fire" in decision.explanation
+
+
+def test_no_decision_denies(
+    validating_engine: PolicyEngine, make_request: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A context that does not conform to the schema: Cedar refuses to build
+    # the request and answers NoDecision.
+    real = engine_module._cedar_request
+
+    def malformed(request: Any) -> Any:
+        built = real(request)
+        built["context"]["delegation_depth"] = "two"
+        return built
+
+    monkeypatch.setattr(engine_module, "_cedar_request", malformed)
+    decision = validating_engine.authorize(make_request(), kill_switches=())
+    assert decision.effect is Effect.DENY
+    assert decision.reason_codes == ("policy.no_decision",)
+
+
+def test_missing_context_value_denies(engine: PolicyEngine, make_request: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without request validation, a missing value still cannot fail open:
+    # the policies reading it error, and errors deny.
+    real = engine_module._cedar_request
+
+    def incomplete(request: Any) -> Any:
+        built = real(request)
+        del built["context"]["approval_id"]
+        return built
+
+    monkeypatch.setattr(engine_module, "_cedar_request", incomplete)
+    decision = engine.authorize(make_request(max_risk=RiskLevel.HIGH), kill_switches=())
+    assert decision.effect is Effect.DENY
+    assert decision.reason_codes == ("policy.evaluation_error",)
+
+
+def test_slow_evaluation_denies(make_request: Any) -> None:
+    ticks: Iterator[float] = iter([0.0, 10.0])  # start, then "ten seconds later"
+    engine = PolicyEngine.load(evaluation_budget_s=0.5, clock=lambda: next(ticks))
+    decision = engine.authorize(make_request(), kill_switches=())
+    assert decision.effect is Effect.DENY
+    assert decision.reason_codes == ("policy.timeout",)
+
+
+def test_evaluation_within_budget_allows(make_request: Any) -> None:
+    ticks: Iterator[float] = iter([0.0, 0.4])
+    engine = PolicyEngine.load(evaluation_budget_s=0.5, clock=lambda: next(ticks))
+    assert engine.authorize(make_request(), kill_switches=()).effect is Effect.ALLOW
+
+
+@pytest.mark.parametrize(
+    "switches",
+    [{"agent:"}, {"bogus"}, {"tenant"}, {"PLATFORM"}, "platform"],
+    ids=["empty-target", "no-scope", "scope-only", "wrong-case", "bare-string"],
+)
+def test_kill_switch_not_understood_denies(engine: PolicyEngine, make_request: Any, switches: Any) -> None:
+    decision = engine.authorize(make_request(), kill_switches=switches)
+    assert decision.effect is Effect.DENY
+    assert decision.reason_codes == ("policy.invalid_kill_switch",)
+
+
+def test_budget_must_be_positive() -> None:
+    with pytest.raises(ValueError):
+        PolicyEngine.load(evaluation_budget_s=0)

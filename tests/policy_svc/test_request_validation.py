@@ -1,0 +1,101 @@
+"""Bad input is an InvalidRequestError naming the field, never a decision."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from policy_svc.engine import PolicyEngine
+from policy_svc.errors import InvalidRequestError, PolicyError
+from policy_svc.model import ActorType, AuthorizationRequest, OperationKind
+
+
+def _without_user(r: AuthorizationRequest) -> AuthorizationRequest:
+    return replace(r, user=None)
+
+
+def _user(**changes: Any) -> Any:
+    def edit(r: AuthorizationRequest) -> AuthorizationRequest:
+        assert r.user is not None
+        return replace(r, user=replace(r.user, **changes))
+
+    return edit
+
+
+def _agent(**changes: Any) -> Any:
+    def edit(r: AuthorizationRequest) -> AuthorizationRequest:
+        assert r.agent is not None
+        return replace(r, agent=replace(r.agent, **changes))
+
+    return edit
+
+
+def _resource(**changes: Any) -> Any:
+    def edit(r: AuthorizationRequest) -> AuthorizationRequest:
+        assert r.resource is not None
+        return replace(r, resource=replace(r.resource, **changes))
+
+    return edit
+
+
+def _set(**changes: Any) -> Any:
+    return lambda r: replace(r, **changes)
+
+
+BAD_REQUESTS = [
+    ("user", "MISSING_FIELD", _without_user),
+    ("user.tenant_id", "MISSING_FIELD", _user(tenant_id="")),
+    ("user.tenant_id", "INVALID_FIELD", _user(tenant_id="acme/../globex")),
+    ("user.user_id", "MISSING_FIELD", _user(user_id="")),
+    ("actor_type", "MISSING_FIELD", _set(actor_type=ActorType.UNSPECIFIED)),
+    ("system_actor", "MISSING_FIELD", _set(actor_type=ActorType.SYSTEM)),
+    ("system_actor", "INVALID_FIELD", _set(system_actor="TrainingExpirationScanner")),
+    ("agent", "MISSING_FIELD", _set(agent=None)),
+    ("agent.agent_id", "MISSING_FIELD", _agent(agent_id="")),
+    ("delegation_depth", "INVALID_FIELD", _set(delegation_depth=-1)),
+    ("delegation_depth", "INVALID_FIELD", _set(delegation_depth=2**31)),
+    ("capability_id", "MISSING_FIELD", _set(capability_id="")),
+    ("resource", "MISSING_FIELD", _set(resource=None)),
+    ("resource.type", "MISSING_FIELD", _resource(type="")),
+    ("resource.id", "MISSING_FIELD", _resource(id="")),
+    ("resource.tenant_id", "MISSING_FIELD", _resource(tenant_id="")),
+    ("operation", "MISSING_FIELD", _set(operation=OperationKind.UNSPECIFIED)),
+]
+
+
+@pytest.mark.parametrize(
+    ("field", "reason", "edit"),
+    BAD_REQUESTS,
+    ids=[f"{field}-{reason}" for field, reason, _ in BAD_REQUESTS],
+)
+def test_bad_request_names_the_field(
+    engine: PolicyEngine, make_request: Any, field: str, reason: str, edit: Any
+) -> None:
+    request = edit(make_request())
+    with pytest.raises(InvalidRequestError) as caught:
+        engine.authorize(request, kill_switches=())
+    error = caught.value
+    assert error.field == field
+    assert error.reason == reason
+    assert error.metadata == {"field": field}
+    assert field in str(error)
+    assert isinstance(error, PolicyError)
+
+
+def test_system_actor_needs_no_user_id(engine: PolicyEngine, make_request: Any) -> None:
+    request = make_request(
+        actor_type=ActorType.SYSTEM,
+        system_actor="TrainingExpirationScanner",
+        user_id="",
+        capability="training.getStatus",
+    )
+    assert engine.authorize(request, kill_switches=()).allowed
+
+
+def test_bad_request_is_refused_even_under_a_kill_switch(engine: PolicyEngine, make_request: Any) -> None:
+    # Validation comes first: a caller learns its request is malformed rather
+    # than being told about switches.
+    with pytest.raises(InvalidRequestError):
+        engine.authorize(replace(make_request(), capability_id=""), kill_switches={"platform"})
