@@ -1,0 +1,218 @@
+"""Transport-free execution of registered capabilities.
+
+The servicer drives one call in the order the brief fixes, with its own steps
+(grant, policy, audit) between these::
+
+    call = executor.prepare(ctx, capability_id, arguments)   # status + input schema
+    ... policy.Authorize(...), audit (durable before any effect of a mutation) ...
+    output = executor.run(call, deadline_s=remaining)        # status re-checked, output schema
+    if call.mutates:
+        result = executor.verify(call, output)               # read-back
+        ... a result with verified=False is a failure ...
+
+:meth:`CapabilityExecutor.execute` does all of it in one call (tests, tools).
+Identity and tenant come only from the :class:`InvocationContext` the caller
+built from a verified grant.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from capability_svc.errors import (
+    CapabilityNotFound,
+    DeadlineExceeded,
+    ManifestError,
+    VerificationFailed,
+)
+from capability_svc.internal_runtime import InternalBackend
+from capability_svc.invocation import InvocationContext, VerificationResult
+from capability_svc.registry import CapabilityManifest, CapabilityRegistry
+
+__all__ = ["CapabilityExecutor", "ExecutionResult", "ExternalBackend", "PreparedCall"]
+
+
+class ExternalBackend(Protocol):
+    """A backend for ``external:<system>`` capabilities, e.g. :class:`LmsClient`."""
+
+    @property
+    def capability_ids(self) -> frozenset[str]:
+        """Capabilities the backend implements."""
+        ...
+
+    def execute(
+        self,
+        capability_id: str,
+        ctx: InvocationContext,
+        arguments: Mapping[str, Any],
+        *,
+        budget_s: float | None = None,
+    ) -> dict[str, Any]:
+        """Run one capability within ``budget_s`` seconds."""
+        ...
+
+
+@dataclass(frozen=True)
+class PreparedCall:
+    """A call whose capability is executable and whose input passed its schema."""
+
+    manifest: CapabilityManifest
+    ctx: InvocationContext
+    arguments: Mapping[str, Any]
+    """A private deep copy of the validated input."""
+
+    @property
+    def mutates(self) -> bool:
+        """Whether the call changes state (idempotency key, audit-before, read-back)."""
+        return self.manifest.risk_profile.mutates
+
+    @property
+    def resource_id(self) -> str | None:
+        """The record the call acts on (``WP-10231``), for the policy request."""
+        return self.manifest.resource_id(self.arguments)
+
+
+@dataclass(frozen=True)
+class ExecutionResult:
+    """Output of :meth:`CapabilityExecutor.execute`."""
+
+    manifest: CapabilityManifest
+    output: dict[str, Any]
+    verification: VerificationResult | None
+    """Read-back result for mutations (always ``verified=True`` here), else ``None``."""
+
+
+class CapabilityExecutor:
+    """Dispatches registered capabilities to the internal runtime or external backends."""
+
+    def __init__(
+        self,
+        registry: CapabilityRegistry,
+        internal: InternalBackend,
+        external: Mapping[str, ExternalBackend] | None = None,
+    ):
+        """Bind backends; ``external`` maps a system name (``lms``) to its backend."""
+        self.registry = registry
+        self._internal = internal
+        self._external = dict(external or {})
+
+    def check_wiring(self) -> None:
+        """Fail start-up if a registered capability has no backend to run it.
+
+        Raises:
+            ManifestError: reason ``MANIFEST_BACKEND_MISSING`` naming the manifest file.
+        """
+        for entry in self.registry.list():
+            m = entry.manifest
+            system = m.external_system
+            if system is None:
+                ok = m.id in self._internal.capability_ids
+                ok = ok and (not m.risk_profile.mutates or self._internal.has_verifier(m.id))
+            else:
+                backend = self._external.get(system)
+                ok = backend is not None and m.id in backend.capability_ids
+                # No external mutation has a read-back yet; refuse rather than
+                # run a write that cannot be verified.
+                ok = ok and not m.risk_profile.mutates
+            if not ok:
+                raise ManifestError(
+                    f"no backend implements {m.key} ({m.backend})",
+                    file=m.source_file,
+                    field="backend",
+                    reason="MANIFEST_BACKEND_MISSING",
+                )
+
+    def prepare(
+        self,
+        ctx: InvocationContext,
+        capability_id: str,
+        arguments: Any,
+        *,
+        version: str | None = None,
+    ) -> PreparedCall:
+        """Check status (fail closed) and validate input. Nothing is executed.
+
+        Raises:
+            CapabilityNotFound, CapabilityNotExecutable, InputInvalid.
+        """
+        entry = self.registry.ensure_executable(capability_id, version)
+        manifest = self.registry.validate_input(
+            capability_id, arguments, str(entry.manifest.version)
+        )
+        return PreparedCall(manifest, ctx, copy.deepcopy(dict(arguments)))
+
+    def run(self, call: PreparedCall, *, deadline_s: float | None = None) -> dict[str, Any]:
+        """Execute a prepared call and validate its output.
+
+        The status is checked again: a kill switch thrown while the policy
+        decision was being made must still stop the call.
+
+        Args:
+            call: From :meth:`prepare`.
+            deadline_s: Seconds left in the caller's deadline; the manifest's
+                ``timeout_ms`` caps it.
+
+        Raises:
+            CapabilityNotExecutable: disabled since :meth:`prepare`.
+            DeadlineExceeded: no time left; the backend was not called.
+            ResourceNotFound, PreconditionFailed: from internal handlers.
+            ExternalError: from external backends (timeout, unavailable, ...).
+            OutputInvalid: the backend broke its output contract.
+        """
+        m = call.manifest
+        self.registry.ensure_executable(m.id, str(m.version))
+        budget = m.timeout_ms / 1000.0
+        if deadline_s is not None:
+            if deadline_s <= 0:
+                raise DeadlineExceeded(f"deadline passed before {m.key} could run")
+            budget = min(budget, deadline_s)
+        system = m.external_system
+        if system is None:
+            output = self._internal.execute(m.id, call.ctx, call.arguments)
+        else:
+            backend = self._external.get(system)
+            if backend is None:
+                raise CapabilityNotFound(f"no backend for external system {system!r}")
+            output = backend.execute(m.id, call.ctx, call.arguments, budget_s=budget)
+        self.registry.validate_output(m, output)
+        return output
+
+    def verify(self, call: PreparedCall, output: Mapping[str, Any]) -> VerificationResult:
+        """Read a mutation's effect back. ``verified=False`` must be reported as a failure.
+
+        Raises:
+            CapabilityNotFound: the capability is not an internal mutation.
+        """
+        return self._internal.verify(call.manifest.id, call.ctx, call.arguments, output)
+
+    def execute(
+        self,
+        ctx: InvocationContext,
+        capability_id: str,
+        arguments: Any,
+        *,
+        version: str | None = None,
+        deadline_s: float | None = None,
+    ) -> ExecutionResult:
+        """prepare → run → verify (mutations), without policy or audit.
+
+        Raises:
+            Everything :meth:`prepare` and :meth:`run` raise, and
+            VerificationFailed: a mutation's effect is not visible on read-back.
+        """
+        call = self.prepare(ctx, capability_id, arguments, version=version)
+        output = self.run(call, deadline_s=deadline_s)
+        verification = None
+        if call.mutates:
+            verification = self.verify(call, output)
+            if not verification.verified:
+                raise VerificationFailed(
+                    f"{call.manifest.key} on {call.resource_id!r} was acknowledged but "
+                    f"its effect is not visible ({verification.reason})",
+                    expected=verification.expected,
+                    observed=verification.observed,
+                )
+        return ExecutionResult(call.manifest, output, verification)

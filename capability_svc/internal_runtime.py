@@ -1,0 +1,993 @@
+"""Internal systems of record: permits, workers, requirements, risks, checklists.
+
+Everything lives in one SQLite file under the mesh home and every row carries
+its ``tenant_id``. Isolation is by construction: the only read/write API is a
+:class:`TenantScope`, obtained from :meth:`InternalStore.scope`, whose private
+``_select`` / ``_update`` helpers prepend ``tenant_id = ?`` (bound to the
+scope's tenant) to every ``WHERE``. No method takes a tenant argument, so no
+call site can ask for another tenant's rows, and a record of another tenant is
+indistinguishable from one that does not exist.
+
+:class:`InternalBackend` implements the internal capabilities on top: each
+handler takes an :class:`~capability_svc.invocation.InvocationContext` and the
+validated input and returns the output document (with provenance, authority
+OFFICIAL_RECORD). Mutations have a verifier that reads the effect back.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import sqlite3
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from capability_svc.errors import CapabilityNotFound, PreconditionFailed, ResourceNotFound
+from capability_svc.invocation import InvocationContext, VerificationResult
+from capability_svc.provenance import Authority, Provenance, format_timestamp
+from capability_svc.world import LoadSummary, World
+
+__all__ = [
+    "Clock",
+    "InternalBackend",
+    "InternalStore",
+    "TenantScope",
+    "risk_level",
+]
+
+Clock = Callable[[], _dt.datetime]
+"""Returns the current time, timezone-aware. Injected so tests fix 'today'."""
+
+_SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tenants (
+    tenant_id TEXT PRIMARY KEY,
+    name      TEXT NOT NULL,
+    loaded_from TEXT NOT NULL,
+    loaded_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS workers (
+    tenant_id     TEXT NOT NULL REFERENCES tenants (tenant_id),
+    worker_id     TEXT NOT NULL,
+    name          TEXT NOT NULL,
+    job_title     TEXT NOT NULL,
+    company       TEXT NOT NULL,
+    medical_notes TEXT,
+    PRIMARY KEY (tenant_id, worker_id)
+);
+CREATE TABLE IF NOT EXISTS permits (
+    tenant_id      TEXT NOT NULL REFERENCES tenants (tenant_id),
+    permit_id      TEXT NOT NULL,
+    title          TEXT NOT NULL,
+    description    TEXT NOT NULL,
+    site           TEXT NOT NULL,
+    work_type      TEXT NOT NULL,
+    status         TEXT NOT NULL,
+    valid_from     TEXT NOT NULL,
+    valid_until    TEXT NOT NULL,
+    requested_by   TEXT NOT NULL,
+    released_at    TEXT,
+    released_by    TEXT,
+    release_reason TEXT,
+    updated_at     TEXT,
+    updated_by     TEXT,
+    simulate_lost_write INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant_id, permit_id)
+);
+CREATE TABLE IF NOT EXISTS permit_workers (
+    tenant_id TEXT NOT NULL,
+    permit_id TEXT NOT NULL,
+    worker_id TEXT NOT NULL,
+    position  INTEGER NOT NULL,
+    role      TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, permit_id, worker_id),
+    FOREIGN KEY (tenant_id, permit_id) REFERENCES permits (tenant_id, permit_id),
+    FOREIGN KEY (tenant_id, worker_id) REFERENCES workers (tenant_id, worker_id)
+);
+CREATE TABLE IF NOT EXISTS permit_requirements (
+    tenant_id     TEXT NOT NULL,
+    permit_id     TEXT NOT NULL,
+    training_code TEXT NOT NULL,
+    position      INTEGER NOT NULL,
+    PRIMARY KEY (tenant_id, permit_id, training_code),
+    FOREIGN KEY (tenant_id, permit_id) REFERENCES permits (tenant_id, permit_id)
+);
+CREATE TABLE IF NOT EXISTS risks (
+    tenant_id  TEXT NOT NULL,
+    risk_id    TEXT NOT NULL,
+    permit_id  TEXT NOT NULL,
+    position   INTEGER NOT NULL,
+    hazard     TEXT NOT NULL,
+    severity   INTEGER NOT NULL,
+    likelihood INTEGER NOT NULL,
+    controls   TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, risk_id),
+    FOREIGN KEY (tenant_id, permit_id) REFERENCES permits (tenant_id, permit_id)
+);
+CREATE TABLE IF NOT EXISTS checklists (
+    tenant_id    TEXT NOT NULL,
+    checklist_id TEXT NOT NULL,
+    permit_id    TEXT NOT NULL,
+    position     INTEGER NOT NULL,
+    title        TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, checklist_id),
+    FOREIGN KEY (tenant_id, permit_id) REFERENCES permits (tenant_id, permit_id)
+);
+CREATE TABLE IF NOT EXISTS checklist_items (
+    tenant_id    TEXT NOT NULL,
+    checklist_id TEXT NOT NULL,
+    item_id      TEXT NOT NULL,
+    position     INTEGER NOT NULL,
+    requirement  TEXT NOT NULL,
+    regulation   TEXT,
+    status       TEXT NOT NULL,
+    subject      TEXT,
+    note         TEXT,
+    PRIMARY KEY (tenant_id, checklist_id, item_id),
+    FOREIGN KEY (tenant_id, checklist_id) REFERENCES checklists (tenant_id, checklist_id)
+);
+"""
+
+# Child tables first: deleting a tenant's rows must respect foreign keys.
+_TENANT_TABLES = (
+    "checklist_items",
+    "checklists",
+    "risks",
+    "permit_requirements",
+    "permit_workers",
+    "permits",
+    "workers",
+    "tenants",
+)
+
+
+def _utc_now() -> _dt.datetime:
+    return _dt.datetime.now(_dt.UTC)
+
+
+class InternalStore:
+    """The SQLite file of the internal systems. Thread-safe (a connection per operation)."""
+
+    def __init__(self, path: Path, *, clock: Clock = _utc_now):
+        """Open (creating if needed) the database at ``path``.
+
+        Args:
+            path: SQLite file, normally ``<mesh home>/data/internal.db``.
+            clock: Current time; tests pass a fixed one (the demo's today is 2026-11-30).
+        """
+        self.path = path
+        self.clock = clock
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with self._connect() as conn:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.executescript(_SCHEMA)
+            conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        conn = sqlite3.connect(str(self.path), isolation_level=None, timeout=5.0)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA foreign_keys = ON")
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._connect() as conn:
+            # IMMEDIATE takes the write lock up front, so a read-check-write
+            # sequence (e.g. release only if PENDING_RELEASE) cannot interleave.
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def scope(self, tenant_id: str) -> TenantScope:
+        """The only way to read or change records: everything confined to ``tenant_id``."""
+        return TenantScope(self, tenant_id)
+
+    def tenants(self) -> list[str]:
+        """Ids of the loaded tenants (operator view, not tenant data)."""
+        with self._connect() as conn:
+            rows = conn.execute("SELECT tenant_id FROM tenants ORDER BY tenant_id").fetchall()
+        return [r["tenant_id"] for r in rows]
+
+    def replace_world(self, world: World, *, source: str) -> LoadSummary:
+        """Replace every tenant named in ``world`` with its content, in one transaction.
+
+        ``world`` must come from :func:`capability_svc.world.parse_world`, which
+        has already checked ids and references; a database error still rolls
+        everything back.
+        """
+        loaded_at = format_timestamp(self.clock())
+        counts = {"workers": 0, "permits": 0, "risks": 0, "checklists": 0, "lms": 0}
+        with self._transaction() as conn:
+            for tenant in world.tenants:
+                for table in _TENANT_TABLES:
+                    conn.execute(f"DELETE FROM {table} WHERE tenant_id = ?", (tenant.id,))
+                t = tenant.id
+                conn.execute(
+                    "INSERT INTO tenants (tenant_id, name, loaded_from, loaded_at)"
+                    " VALUES (?, ?, ?, ?)",
+                    (t, tenant.name, source, loaded_at),
+                )
+                conn.executemany(
+                    "INSERT INTO workers"
+                    " (tenant_id, worker_id, name, job_title, company, medical_notes)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    [
+                        (t, w.id, w.name, w.job_title, w.company, w.medical_notes)
+                        for w in tenant.workers
+                    ],
+                )
+                for p in tenant.permits:
+                    conn.execute(
+                        "INSERT INTO permits (tenant_id, permit_id, title, description, site,"
+                        " work_type, status, valid_from, valid_until, requested_by, released_by,"
+                        " simulate_lost_write) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            t,
+                            p.id,
+                            p.title,
+                            p.description,
+                            p.site,
+                            p.work_type,
+                            p.status,
+                            p.valid_from.isoformat(),
+                            p.valid_until.isoformat(),
+                            p.requested_by,
+                            p.released_by,
+                            int(p.simulate.verification_failure),
+                        ),
+                    )
+                    conn.executemany(
+                        "INSERT INTO permit_workers"
+                        " (tenant_id, permit_id, worker_id, position, role) VALUES (?, ?, ?, ?, ?)",
+                        [(t, p.id, w.id, i, w.role) for i, w in enumerate(p.workers)],
+                    )
+                    conn.executemany(
+                        "INSERT INTO permit_requirements"
+                        " (tenant_id, permit_id, training_code, position) VALUES (?, ?, ?, ?)",
+                        [(t, p.id, code, i) for i, code in enumerate(p.required_trainings)],
+                    )
+                    conn.executemany(
+                        "INSERT INTO risks (tenant_id, risk_id, permit_id, position, hazard,"
+                        " severity, likelihood, controls) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        [
+                            (
+                                t,
+                                r.id,
+                                p.id,
+                                i,
+                                r.hazard,
+                                r.severity,
+                                r.likelihood,
+                                json.dumps([c.model_dump() for c in r.controls]),
+                            )
+                            for i, r in enumerate(p.risks)
+                        ],
+                    )
+                    for i, c in enumerate(p.checklists):
+                        conn.execute(
+                            "INSERT INTO checklists"
+                            " (tenant_id, checklist_id, permit_id, position, title)"
+                            " VALUES (?, ?, ?, ?, ?)",
+                            (t, c.id, p.id, i, c.title),
+                        )
+                        conn.executemany(
+                            "INSERT INTO checklist_items (tenant_id, checklist_id, item_id,"
+                            " position, requirement, regulation, status, subject, note)"
+                            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            [
+                                (
+                                    t,
+                                    c.id,
+                                    it.id,
+                                    j,
+                                    it.requirement,
+                                    it.regulation,
+                                    it.status,
+                                    it.subject,
+                                    it.note,
+                                )
+                                for j, it in enumerate(c.items)
+                            ],
+                        )
+                    counts["risks"] += len(p.risks)
+                    counts["checklists"] += len(p.checklists)
+                counts["workers"] += len(tenant.workers)
+                counts["permits"] += len(tenant.permits)
+                counts["lms"] += len(tenant.lms.workers)
+        return LoadSummary(
+            source=source,
+            tenants=tuple(t.id for t in world.tenants),
+            workers=counts["workers"],
+            permits=counts["permits"],
+            risks=counts["risks"],
+            checklists=counts["checklists"],
+            lms_workers=counts["lms"],
+        )
+
+
+# --- records ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PermitRecord:
+    """A permit row of one tenant."""
+
+    permit_id: str
+    title: str
+    description: str
+    site: str
+    work_type: str
+    status: str
+    valid_from: str
+    valid_until: str
+    requested_by: str
+    released_at: str | None
+    released_by: str | None
+    updated_at: str | None
+    updated_by: str | None
+    simulate_lost_write: bool
+
+
+@dataclass(frozen=True)
+class WorkerRecord:
+    """A worker row of one tenant; ``medical_notes`` is sensitive."""
+
+    worker_id: str
+    name: str
+    job_title: str
+    company: str
+    medical_notes: str | None
+
+
+@dataclass(frozen=True)
+class AssignedWorker:
+    """A worker on a permit, with the role they hold on it."""
+
+    worker: WorkerRecord
+    permit_role: str
+
+
+def _permit(row: sqlite3.Row) -> PermitRecord:
+    return PermitRecord(
+        permit_id=row["permit_id"],
+        title=row["title"],
+        description=row["description"],
+        site=row["site"],
+        work_type=row["work_type"],
+        status=row["status"],
+        valid_from=row["valid_from"],
+        valid_until=row["valid_until"],
+        requested_by=row["requested_by"],
+        released_at=row["released_at"],
+        released_by=row["released_by"],
+        updated_at=row["updated_at"],
+        updated_by=row["updated_by"],
+        simulate_lost_write=bool(row["simulate_lost_write"]),
+    )
+
+
+def _worker(row: sqlite3.Row) -> WorkerRecord:
+    return WorkerRecord(
+        worker_id=row["worker_id"],
+        name=row["name"],
+        job_title=row["job_title"],
+        company=row["company"],
+        medical_notes=row["medical_notes"],
+    )
+
+
+class TenantScope:
+    """Read and change the records of exactly one tenant.
+
+    Every SQL statement is built by :meth:`_select` or :meth:`_update`, which
+    put ``tenant_id = ?`` first in the ``WHERE`` clause and bind it to this
+    scope's tenant; table and column names come only from constants in this
+    module. A missing record and another tenant's record look the same.
+    """
+
+    def __init__(self, store: InternalStore, tenant_id: str):
+        """Use :meth:`InternalStore.scope`."""
+        if not tenant_id:
+            # An empty tenant would match no rows, but it is always a caller
+            # bug (an unverified context), so refuse it loudly.
+            raise ValueError("a tenant scope needs a tenant id")
+        self._store = store
+        self._tenant = tenant_id
+
+    @property
+    def tenant_id(self) -> str:
+        """The tenant this scope is confined to."""
+        return self._tenant
+
+    def _select(
+        self,
+        conn: sqlite3.Connection,
+        table: str,
+        where: str = "1 = 1",
+        params: Sequence[Any] = (),
+        order_by: str = "",
+        limit: int | None = None,
+    ) -> list[sqlite3.Row]:
+        if table not in _TENANT_TABLES:
+            raise ValueError(f"unknown table {table!r}")
+        sql = f"SELECT * FROM {table} WHERE tenant_id = ? AND ({where})"
+        if order_by:
+            sql += f" ORDER BY {order_by}"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return conn.execute(sql, (self._tenant, *params)).fetchall()
+
+    def _update(
+        self,
+        conn: sqlite3.Connection,
+        table: str,
+        assignments: Mapping[str, Any],
+        where: str,
+        params: Sequence[Any],
+    ) -> int:
+        if table not in _TENANT_TABLES:
+            raise ValueError(f"unknown table {table!r}")
+        columns = ", ".join(f"{name} = ?" for name in assignments)
+        sql = f"UPDATE {table} SET {columns} WHERE tenant_id = ? AND ({where})"
+        cursor = conn.execute(sql, (*assignments.values(), self._tenant, *params))
+        return int(cursor.rowcount)
+
+    # -- reads --
+
+    def get_permit(self, permit_id: str) -> PermitRecord | None:
+        """The permit, or ``None`` if this tenant has no such permit."""
+        with self._store._connect() as conn:
+            rows = self._select(conn, "permits", "permit_id = ?", (permit_id,))
+        return _permit(rows[0]) if rows else None
+
+    def require_permit(self, permit_id: str) -> PermitRecord:
+        """The permit, or :class:`ResourceNotFound` (same for other tenants' permits)."""
+        permit = self.get_permit(permit_id)
+        if permit is None:
+            raise ResourceNotFound(f"permit {permit_id!r} not found", field="permit_id")
+        return permit
+
+    def permit_workers(self, permit_id: str) -> list[AssignedWorker]:
+        """Workers assigned to the permit, in file order."""
+        with self._store._connect() as conn:
+            links = self._select(
+                conn, "permit_workers", "permit_id = ?", (permit_id,), order_by="position"
+            )
+            out: list[AssignedWorker] = []
+            for link in links:
+                rows = self._select(conn, "workers", "worker_id = ?", (link["worker_id"],))
+                if rows:
+                    out.append(AssignedWorker(_worker(rows[0]), link["role"]))
+        return out
+
+    def required_trainings(self, permit_id: str) -> list[str]:
+        """Training codes the permit requires, in file order."""
+        with self._store._connect() as conn:
+            rows = self._select(
+                conn, "permit_requirements", "permit_id = ?", (permit_id,), order_by="position"
+            )
+        return [r["training_code"] for r in rows]
+
+    def get_worker(self, worker_id: str) -> WorkerRecord | None:
+        """The worker, or ``None`` if this tenant has no such worker."""
+        with self._store._connect() as conn:
+            rows = self._select(conn, "workers", "worker_id = ?", (worker_id,))
+        return _worker(rows[0]) if rows else None
+
+    def permits_of_worker(self, worker_id: str) -> list[str]:
+        """Ids of the permits the worker is assigned to."""
+        with self._store._connect() as conn:
+            rows = self._select(
+                conn, "permit_workers", "worker_id = ?", (worker_id,), order_by="permit_id"
+            )
+        return [r["permit_id"] for r in rows]
+
+    def search_permits(
+        self,
+        *,
+        status: str | None = None,
+        site: str | None = None,
+        worker_id: str | None = None,
+        valid_on: str | None = None,
+        limit: int = 20,
+    ) -> tuple[list[PermitRecord], bool]:
+        """Permits matching every given filter, by id; and whether more exist past ``limit``."""
+        clauses: list[str] = []
+        params: list[Any] = []
+        if status is not None:
+            clauses.append("status = ?")
+            params.append(status)
+        if site is not None:
+            clauses.append("site = ?")
+            params.append(site)
+        if valid_on is not None:
+            clauses.append("valid_from <= ? AND valid_until >= ?")
+            params += [valid_on, valid_on]
+        with self._store._connect() as conn:
+            if worker_id is not None:
+                # Two scoped queries rather than a sub-select, so the tenant
+                # condition never has to be repeated by hand inside SQL text.
+                ids = [
+                    r["permit_id"]
+                    for r in self._select(conn, "permit_workers", "worker_id = ?", (worker_id,))
+                ]
+                if not ids:
+                    return [], False
+                clauses.append(f"permit_id IN ({', '.join('?' for _ in ids)})")
+                params += ids
+            rows = self._select(
+                conn,
+                "permits",
+                " AND ".join(clauses) or "1 = 1",
+                params,
+                order_by="permit_id",
+                limit=limit + 1,
+            )
+        return [_permit(r) for r in rows[:limit]], len(rows) > limit
+
+    def risks(self, permit_id: str) -> list[sqlite3.Row]:
+        """Risk register rows of the permit, in file order."""
+        with self._store._connect() as conn:
+            return self._select(conn, "risks", "permit_id = ?", (permit_id,), order_by="position")
+
+    def checklists(self, permit_id: str) -> list[tuple[sqlite3.Row, list[sqlite3.Row]]]:
+        """Checklists of the permit with their items, in file order."""
+        with self._store._connect() as conn:
+            lists = self._select(
+                conn, "checklists", "permit_id = ?", (permit_id,), order_by="position"
+            )
+            return [
+                (
+                    cl,
+                    self._select(
+                        conn,
+                        "checklist_items",
+                        "checklist_id = ?",
+                        (cl["checklist_id"],),
+                        order_by="position",
+                    ),
+                )
+                for cl in lists
+            ]
+
+    # -- writes --
+
+    def release_permit(
+        self, permit_id: str, *, actor: str, reason: str, today: _dt.date, at: str
+    ) -> tuple[PermitRecord, bool]:
+        """Move a PENDING_RELEASE permit inside its validity window to RELEASED.
+
+        Returns:
+            The permit as it was before, and whether the write was applied
+            (``False`` only for a permit flagged to simulate a lost write).
+
+        Raises:
+            ResourceNotFound: no such permit in this tenant.
+            PreconditionFailed: ``PERMIT_ALREADY_RELEASED``, ``PERMIT_NOT_RELEASABLE``,
+                ``PERMIT_EXPIRED`` or ``PERMIT_NOT_YET_VALID``.
+        """
+        with self._store._transaction() as conn:
+            rows = self._select(conn, "permits", "permit_id = ?", (permit_id,))
+            if not rows:
+                raise ResourceNotFound(f"permit {permit_id!r} not found", field="permit_id")
+            before = _permit(rows[0])
+            if before.status == "RELEASED":
+                raise PreconditionFailed(
+                    f"permit {permit_id!r} is already released",
+                    reason="PERMIT_ALREADY_RELEASED",
+                    field="permit_id",
+                )
+            if before.status != "PENDING_RELEASE":
+                raise PreconditionFailed(
+                    f"permit {permit_id!r} is {before.status}; only PENDING_RELEASE can be released",
+                    reason="PERMIT_NOT_RELEASABLE",
+                    field="permit_id",
+                )
+            day = today.isoformat()
+            if before.valid_until < day:
+                raise PreconditionFailed(
+                    f"permit {permit_id!r} expired on {before.valid_until}",
+                    reason="PERMIT_EXPIRED",
+                    field="permit_id",
+                )
+            if before.valid_from > day:
+                raise PreconditionFailed(
+                    f"permit {permit_id!r} is not valid before {before.valid_from}",
+                    reason="PERMIT_NOT_YET_VALID",
+                    field="permit_id",
+                )
+            if before.simulate_lost_write:
+                return before, False
+            self._update(
+                conn,
+                "permits",
+                {
+                    "status": "RELEASED",
+                    "released_at": at,
+                    "released_by": actor,
+                    "release_reason": reason,
+                    "updated_at": at,
+                    "updated_by": actor,
+                },
+                "permit_id = ? AND status = 'PENDING_RELEASE'",
+                (permit_id,),
+            )
+        return before, True
+
+    def update_validity(
+        self, permit_id: str, *, valid_until: str, actor: str, today: _dt.date, at: str
+    ) -> tuple[PermitRecord, bool]:
+        """Set a permit's ``valid_until``.
+
+        Returns:
+            The permit as it was before, and whether the write was applied.
+
+        Raises:
+            ResourceNotFound: no such permit in this tenant.
+            PreconditionFailed: ``PERMIT_CLOSED``, ``VALIDITY_BEFORE_START`` or
+                ``VALIDITY_IN_PAST``.
+        """
+        with self._store._transaction() as conn:
+            rows = self._select(conn, "permits", "permit_id = ?", (permit_id,))
+            if not rows:
+                raise ResourceNotFound(f"permit {permit_id!r} not found", field="permit_id")
+            before = _permit(rows[0])
+            if before.status in ("CLOSED", "CANCELLED"):
+                raise PreconditionFailed(
+                    f"permit {permit_id!r} is {before.status}; its validity cannot change",
+                    reason="PERMIT_CLOSED",
+                    field="permit_id",
+                )
+            if valid_until < before.valid_from:
+                raise PreconditionFailed(
+                    f"valid_until {valid_until} is before valid_from {before.valid_from}",
+                    reason="VALIDITY_BEFORE_START",
+                    field="valid_until",
+                )
+            if valid_until < today.isoformat():
+                raise PreconditionFailed(
+                    f"valid_until {valid_until} is in the past",
+                    reason="VALIDITY_IN_PAST",
+                    field="valid_until",
+                )
+            if before.simulate_lost_write:
+                return before, False
+            self._update(
+                conn,
+                "permits",
+                {"valid_until": valid_until, "updated_at": at, "updated_by": actor},
+                "permit_id = ?",
+                (permit_id,),
+            )
+        return before, True
+
+    def set_simulated_verification_failure(self, permit_id: str, enabled: bool) -> None:
+        """Test hook: make mutations of ``permit_id`` acknowledge without effect.
+
+        Raises:
+            ResourceNotFound: no such permit in this tenant.
+        """
+        with self._store._transaction() as conn:
+            changed = self._update(
+                conn,
+                "permits",
+                {"simulate_lost_write": int(enabled)},
+                "permit_id = ?",
+                (permit_id,),
+            )
+        if changed == 0:
+            raise ResourceNotFound(f"permit {permit_id!r} not found", field="permit_id")
+
+
+# --- capability handlers -------------------------------------------------------
+
+
+def risk_level(score: int) -> str:
+    """Level of a severity x likelihood score: LOW <=4, MEDIUM <=9, HIGH <=16, else CRITICAL."""
+    if score <= 4:
+        return "LOW"
+    if score <= 9:
+        return "MEDIUM"
+    if score <= 16:
+        return "HIGH"
+    return "CRITICAL"
+
+
+Handler = Callable[[TenantScope, InvocationContext, Mapping[str, Any]], dict[str, Any]]
+Verifier = Callable[[TenantScope, Mapping[str, Any], Mapping[str, Any]], VerificationResult]
+
+
+class InternalBackend:
+    """Handlers of the internal capabilities over an :class:`InternalStore`."""
+
+    def __init__(self, store: InternalStore):
+        """Bind the handlers to ``store`` (and its clock)."""
+        self._store = store
+        self._handlers: dict[str, Handler] = {
+            "workPermit.get": self._permit_get,
+            "workPermit.search": self._permit_search,
+            "workPermit.updateValidity": self._permit_update_validity,
+            "workPermit.release": self._permit_release,
+            "worker.get": self._worker_get,
+            "risk.evaluate": self._risk_evaluate,
+            "compliance.getChecklist": self._compliance_checklist,
+        }
+        self._verifiers: dict[str, Verifier] = {
+            "workPermit.updateValidity": self._verify_validity,
+            "workPermit.release": self._verify_release,
+        }
+
+    @property
+    def capability_ids(self) -> frozenset[str]:
+        """Capabilities this backend implements."""
+        return frozenset(self._handlers)
+
+    def has_verifier(self, capability_id: str) -> bool:
+        """Whether ``capability_id`` is a mutation with a read-back verifier."""
+        return capability_id in self._verifiers
+
+    def execute(
+        self, capability_id: str, ctx: InvocationContext, arguments: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Run one internal capability for ``ctx.tenant_id``; input must be schema-valid.
+
+        Raises:
+            CapabilityNotFound: no handler for ``capability_id``.
+            ResourceNotFound: the record does not exist in the caller's tenant.
+            PreconditionFailed: the record's state forbids a mutation.
+        """
+        handler = self._handlers.get(capability_id)
+        if handler is None:
+            raise CapabilityNotFound(f"no internal handler for {capability_id!r}")
+        return handler(self._store.scope(ctx.tenant_id), ctx, arguments)
+
+    def verify(
+        self,
+        capability_id: str,
+        ctx: InvocationContext,
+        arguments: Mapping[str, Any],
+        output: Mapping[str, Any],
+    ) -> VerificationResult:
+        """Read a mutation's effect back; ``verified`` is ``False`` if it is not visible.
+
+        Raises:
+            CapabilityNotFound: ``capability_id`` has no verifier (not a mutation).
+        """
+        verifier = self._verifiers.get(capability_id)
+        if verifier is None:
+            raise CapabilityNotFound(f"{capability_id!r} has no read-back verifier")
+        return verifier(self._store.scope(ctx.tenant_id), arguments, output)
+
+    def _provenance(self, source: str, reference: str) -> dict[str, Any]:
+        return Provenance(
+            source, Authority.OFFICIAL_RECORD, self._store.clock(), reference
+        ).to_dict()
+
+    # -- reads --
+
+    def _permit_get(
+        self, scope: TenantScope, ctx: InvocationContext, args: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        permit = scope.require_permit(str(args["permit_id"]))
+        return {
+            "permit_id": permit.permit_id,
+            "title": permit.title,
+            "description": permit.description,
+            "site": permit.site,
+            "work_type": permit.work_type,
+            "status": permit.status,
+            "valid_from": permit.valid_from,
+            "valid_until": permit.valid_until,
+            "requested_by": permit.requested_by,
+            "released_at": permit.released_at,
+            "released_by": permit.released_by,
+            "required_trainings": scope.required_trainings(permit.permit_id),
+            "workers": [
+                {
+                    "worker_id": a.worker.worker_id,
+                    "name": a.worker.name,
+                    "job_title": a.worker.job_title,
+                    "company": a.worker.company,
+                    "permit_role": a.permit_role,
+                    "medical_notes": a.worker.medical_notes,
+                }
+                for a in scope.permit_workers(permit.permit_id)
+            ],
+            "provenance": self._provenance("permit-registry", f"permit/{permit.permit_id}"),
+        }
+
+    def _permit_search(
+        self, scope: TenantScope, ctx: InvocationContext, args: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        # Struct-encoded input carries numbers as floats; the schema already
+        # guaranteed an integral value in range.
+        limit = int(args.get("limit", 20))
+        permits, truncated = scope.search_permits(
+            status=args.get("status"),
+            site=args.get("site"),
+            worker_id=args.get("worker_id"),
+            valid_on=args.get("valid_on"),
+            limit=limit,
+        )
+        return {
+            "permits": [
+                {
+                    "permit_id": p.permit_id,
+                    "title": p.title,
+                    "site": p.site,
+                    "work_type": p.work_type,
+                    "status": p.status,
+                    "valid_from": p.valid_from,
+                    "valid_until": p.valid_until,
+                }
+                for p in permits
+            ],
+            "count": len(permits),
+            "truncated": truncated,
+            "provenance": self._provenance("permit-registry", "permit-search"),
+        }
+
+    def _worker_get(
+        self, scope: TenantScope, ctx: InvocationContext, args: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        worker_id = str(args["worker_id"])
+        worker = scope.get_worker(worker_id)
+        if worker is None:
+            raise ResourceNotFound(f"worker {worker_id!r} not found", field="worker_id")
+        return {
+            "worker_id": worker.worker_id,
+            "name": worker.name,
+            "job_title": worker.job_title,
+            "company": worker.company,
+            "medical_notes": worker.medical_notes,
+            "permits": scope.permits_of_worker(worker_id),
+            "provenance": self._provenance("worker-registry", f"worker/{worker_id}"),
+        }
+
+    def _risk_evaluate(
+        self, scope: TenantScope, ctx: InvocationContext, args: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        permit = scope.require_permit(str(args["permit_id"]))
+        hazards: list[dict[str, Any]] = []
+        for row in scope.risks(permit.permit_id):
+            controls = json.loads(row["controls"])
+            score = int(row["severity"]) * int(row["likelihood"])
+            hazards.append(
+                {
+                    "risk_id": row["risk_id"],
+                    "hazard": row["hazard"],
+                    "severity": int(row["severity"]),
+                    "likelihood": int(row["likelihood"]),
+                    "score": score,
+                    "level": risk_level(score),
+                    "controls": controls,
+                    "open_controls": [c["control"] for c in controls if not c["in_place"]],
+                }
+            )
+        max_score = max((h["score"] for h in hazards), default=0)
+        return {
+            "permit_id": permit.permit_id,
+            # No registered hazard means no assessment, which is not "low risk".
+            "assessed": bool(hazards),
+            "risk_level": risk_level(max_score) if hazards else None,
+            "max_score": max_score,
+            "hazards": hazards,
+            "open_controls_count": sum(len(h["open_controls"]) for h in hazards),
+            "provenance": self._provenance("risk-register", f"permit/{permit.permit_id}"),
+        }
+
+    def _compliance_checklist(
+        self, scope: TenantScope, ctx: InvocationContext, args: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        permit = scope.require_permit(str(args["permit_id"]))
+        summary = {"PASS": 0, "FAIL": 0, "PENDING": 0, "NOT_APPLICABLE": 0}
+        checklists: list[dict[str, Any]] = []
+        for checklist, items in scope.checklists(permit.permit_id):
+            for item in items:
+                summary[item["status"]] += 1
+            checklists.append(
+                {
+                    "checklist_id": checklist["checklist_id"],
+                    "title": checklist["title"],
+                    "items": [
+                        {
+                            "item_id": it["item_id"],
+                            "requirement": it["requirement"],
+                            "regulation": it["regulation"],
+                            "status": it["status"],
+                            "subject": it["subject"],
+                            "note": it["note"],
+                        }
+                        for it in items
+                    ],
+                }
+            )
+        return {
+            "permit_id": permit.permit_id,
+            "checklists": checklists,
+            "summary": summary,
+            "provenance": self._provenance("compliance-registry", f"permit/{permit.permit_id}"),
+        }
+
+    # -- mutations --
+
+    def _permit_release(
+        self, scope: TenantScope, ctx: InvocationContext, args: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        now = self._store.clock()
+        at = format_timestamp(now)
+        permit_id = str(args["permit_id"])
+        before, _applied = scope.release_permit(
+            permit_id, actor=ctx.actor, reason=str(args["reason"]), today=now.date(), at=at
+        )
+        # The output reports what was *requested and acknowledged*; whether it
+        # actually took effect is the verifier's job, never assumed here.
+        return {
+            "permit_id": permit_id,
+            "status": "RELEASED",
+            "previous_status": before.status,
+            "released_at": at,
+            "released_by": ctx.actor,
+            "provenance": self._provenance("permit-registry", f"permit/{permit_id}"),
+        }
+
+    def _permit_update_validity(
+        self, scope: TenantScope, ctx: InvocationContext, args: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        now = self._store.clock()
+        at = format_timestamp(now)
+        permit_id = str(args["permit_id"])
+        valid_until = str(args["valid_until"])
+        before, _applied = scope.update_validity(
+            permit_id, valid_until=valid_until, actor=ctx.actor, today=now.date(), at=at
+        )
+        return {
+            "permit_id": permit_id,
+            "valid_from": before.valid_from,
+            "valid_until": valid_until,
+            "previous_valid_until": before.valid_until,
+            "updated_at": at,
+            "updated_by": ctx.actor,
+            "provenance": self._provenance("permit-registry", f"permit/{permit_id}"),
+        }
+
+    # -- verifiers --
+
+    @staticmethod
+    def _verify_release(
+        scope: TenantScope, args: Mapping[str, Any], output: Mapping[str, Any]
+    ) -> VerificationResult:
+        expected = {"status": "RELEASED", "released_at": output.get("released_at")}
+        permit = scope.get_permit(str(args["permit_id"]))
+        if permit is None:
+            return VerificationResult(False, "RESOURCE_MISSING", expected, {})
+        observed = {"status": permit.status, "released_at": permit.released_at}
+        ok = observed == expected
+        return VerificationResult(
+            ok, "EFFECT_VISIBLE" if ok else "EFFECT_NOT_VISIBLE", expected, observed
+        )
+
+    @staticmethod
+    def _verify_validity(
+        scope: TenantScope, args: Mapping[str, Any], output: Mapping[str, Any]
+    ) -> VerificationResult:
+        expected = {"valid_until": str(args["valid_until"])}
+        permit = scope.get_permit(str(args["permit_id"]))
+        if permit is None:
+            return VerificationResult(False, "RESOURCE_MISSING", expected, {})
+        observed = {"valid_until": permit.valid_until}
+        ok = observed == expected
+        return VerificationResult(
+            ok, "EFFECT_VISIBLE" if ok else "EFFECT_NOT_VISIBLE", expected, observed
+        )

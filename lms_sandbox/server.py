@@ -1,0 +1,282 @@
+"""HTTP server of the sandbox LMS (stdlib ``ThreadingHTTPServer``).
+
+Endpoints::
+
+    GET    /healthz                                        {"status": "ok"}
+    GET    /v1/tenants/{tenant}/workers/{worker}/trainings 200 {tenant_id, worker_id, trainings[]}
+                                                           404 {"error": {"code": "WORKER_NOT_FOUND"}}
+    GET    /admin/faults                                   {"admin": [...], "configured": [...]}
+    POST   /admin/faults   {"mode": "latency", "latency_ms": 300,
+                            "tenant_id": "acme" (optional), "worker_id": "W-1" (optional)}
+    DELETE /admin/faults                                   clears every admin rule
+
+An unknown tenant and an unknown worker get the same 404, as a real
+multi-tenant LMS should answer. If ``admin_token`` is set, admin endpoints
+require ``Authorization: Bearer <token>``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hmac
+import json
+import logging
+import threading
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from lms_sandbox.data import LmsData
+from lms_sandbox.faults import HOSTILE_ISSUER, HOSTILE_TITLE, Fault, FaultMode, FaultTable
+
+__all__ = ["LmsSandbox"]
+
+_log = logging.getLogger("lms_sandbox")
+_MAX_ADMIN_BODY = 64 * 1024
+_CHUNK = 64 * 1024
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # Quick restarts in tests must not fail on a socket in TIME_WAIT.
+    allow_reuse_address = True
+    sandbox: LmsSandbox
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    server_version = "lms-sandbox/1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        _log.info("%s %s", self.address_string(), format % args)
+
+    # -- plumbing --
+
+    def _send_json(self, status: int, payload: Any) -> None:
+        body = json.dumps(payload).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _error(self, status: int, code: str, message: str) -> None:
+        self._send_json(status, {"error": {"code": code, "message": message}})
+
+    def _segments(self) -> list[str]:
+        path = urllib.parse.urlsplit(self.path).path
+        return [urllib.parse.unquote(s) for s in path.split("/") if s]
+
+    def _admin_allowed(self) -> bool:
+        token = self.server.sandbox.admin_token
+        if token is None:
+            return True
+        given = self.headers.get("Authorization", "")
+        if hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+            return True
+        self._error(401, "UNAUTHENTICATED", "admin token required")
+        return False
+
+    # -- routes --
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+        parts = self._segments()
+        if parts == ["healthz"]:
+            self._send_json(200, {"status": "ok"})
+        elif parts == ["admin", "faults"]:
+            if self._admin_allowed():
+                self._send_json(200, self.server.sandbox.faults.snapshot())
+        elif len(parts) == 6 and parts[0] == "v1" and parts[1] == "tenants" and (
+            parts[3] == "workers" and parts[5] == "trainings"
+        ):
+            self._trainings(parts[2], parts[4])
+        else:
+            self._error(404, "NOT_FOUND", "no such endpoint")
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib naming
+        if self._segments() != ["admin", "faults"]:
+            self._error(404, "NOT_FOUND", "no such endpoint")
+            return
+        if not self._admin_allowed():
+            return
+        length = self.headers.get("Content-Length", "")
+        if not length.isdigit() or int(length) > _MAX_ADMIN_BODY:
+            self._error(400, "INVALID_FAULT", "a JSON body up to 64 KiB with Content-Length")
+            return
+        try:
+            body = json.loads(self.rfile.read(int(length)) or b"null")
+            if not isinstance(body, dict):
+                raise ValueError("body must be a JSON object")
+            scope = {k: body.pop(k, None) for k in ("tenant_id", "worker_id")}
+            for key, value in scope.items():
+                if value is not None and (not isinstance(value, str) or not value):
+                    raise ValueError(f"{key} must be a non-empty string")
+            fault = Fault.from_mapping(body)
+        except ValueError as exc:
+            self._error(400, "INVALID_FAULT", str(exc))
+            return
+        self.server.sandbox.faults.set(
+            fault, tenant_id=scope["tenant_id"], worker_id=scope["worker_id"]
+        )
+        self._send_json(201, {"fault": {**scope, **fault.to_dict()}})
+
+    def do_DELETE(self) -> None:  # noqa: N802 - stdlib naming
+        if self._segments() != ["admin", "faults"]:
+            self._error(404, "NOT_FOUND", "no such endpoint")
+            return
+        if self._admin_allowed():
+            self._send_json(200, {"cleared": self.server.sandbox.faults.clear()})
+
+    # -- trainings --
+
+    def _trainings(self, tenant_id: str, worker_id: str) -> None:
+        sandbox = self.server.sandbox
+        fault = sandbox.faults.lookup(tenant_id, worker_id)
+        mode = fault.mode if fault is not None else FaultMode.NONE
+        if fault is not None and self._inject(fault, tenant_id, worker_id):
+            return
+        records = sandbox.data.trainings(tenant_id, worker_id)
+        if records is None:
+            self._error(404, "WORKER_NOT_FOUND", "no such worker")
+            return
+        if mode is FaultMode.HOSTILE:
+            for record in records:
+                record["course_title"] = HOSTILE_TITLE
+                record["issuer"] = HOSTILE_ISSUER
+        self._send_json(
+            200,
+            {
+                "tenant_id": tenant_id,
+                "worker_id": worker_id,
+                "trainings": records,
+                "generated_at": _dt.datetime.now(_dt.UTC).isoformat(),
+            },
+        )
+
+    def _inject(self, fault: Fault, tenant_id: str, worker_id: str) -> bool:
+        """Apply ``fault``; ``True`` if the request is fully handled by it."""
+        stopping = self.server.sandbox.stopping
+        if fault.mode is FaultMode.LATENCY:
+            # A stop during the wait ends the request without an answer.
+            return stopping.wait(fault.latency_ms / 1000.0)
+        if fault.mode is FaultMode.TIMEOUT:
+            # Hang without answering, then drop the connection: a client must
+            # give up on its own timeout and never receive a status.
+            stopping.wait(fault.hang_ms / 1000.0)
+            self.close_connection = True
+            return True
+        if fault.mode is FaultMode.HTTP_5XX:
+            self._error(fault.status, "LMS_INTERNAL_ERROR", "injected server error")
+            return True
+        if fault.mode is FaultMode.MALFORMED:
+            self._malformed(fault, tenant_id, worker_id)
+            return True
+        if fault.mode is FaultMode.OVERSIZED:
+            self._oversized(fault, tenant_id, worker_id)
+            return True
+        return False
+
+    def _malformed(self, fault: Fault, tenant_id: str, worker_id: str) -> None:
+        if fault.kind == "schema":
+            # Valid JSON of the wrong shape: trainings must be a list of records.
+            body = json.dumps(
+                {"tenant_id": tenant_id, "worker_id": worker_id, "trainings": "all valid"}
+            ).encode()
+        else:
+            prefix = json.dumps({"tenant_id": tenant_id, "worker_id": worker_id})[:-1]
+            body = (prefix + ', "trainings": [{"record_id": "TR-1", "status": ').encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _oversized(self, fault: Fault, tenant_id: str, worker_id: str) -> None:
+        head = json.dumps({"tenant_id": tenant_id, "worker_id": worker_id, "trainings": []})
+        head = head[:-1] + ', "padding": "'
+        tail = '"}'
+        remaining = max(0, fault.bytes - len(head) - len(tail))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        # No Content-Length: the client cannot reject early and must enforce
+        # its limit while streaming, which is the behaviour under test.
+        self.end_headers()
+        self.close_connection = True
+        try:
+            self.wfile.write(head.encode())
+            filler = b"x" * _CHUNK
+            while remaining > 0 and not self.server.sandbox.stopping.is_set():
+                n = min(remaining, _CHUNK)
+                self.wfile.write(filler[:n])
+                remaining -= n
+            self.wfile.write(tail.encode())
+        except (BrokenPipeError, ConnectionResetError):
+            # The client aborted past its size limit, as it should.
+            pass
+
+
+class LmsSandbox:
+    """The sandbox LMS server; start it in a thread or serve in the foreground."""
+
+    def __init__(
+        self,
+        data: LmsData,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        admin_token: str | None = None,
+    ):
+        """Bind to ``host:port`` (``0`` picks a free port) without serving yet."""
+        self.data = data
+        self.faults = FaultTable(data.faults)
+        self.admin_token = admin_token
+        self.stopping = threading.Event()
+        self._server = _Server((host, port), _Handler)
+        self._server.sandbox = self
+        self._thread: threading.Thread | None = None
+        self._serving = False
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The bound (host, port)."""
+        host, port = self._server.server_address[:2]
+        return str(host), int(port)
+
+    @property
+    def base_url(self) -> str:
+        """``http://host:port``, for the gateway's ``base_url``."""
+        host, port = self.address
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{port}"
+
+    def start(self) -> LmsSandbox:
+        """Serve in a daemon thread; returns ``self``."""
+        # Set before the thread runs so an immediate stop() still shuts it down.
+        self._serving = True
+        self._thread = threading.Thread(target=self.serve_forever, name="lms-sandbox", daemon=True)
+        self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        """Serve in the calling thread until :meth:`stop` is called from another."""
+        self._serving = True
+        # A short poll interval makes stop() prompt (the default waits 0.5 s).
+        self._server.serve_forever(poll_interval=0.05)
+
+    def stop(self) -> None:
+        """Stop serving, release hanging requests and close the socket."""
+        self.stopping.set()
+        if self._serving:
+            # shutdown() waits for serve_forever to return; on a server that
+            # never served it would wait forever.
+            self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> LmsSandbox:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

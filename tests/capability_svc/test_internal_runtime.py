@@ -1,0 +1,294 @@
+"""Internal systems: tenant scoping, handlers, mutations with read-back verification."""
+
+from __future__ import annotations
+
+import datetime as dt
+import sqlite3
+from typing import Any
+
+import pytest
+
+from capability_svc.errors import PreconditionFailed, ResourceNotFound
+from capability_svc.internal_runtime import InternalBackend, InternalStore, risk_level
+from capability_svc.invocation import InvocationContext
+from capability_svc.registry import CapabilityRegistry
+
+DEMO_PERMITS = {
+    "acme": [f"WP-{n}" for n in range(10231, 10244)],
+    "globex": ["WP-20001"],
+}
+
+
+def not_found(backend: InternalBackend, ctx: InvocationContext, capability: str,
+              args: dict[str, Any]) -> ResourceNotFound:
+    with pytest.raises(ResourceNotFound) as info:
+        backend.execute(capability, ctx, args)
+    return info.value
+
+
+# --- tenant isolation ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "capability",
+    ["workPermit.get", "risk.evaluate", "compliance.getChecklist"],
+)
+def test_other_tenants_permit_is_indistinguishable_from_a_missing_one(
+    backend: InternalBackend, acme: InvocationContext, capability: str
+) -> None:
+    foreign = not_found(backend, acme, capability, {"permit_id": "WP-20001"})
+    missing = not_found(backend, acme, capability, {"permit_id": "WP-99999"})
+    assert (foreign.reason, foreign.field) == (missing.reason, missing.field)
+    assert foreign.reason == "RESOURCE_NOT_FOUND"
+    assert foreign.field == "permit_id"
+    # Same message apart from the id the caller itself sent: no hint of existence.
+    assert foreign.message.replace("WP-20001", "X") == missing.message.replace("WP-99999", "X")
+    assert "globex" not in foreign.message
+
+
+def test_owner_tenant_reads_its_permit(backend: InternalBackend, globex: InvocationContext) -> None:
+    out = backend.execute("workPermit.get", globex, {"permit_id": "WP-20001"})
+    assert out["permit_id"] == "WP-20001"
+    assert {w["worker_id"] for w in out["workers"]} == {"W-2001", "W-2002", "W-1001"}
+
+
+def test_worker_ids_are_per_tenant(
+    backend: InternalBackend, acme: InvocationContext, globex: InvocationContext
+) -> None:
+    a = backend.execute("worker.get", acme, {"worker_id": "W-1001"})
+    g = backend.execute("worker.get", globex, {"worker_id": "W-1001"})
+    assert a["name"] == "Ana Souza" and "WP-10231" in a["permits"]
+    assert g["name"] == "Rafael Okafor" and g["permits"] == ["WP-20001"]
+    assert not_found(backend, acme, "worker.get", {"worker_id": "W-2001"}).field == "worker_id"
+
+
+def test_search_never_crosses_tenants(backend: InternalBackend, acme: InvocationContext) -> None:
+    out = backend.execute("workPermit.search", acme, {"limit": 100})
+    ids = [p["permit_id"] for p in out["permits"]]
+    assert ids == DEMO_PERMITS["acme"]
+    assert out["truncated"] is False
+    # globex's worker has no permits in acme's world.
+    assert backend.execute("workPermit.search", acme, {"worker_id": "W-2001"})["permits"] == []
+    by_worker = backend.execute("workPermit.search", acme, {"worker_id": "W-1001"})
+    assert [p["permit_id"] for p in by_worker["permits"]] == ["WP-10231", "WP-10242"]
+
+
+def test_search_filters_and_truncation(backend: InternalBackend, acme: InvocationContext) -> None:
+    released = backend.execute("workPermit.search", acme, {"status": "RELEASED"})
+    assert [p["permit_id"] for p in released["permits"]] == ["WP-10242"]
+    page = backend.execute("workPermit.search", acme, {"limit": 2.0})
+    assert page["count"] == 2 and page["truncated"] is True
+    on_day = backend.execute("workPermit.search", acme, {"valid_on": "2027-01-15"})
+    assert [p["permit_id"] for p in on_day["permits"]] == ["WP-10243"]
+    site = backend.execute("workPermit.search", acme, {"site": "Plant 2 - Roof"})
+    assert [p["permit_id"] for p in site["permits"]] == ["WP-10243"]
+
+
+def test_scope_refuses_empty_tenant_and_unknown_tables(store: InternalStore) -> None:
+    with pytest.raises(ValueError):
+        store.scope("")
+    scope = store.scope("acme")
+    with sqlite3.connect(store.path) as conn, pytest.raises(ValueError):
+        scope._select(conn, "sqlite_master")
+
+
+def test_unknown_tenant_sees_nothing(backend: InternalBackend) -> None:
+    nobody = InvocationContext("initech", "peter")
+    assert backend.execute("workPermit.search", nobody, {})["permits"] == []
+    not_found(backend, nobody, "workPermit.get", {"permit_id": "WP-10231"})
+
+
+# --- read handlers -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tenant", ["acme", "globex"])
+def test_every_demo_output_matches_its_schema(
+    backend: InternalBackend, registry: CapabilityRegistry, tenant: str
+) -> None:
+    ctx = InvocationContext(tenant, "auditor")
+    for permit_id in DEMO_PERMITS[tenant]:
+        for capability in ("workPermit.get", "risk.evaluate", "compliance.getChecklist"):
+            out = backend.execute(capability, ctx, {"permit_id": permit_id})
+            registry.validate_output(registry.get(capability).manifest, out)
+    out = backend.execute("workPermit.search", ctx, {})
+    registry.validate_output(registry.get("workPermit.search").manifest, out)
+
+
+def test_permit_get_carries_provenance_and_sensitive_fields(
+    backend: InternalBackend, acme: InvocationContext
+) -> None:
+    out = backend.execute("workPermit.get", acme, {"permit_id": "WP-10231"})
+    assert out["provenance"] == {
+        "source": "permit-registry",
+        "authority": "OFFICIAL_RECORD",
+        "fetched_at": "2026-11-30T09:00:00.000Z",
+        "reference": "permit/WP-10231",
+    }
+    assert out["required_trainings"] == ["NR-10", "NR-35"]
+    ana = out["workers"][0]
+    assert ana["worker_id"] == "W-1001" and ana["permit_role"] == "EXECUTOR"
+    # Present here on purpose: it is the supervisor's projection that must drop it.
+    assert ana["medical_notes"] and "diabetes" in ana["medical_notes"]
+
+
+def test_risk_evaluate(backend: InternalBackend, acme: InvocationContext) -> None:
+    out = backend.execute("risk.evaluate", acme, {"permit_id": "WP-10231"})
+    assert out["assessed"] is True
+    assert out["risk_level"] == "MEDIUM"
+    assert out["max_score"] == 8
+    assert out["open_controls_count"] == 0
+    assert out["provenance"]["source"] == "risk-register"
+    draft = backend.execute("risk.evaluate", acme, {"permit_id": "WP-10243"})
+    assert draft["assessed"] is False
+    assert draft["risk_level"] is None  # no assessment is not "low risk"
+    assert [risk_level(s) for s in (1, 4, 5, 9, 10, 16, 20, 25)] == [
+        "LOW", "LOW", "MEDIUM", "MEDIUM", "HIGH", "HIGH", "CRITICAL", "CRITICAL"
+    ]
+
+
+def test_compliance_checklist_reports_the_failing_item(
+    backend: InternalBackend, acme: InvocationContext
+) -> None:
+    out = backend.execute("compliance.getChecklist", acme, {"permit_id": "WP-10233"})
+    assert out["summary"] == {"PASS": 2, "FAIL": 1, "PENDING": 0, "NOT_APPLICABLE": 0}
+    failing = [i for c in out["checklists"] for i in c["items"] if i["status"] == "FAIL"]
+    assert failing[0]["subject"] == "worker:W-1005/NR-35"
+    assert failing[0]["regulation"] == "NR-35 35.3.3"
+    clean = backend.execute("compliance.getChecklist", acme, {"permit_id": "WP-10231"})
+    assert clean["summary"]["FAIL"] == 0
+
+
+# --- mutations -----------------------------------------------------------------
+
+RELEASE = {"permit_id": "WP-10231", "reason": "all checks passed"}
+
+
+def test_release_then_verify(backend: InternalBackend, store: InternalStore,
+                             acme: InvocationContext) -> None:
+    out = backend.execute("workPermit.release", acme, RELEASE)
+    assert out["status"] == "RELEASED"
+    assert out["previous_status"] == "PENDING_RELEASE"
+    assert out["released_by"] == "alice via work-permit-agent"
+    result = backend.verify("workPermit.release", acme, RELEASE, out)
+    assert result.verified and result.reason == "EFFECT_VISIBLE"
+    permit = store.scope("acme").get_permit("WP-10231")
+    assert permit is not None and permit.status == "RELEASED"
+    assert permit.released_at == "2026-11-30T09:00:00.000Z"
+    with pytest.raises(PreconditionFailed) as info:
+        backend.execute("workPermit.release", acme, RELEASE)
+    assert info.value.reason == "PERMIT_ALREADY_RELEASED"
+
+
+def test_injected_verification_failure_from_data(
+    backend: InternalBackend, store: InternalStore, acme: InvocationContext
+) -> None:
+    args = {"permit_id": "WP-10241", "reason": "all checks passed"}
+    out = backend.execute("workPermit.release", acme, args)
+    result = backend.verify("workPermit.release", acme, args, out)
+    assert result.verified is False
+    assert result.reason == "EFFECT_NOT_VISIBLE"
+    assert result.observed["status"] == "PENDING_RELEASE"
+    assert result.expected["status"] == "RELEASED"
+
+
+def test_injected_verification_failure_at_run_time(
+    backend: InternalBackend, store: InternalStore, acme: InvocationContext
+) -> None:
+    store.scope("acme").set_simulated_verification_failure("WP-10231", True)
+    out = backend.execute("workPermit.release", acme, RELEASE)
+    assert not backend.verify("workPermit.release", acme, RELEASE, out).verified
+    store.scope("acme").set_simulated_verification_failure("WP-10231", False)
+    out = backend.execute("workPermit.release", acme, RELEASE)
+    assert backend.verify("workPermit.release", acme, RELEASE, out).verified
+    with pytest.raises(ResourceNotFound):
+        store.scope("acme").set_simulated_verification_failure("WP-20001", True)
+
+
+def test_verification_of_another_tenants_permit_fails(
+    backend: InternalBackend, acme: InvocationContext, globex: InvocationContext
+) -> None:
+    out = backend.execute("workPermit.release", acme, RELEASE)
+    result = backend.verify("workPermit.release", globex, RELEASE, out)
+    assert result.verified is False and result.reason == "RESOURCE_MISSING"
+
+
+def test_release_of_another_tenants_permit_is_not_found_and_changes_nothing(
+    backend: InternalBackend, store: InternalStore, acme: InvocationContext
+) -> None:
+    args = {"permit_id": "WP-20001", "reason": "sneaky"}
+    err = not_found(backend, acme, "workPermit.release", args)
+    assert err.reason == "RESOURCE_NOT_FOUND"
+    permit = store.scope("globex").get_permit("WP-20001")
+    assert permit is not None and permit.status == "PENDING_RELEASE"
+
+
+@pytest.mark.parametrize(
+    ("permit_id", "today", "reason"),
+    [
+        ("WP-10242", dt.date(2026, 11, 30), "PERMIT_ALREADY_RELEASED"),
+        ("WP-10243", dt.date(2026, 11, 30), "PERMIT_NOT_RELEASABLE"),
+        ("WP-10231", dt.date(2026, 12, 13), "PERMIT_EXPIRED"),
+        ("WP-10231", dt.date(2026, 11, 27), "PERMIT_NOT_YET_VALID"),
+    ],
+)
+def test_release_preconditions(
+    backend: InternalBackend,
+    store: InternalStore,
+    acme: InvocationContext,
+    clock: Any,
+    permit_id: str,
+    today: dt.date,
+    reason: str,
+) -> None:
+    clock.now = dt.datetime.combine(today, dt.time(9, 0), tzinfo=dt.UTC)
+    before = store.scope("acme").get_permit(permit_id)
+    with pytest.raises(PreconditionFailed) as info:
+        backend.execute("workPermit.release", acme, {"permit_id": permit_id, "reason": "go"})
+    assert info.value.reason == reason
+    assert info.value.field == "permit_id"
+    assert store.scope("acme").get_permit(permit_id) == before
+
+
+def test_update_validity_then_verify(backend: InternalBackend, store: InternalStore,
+                                     acme: InvocationContext) -> None:
+    args = {"permit_id": "WP-10232", "valid_until": "2026-12-31", "reason": "scope extended"}
+    out = backend.execute("workPermit.updateValidity", acme, args)
+    assert out["previous_valid_until"] == "2026-12-10"
+    assert out["valid_until"] == "2026-12-31"
+    assert out["updated_by"] == "alice via work-permit-agent"
+    assert backend.verify("workPermit.updateValidity", acme, args, out).verified
+    permit = store.scope("acme").get_permit("WP-10232")
+    assert permit is not None and permit.valid_until == "2026-12-31"
+
+
+@pytest.mark.parametrize(
+    ("valid_until", "reason"),
+    [("2026-11-01", "VALIDITY_BEFORE_START"), ("2026-11-29", "VALIDITY_IN_PAST")],
+)
+def test_update_validity_preconditions(
+    backend: InternalBackend, acme: InvocationContext, valid_until: str, reason: str
+) -> None:
+    args = {"permit_id": "WP-10232", "valid_until": valid_until, "reason": "change"}
+    with pytest.raises(PreconditionFailed) as info:
+        backend.execute("workPermit.updateValidity", acme, args)
+    assert info.value.reason == reason
+    assert info.value.field == "valid_until"
+
+
+def test_update_validity_lost_write_is_caught(
+    backend: InternalBackend, acme: InvocationContext
+) -> None:
+    args = {"permit_id": "WP-10241", "valid_until": "2026-12-31", "reason": "extend"}
+    out = backend.execute("workPermit.updateValidity", acme, args)
+    result = backend.verify("workPermit.updateValidity", acme, args, out)
+    assert result.verified is False
+    assert result.observed == {"valid_until": "2026-12-14"}
+
+
+def test_verify_is_only_for_mutations(backend: InternalBackend, acme: InvocationContext) -> None:
+    from capability_svc.errors import CapabilityNotFound
+
+    with pytest.raises(CapabilityNotFound):
+        backend.verify("workPermit.get", acme, {"permit_id": "WP-10231"}, {})
+    with pytest.raises(CapabilityNotFound):
+        backend.execute("workPermit.delete", acme, {})

@@ -1,0 +1,228 @@
+"""The sandbox LMS over real HTTP on a loopback port."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from lms_sandbox import (
+    HOSTILE_TITLE,
+    Fault,
+    FaultMode,
+    FaultTable,
+    LmsDataError,
+    LmsSandbox,
+    load_lms_data,
+)
+from lms_sandbox.data import parse_lms_data
+
+DEMO_WORLD = Path(__file__).resolve().parents[2] / "agentmesh" / "data" / "demo_world.yaml"
+# One TLS context for all clients: httpx builds a new one (~80 ms) per client otherwise.
+TLS = httpx.create_ssl_context()
+
+
+@pytest.fixture
+def sandbox() -> Iterator[LmsSandbox]:
+    server = LmsSandbox(load_lms_data(DEMO_WORLD)).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def http(sandbox: LmsSandbox) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=sandbox.base_url, timeout=5, verify=TLS) as client:
+        yield client
+
+
+def trainings_path(tenant: str, worker: str) -> str:
+    return f"/v1/tenants/{tenant}/workers/{worker}/trainings"
+
+
+def test_health(http: httpx.Client, sandbox: LmsSandbox) -> None:
+    assert http.get("/healthz").json() == {"status": "ok"}
+    host, port = sandbox.address
+    assert host == "127.0.0.1" and port > 0
+
+
+def test_trainings(http: httpx.Client) -> None:
+    response = http.get(trainings_path("acme", "W-1008"))
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    data = response.json()
+    assert data["tenant_id"] == "acme" and data["worker_id"] == "W-1008"
+    # The duplicate certificate is served as recorded: twice.
+    assert [r["certificate_id"] for r in data["trainings"]] == ["C-NR10-1008", "C-NR10-1008"]
+
+
+def test_unknown_worker_tenant_and_endpoint(http: httpx.Client) -> None:
+    for path in (trainings_path("acme", "W-1011"), trainings_path("umbrella", "W-1001")):
+        response = http.get(path)
+        assert response.status_code == 404
+        assert response.json()["error"]["code"] == "WORKER_NOT_FOUND"
+    other = http.get("/v1/anything")
+    assert other.status_code == 404
+    assert other.json()["error"]["code"] == "NOT_FOUND"
+    assert http.post("/v1/anything", json={}).status_code == 404
+    assert http.delete("/v1/anything").status_code == 404
+
+
+def test_admin_faults_lifecycle(http: httpx.Client) -> None:
+    listed = http.get("/admin/faults").json()
+    configured = {(f["tenant_id"], f["worker_id"]): f["mode"] for f in listed["configured"]}
+    assert configured == {("acme", "W-1006"): "timeout", ("acme", "W-1007"): "timeout"}
+    assert listed["admin"] == []
+
+    created = http.post("/admin/faults", json={"mode": "5xx", "status": 502, "worker_id": "W-1001"})
+    assert created.status_code == 201
+    assert created.json()["fault"]["status"] == 502
+    response = http.get(trainings_path("acme", "W-1001"))
+    assert response.status_code == 502
+    assert http.get(trainings_path("acme", "W-1002")).status_code == 200
+
+    assert http.delete("/admin/faults").json() == {"cleared": 1}
+    assert http.get(trainings_path("acme", "W-1001")).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"mode": "explode"},
+        {"mode": "latency", "latency_ms": -1},
+        {"mode": "latency", "latency_ms": "fast"},
+        {"mode": "5xx", "status": 404},
+        {"mode": "malformed", "kind": "xml"},
+        {"mode": "timeout", "colour": "red"},
+        {"mode": "timeout", "worker_id": ""},
+        ["timeout"],
+    ],
+)
+def test_admin_rejects_bad_faults(http: httpx.Client, payload: Any) -> None:
+    response = http.post("/admin/faults", json=payload)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "INVALID_FAULT"
+    assert http.get("/admin/faults").json()["admin"] == []
+
+
+def test_admin_rejects_non_json(http: httpx.Client) -> None:
+    response = http.post("/admin/faults", content=b"{not json", headers={"content-type": "x"})
+    assert response.status_code == 400
+
+
+def test_malformed_modes(http: httpx.Client) -> None:
+    http.post("/admin/faults", json={"mode": "malformed"})
+    raw = http.get(trainings_path("acme", "W-1001"))
+    assert raw.status_code == 200
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(raw.content)
+    http.post("/admin/faults", json={"mode": "malformed", "kind": "schema"})
+    shaped = http.get(trainings_path("acme", "W-1001")).json()
+    assert shaped["trainings"] == "all valid"
+
+
+def test_oversized_mode_streams_without_length(http: httpx.Client) -> None:
+    http.post("/admin/faults", json={"mode": "oversized", "bytes": 300_000})
+    response = http.get(trainings_path("acme", "W-1001"))
+    assert "content-length" not in response.headers
+    assert len(response.content) == 300_000
+    assert response.json()["trainings"] == []
+
+
+def test_hostile_mode_rewrites_text_only(http: httpx.Client) -> None:
+    before = http.get(trainings_path("acme", "W-1002")).json()["trainings"]
+    http.post("/admin/faults", json={"mode": "hostile", "tenant_id": "acme"})
+    after = http.get(trainings_path("acme", "W-1002")).json()["trainings"]
+    assert {r["course_title"] for r in after} == {HOSTILE_TITLE}
+    for old, new in zip(before, after, strict=True):
+        assert {k: v for k, v in old.items() if k not in ("course_title", "issuer")} == {
+            k: v for k, v in new.items() if k not in ("course_title", "issuer")
+        }
+    # Tenant-scoped: globex is untouched.
+    globex = http.get(trainings_path("globex", "W-2001")).json()["trainings"]
+    assert HOSTILE_TITLE not in {r["course_title"] for r in globex}
+
+
+def test_latency_mode_answers_normally(http: httpx.Client) -> None:
+    http.post("/admin/faults", json={"mode": "latency", "latency_ms": 20})
+    assert http.get(trainings_path("acme", "W-1001")).status_code == 200
+
+
+def test_timeout_mode_never_answers(sandbox: LmsSandbox) -> None:
+    with httpx.Client(base_url=sandbox.base_url, timeout=0.2, verify=TLS) as client, pytest.raises(
+        httpx.TimeoutException
+    ):
+        client.get(trainings_path("acme", "W-1006"))
+
+
+def test_admin_token(tmp_path: Path) -> None:
+    server = LmsSandbox(load_lms_data(DEMO_WORLD), admin_token="s3cret").start()
+    try:
+        with httpx.Client(base_url=server.base_url, timeout=5, verify=TLS) as client:
+            assert client.get("/admin/faults").status_code == 401
+            assert client.post("/admin/faults", json={"mode": "5xx"}).status_code == 401
+            assert client.delete("/admin/faults").status_code == 401
+            ok = client.get("/admin/faults", headers={"Authorization": "Bearer s3cret"})
+            assert ok.status_code == 200
+            # The data endpoints stay open.
+            assert client.get(trainings_path("acme", "W-1001")).status_code == 200
+    finally:
+        server.stop()
+
+
+def test_stop_without_start_returns() -> None:
+    LmsSandbox(load_lms_data(DEMO_WORLD)).stop()
+
+
+def test_fault_precedence() -> None:
+    table = FaultTable({("acme", "W-1"): Fault(FaultMode.TIMEOUT)})
+    lookup = table.lookup
+    assert lookup("acme", "W-1") == Fault(FaultMode.TIMEOUT)
+    assert lookup("acme", "W-2") is None
+    table.set(Fault(FaultMode.LATENCY))
+    assert lookup("acme", "W-2") == Fault(FaultMode.LATENCY)
+    assert lookup("acme", "W-1") == Fault(FaultMode.LATENCY)  # admin beats configured
+    table.set(Fault(FaultMode.HOSTILE), tenant_id="acme")
+    assert lookup("acme", "W-1") == Fault(FaultMode.HOSTILE)
+    assert lookup("globex", "W-1") == Fault(FaultMode.LATENCY)
+    table.set(Fault(FaultMode.HTTP_5XX), worker_id="W-1")
+    assert lookup("acme", "W-1") == Fault(FaultMode.HTTP_5XX)
+    table.set(Fault(FaultMode.NONE), tenant_id="acme", worker_id="W-1")
+    assert lookup("acme", "W-1") is None
+    assert table.clear() == 4
+    assert lookup("acme", "W-1") == Fault(FaultMode.TIMEOUT)
+
+
+@pytest.mark.parametrize(
+    ("doc", "path"),
+    [
+        ({"tenants": [{"id": "a", "lms": {"faults": {"W-1": "explode"}}}]},
+         "tenants[0].lms.faults.W-1"),
+        ({"tenants": [{"id": "a", "lms": {"workers": [{"worker_id": "W-1", "trainings": [{}]}]}}]},
+         "tenants[0].lms.workers[0].trainings[0]"),
+        ({"tenants": [{"id": "a", "lms": {"workers": [{"trainings": []}]}}]},
+         "tenants[0].lms.workers[0]"),
+        ({"tenants": [{"name": "no id"}]}, "tenants[0]"),
+        ({"tenants": [{"id": "a", "lms": []}]}, "tenants[0].lms"),
+    ],
+)
+def test_data_errors_name_the_path(doc: dict[str, Any], path: str) -> None:
+    with pytest.raises(LmsDataError) as info:
+        parse_lms_data(doc)
+    assert info.value.path == path
+
+
+def test_data_file_errors(tmp_path: Path) -> None:
+    with pytest.raises(LmsDataError):
+        load_lms_data(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("tenants: [", encoding="utf-8")
+    with pytest.raises(LmsDataError):
+        load_lms_data(bad)
+    with pytest.raises(LmsDataError):
+        parse_lms_data(["not", "a", "world"])
