@@ -14,9 +14,11 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agentmesh import assertion, config, launcher, spiffe
+import grpc
+
+from agentmesh import assertion, config, errors, launcher, spiffe, transport
 from agentmesh.config import ConfigError, MeshConfig
-from agentmesh.identities import init_identities
+from agentmesh.identities import OPERATOR, client_paths, init_identities
 from agentmesh.pki import CertificateAuthority, PkiError
 from agentmesh.signing import SigningKeyError, load_private_key
 
@@ -118,6 +120,111 @@ def cmd_down(args: argparse.Namespace, cfg: MeshConfig) -> int:
     return 0
 
 
+# --- talking to the running mesh -------------------------------------------
+
+def address_of(cfg: MeshConfig, name: str) -> str:
+    """Where a process of the running mesh listens: the launcher's record, else the config."""
+    for p in launcher.read_state(cfg):
+        if p.name == name and p.address:
+            return p.address
+    return cfg.address(name)
+
+
+def mesh_channel(cfg: MeshConfig, name: str, as_identity: spiffe.SpiffeId = OPERATOR) -> grpc.Channel:
+    """An mTLS channel to a mesh process, using a client identity from the home."""
+    tls = transport.TlsFiles.of(client_paths(cfg, as_identity), cfg.mesh_home.certs / "ca.pem")
+    ident = spiffe.service(name) if name in config.ROLES else spiffe.agent(name)
+    return transport.secure_channel(address_of(cfg, name), tls, ident, default_timeout_s=cfg.call_timeout_s)
+
+
+def rpc_failure(err: grpc.RpcError) -> CliError:
+    """A failed call as one line: status, reason and the field it names."""
+    mesh_err = errors.from_rpc_error(err)
+    field = f" (field {mesh_err.field})" if mesh_err.field else ""
+    return CliError(f"{mesh_err.code.name}: {mesh_err.reason}{field}: {mesh_err.message}")
+
+
+# --- policy ----------------------------------------------------------------
+
+def cmd_policy_check(args: argparse.Namespace, cfg: MeshConfig) -> int:
+    from agentmesh.v1 import common_pb2
+    from agentmesh.v1 import policy_service_pb2 as policy_pb2
+    from agentmesh.v1 import policy_service_pb2_grpc as policy_grpc
+
+    risk = args.risk.upper()
+    req = policy_pb2.AuthorizeRequest(
+        user=common_pb2.UserContext(tenant_id=args.tenant, user_id=args.user, roles=args.role or []),
+        actor_type="ACTOR_TYPE_SYSTEM" if args.system_actor else "ACTOR_TYPE_USER",
+        system_actor=args.system_actor or "",
+        agent=common_pb2.AgentPrincipal(agent_id=args.agent, delegation_chain=[
+            f"user:{args.tenant}/{args.user}", "svc:supervisor", f"agent:{args.agent}"]),
+        delegation_depth=args.depth,
+        capability_id=args.capability,
+        resource=policy_pb2.ResourceRef(type=args.resource_type, id=args.resource_id,
+                                        tenant_id=args.resource_tenant or args.tenant),
+        context=policy_pb2.OperationContext(
+            confirmation_given=args.confirmed, human_approval_id=args.human_approval or "",
+            human_approver_id=args.approver or "", override_reason=args.override_reason or "",
+            risk_profile=common_pb2.RiskProfile(max_risk=f"RISK_LEVEL_{risk}", can_mutate=args.mutates)),
+        operation="OPERATION_KIND_OVERRIDE" if args.override else "OPERATION_KIND_INVOKE",
+    )
+    try:
+        with mesh_channel(cfg, "policy") as channel:
+            resp = policy_grpc.PolicyServiceStub(channel).Authorize(req)
+    except grpc.RpcError as err:
+        raise rpc_failure(err) from err
+    effect = common_pb2.PolicyEffect.Name(resp.decision.effect).removeprefix("POLICY_EFFECT_")
+    data = {"effect": effect, "reason_codes": list(resp.decision.reason_codes),
+            "policy_version": resp.decision.policy_version, "decision_id": resp.decision.decision_id,
+            "explanation": resp.explanation}
+
+    def human() -> None:
+        print(f"decision: {effect}")
+        print(f"because:  {resp.explanation}")
+        for code in resp.decision.reason_codes:
+            print(f"  - {code}")
+        print(f"policy version: {resp.decision.policy_version}")
+        print(f"decision id:    {resp.decision.decision_id}")
+
+    emit(args, data, human)
+    return 0
+
+
+def cmd_policy_kill(args: argparse.Namespace, cfg: MeshConfig) -> int:
+    from agentmesh.v1 import policy_service_pb2 as policy_pb2
+    from agentmesh.v1 import policy_service_pb2_grpc as policy_grpc
+
+    req = policy_pb2.SetKillSwitchRequest(scope=f"KILL_SWITCH_SCOPE_{args.scope.upper()}", target=args.target or "",
+                                          enabled=not args.off, reason=args.reason)
+    try:
+        with mesh_channel(cfg, "policy") as channel:
+            ks = policy_grpc.PolicyServiceStub(channel).SetKillSwitch(req).kill_switch
+    except grpc.RpcError as err:
+        raise rpc_failure(err) from err
+    state = "ON (stopped)" if ks.enabled else "off"
+    emit(args, {"scope": args.scope.upper(), "target": ks.target, "enabled": ks.enabled,
+                "changed_by": ks.changed_by},
+         lambda: print(f"kill switch {args.scope.upper()} {ks.target or '(platform)'}: {state}"))
+    return 0
+
+
+def cmd_policy_switches(args: argparse.Namespace, cfg: MeshConfig) -> int:
+    from agentmesh.v1 import policy_service_pb2 as policy_pb2
+    from agentmesh.v1 import policy_service_pb2_grpc as policy_grpc
+
+    try:
+        with mesh_channel(cfg, "policy") as channel:
+            resp = policy_grpc.PolicyServiceStub(channel).ListKillSwitches(policy_pb2.ListKillSwitchesRequest())
+    except grpc.RpcError as err:
+        raise rpc_failure(err) from err
+    rows = [{"scope": policy_pb2.KillSwitchScope.Name(k.scope).removeprefix("KILL_SWITCH_SCOPE_"),
+             "target": k.target, "reason": k.reason, "changed_by": k.changed_by,
+             "changed_at": k.changed_at.ToDatetime().isoformat()} for k in resp.kill_switches]
+    emit(args, rows, lambda: print_table(rows, ["scope", "target", "reason", "changed_by", "changed_at"])
+         if rows else print("no kill switch in force"))
+    return 0
+
+
 # --- parser ----------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -168,6 +275,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_status)
     p = sub.add_parser("down", parents=[common, out], help="stop every process of the mesh")
     p.set_defaults(handler=cmd_down)
+
+    policy = sub.add_parser("policy", help="ask the policy engine; manage kill switches")
+    policy_sub = policy.add_subparsers(dest="policy_command", required=True, metavar="SUBCOMMAND")
+    p = policy_sub.add_parser("check", parents=[common, out],
+                              help="ask the running policy engine for a decision and why")
+    p.add_argument("--tenant", required=True, help="the user's tenant")
+    p.add_argument("--user", required=True, help="the user id")
+    p.add_argument("--role", action="append", help="a role of the user (repeatable)")
+    p.add_argument("--agent", required=True, help="the acting agent, e.g. training-agent")
+    p.add_argument("--capability", required=True, help="e.g. training.getStatus")
+    p.add_argument("--resource-tenant", help="tenant owning the resource (default: --tenant)")
+    p.add_argument("--resource-type", default="WorkPermit")
+    p.add_argument("--resource-id", default="-")
+    p.add_argument("--risk", default="low", choices=["low", "medium", "high", "critical"],
+                   help="the capability's risk level (default low)")
+    p.add_argument("--mutates", action="store_true", help="the capability changes state")
+    p.add_argument("--confirmed", action="store_true", help="the user confirmed this action")
+    p.add_argument("--human-approval", help="id of a human approval")
+    p.add_argument("--approver", help="user id of the human approver")
+    p.add_argument("--system-actor", help="decide for a SYSTEM actor, e.g. TrainingExpirationScanner")
+    p.add_argument("--override", action="store_true", help="an OVERRIDE by a human")
+    p.add_argument("--override-reason")
+    p.add_argument("--depth", type=int, default=2, help="delegation depth (default 2)")
+    p.set_defaults(handler=cmd_policy_check)
+    p = policy_sub.add_parser("kill", parents=[common, out], help="turn a kill switch on (or --off)")
+    p.add_argument("--scope", required=True, choices=["agent", "capability", "tenant", "platform"])
+    p.add_argument("--target", help="agent id, capability id or tenant id (none for platform)")
+    p.add_argument("--reason", required=True, help="why; recorded with your identity")
+    p.add_argument("--off", action="store_true", help="turn the switch off again")
+    p.set_defaults(handler=cmd_policy_kill)
+    p = policy_sub.add_parser("switches", parents=[common, out], help="list the kill switches in force")
+    p.set_defaults(handler=cmd_policy_switches)
 
     for extend in _EXTENSIONS:
         extend(sub, common, out)

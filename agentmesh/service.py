@@ -111,7 +111,7 @@ def _peers(values: list[str]) -> dict[str, str]:
     return peers
 
 
-def _knows(cfg: MeshConfig, peer: str) -> bool:
+def knows_peer(cfg: MeshConfig, peer: str) -> bool:
     try:
         cfg.address(peer)
     except ConfigError:
@@ -160,7 +160,7 @@ def run(
         hook = spec.register(server, ctx)
         if hook is not None:
             hooks.append(hook)
-        elif spec.name != "audit" and _knows(cfg, "audit"):
+        elif spec.name != "audit" and knows_peer(cfg, "audit"):
             hooks.append(ctx.audit().denial_hook())
         health = transport.add_health_and_reflection(server, spec.service_names)
         port = transport.bind(server, cfg.host, cfg.port(spec.name), tls)

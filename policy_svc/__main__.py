@@ -1,25 +1,38 @@
-"""``python -m policy_svc``: runs the policy role."""
+"""``python -m policy_svc``: runs the policy engine role."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import grpc
 
 from agentmesh import spiffe
-from agentmesh.service import ServiceContext, ServiceSpec, base_parser, run
-from agentmesh.unimplemented import unimplemented_servicer
+from agentmesh.service import ServiceContext, ServiceSpec, StartupError, base_parser, knows_peer, run
 from agentmesh.v1 import policy_service_pb2_grpc as policy_grpc
+from policy_svc.agent_registrations import AgentRegistrationError, AgentRegistrations
+from policy_svc.engine import DEFAULT_POLICY_DIR, PolicyEngine
+from policy_svc.errors import PolicyError
+from policy_svc.kill_switches import KillSwitchStore
+from policy_svc.servicer import PolicyServicer
 
 SERVICES = ("agentmesh.v1.PolicyService",)
 
 
 def register(server: grpc.Server, ctx: ServiceContext) -> None:
-    """Adds the policy servicer."""
+    """Loads and validates the policies once, opens the kill-switch store, adds the servicer."""
+    args = ctx.args
+    try:
+        engine = PolicyEngine.load(Path(args.policy_dir) if args.policy_dir else DEFAULT_POLICY_DIR)
+        agents = AgentRegistrations.load(Path(args.agent_manifests) if args.agent_manifests else None)
+        switches = KillSwitchStore(ctx.data_dir / "policy.db")
+    except (PolicyError, AgentRegistrationError) as err:
+        raise StartupError(str(err)) from err
+    ctx.on_stop(switches.close)
+    audit = ctx.audit() if knows_peer(ctx.config, "audit") else None
     policy_grpc.add_PolicyServiceServicer_to_server(
-        unimplemented_servicer(policy_grpc.PolicyServiceServicer)(), server
-    )
+        PolicyServicer(engine, switches, agents.capabilities, audit), server)
 
 
 def spec(args: argparse.Namespace) -> ServiceSpec:
@@ -29,7 +42,10 @@ def spec(args: argparse.Namespace) -> ServiceSpec:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point."""
-    return run(spec, base_parser("policy_svc", "agentmesh policy service"), argv)
+    parser = base_parser("policy_svc", "agentmesh policy engine (Cedar)")
+    parser.add_argument("--policy-dir", help="directory of *.cedar, schema and entities (default: shipped policies)")
+    parser.add_argument("--agent-manifests", help="directory of agent manifests (default: shipped agents)")
+    return run(spec, parser, argv)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,57 @@
+"""Which capabilities each agent has registered, read from the agent manifests.
+
+The policy engine checks "agent ≤ user" against this data: registration is
+necessary, never sufficient. The manifests are the agent registry's own
+files (``supervisor_svc/agents/*.yaml`` by default), read once at start-up;
+an agent that is not registered has no capabilities (fail closed).
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class AgentRegistrationError(Exception):
+    """A manifest cannot be read; the message names the file and field."""
+
+
+def default_manifest_dir() -> Path:
+    """The agent manifests shipped with the supervisor."""
+    return Path(str(resources.files("supervisor_svc"))) / "agents"
+
+
+class AgentRegistrations:
+    """agent id → registered capability ids."""
+
+    def __init__(self, capabilities: dict[str, tuple[str, ...]]) -> None:
+        self._capabilities = dict(capabilities)
+
+    @classmethod
+    def load(cls, manifest_dir: Path | None = None) -> AgentRegistrations:
+        """Reads every ``*.yaml`` manifest in the directory."""
+        root = manifest_dir or default_manifest_dir()
+        if not root.is_dir():
+            raise AgentRegistrationError(f"{root}: agent manifest directory does not exist")
+        found: dict[str, tuple[str, ...]] = {}
+        for path in sorted(root.glob("*.yaml")):
+            try:
+                doc: Any = yaml.safe_load(path.read_text())
+            except (OSError, yaml.YAMLError) as err:
+                raise AgentRegistrationError(f"{path}: cannot read agent manifest: {err}") from err
+            if not isinstance(doc, dict):
+                raise AgentRegistrationError(f"{path}: expected a mapping")
+            agent_id, caps = doc.get("agent_id"), doc.get("capabilities")
+            if not isinstance(agent_id, str) or not agent_id:
+                raise AgentRegistrationError(f"{path}: agent_id is required")
+            if not isinstance(caps, list) or not all(isinstance(c, str) for c in caps):
+                raise AgentRegistrationError(f"{path}: capabilities must be a list of capability ids")
+            found[agent_id] = tuple(caps)
+        return cls(found)
+
+    def capabilities(self, agent_id: str) -> tuple[str, ...]:
+        """The agent's registered capabilities; () for an unknown agent."""
+        return self._capabilities.get(agent_id, ())

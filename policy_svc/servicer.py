@@ -1,0 +1,161 @@
+"""PolicyService over gRPC: unpacks requests, calls the engine, packs decisions.
+
+Thin by design: every rule lives in Cedar policies and data, every check of a
+request in the engine. Authorize is not audited here — the capability runtime
+records each decision it acts on, durably, with the delegation chain — but
+every kill-switch change is.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from agentmesh import errors, transport
+from agentmesh.audit_client import AuditRecorder
+from agentmesh.v1 import audit_service_pb2 as audit_pb2
+from agentmesh.v1 import common_pb2
+from agentmesh.v1 import policy_service_pb2 as pb
+from agentmesh.v1 import policy_service_pb2_grpc as pb_grpc
+from policy_svc import model
+from policy_svc.engine import PolicyEngine
+from policy_svc.errors import InvalidRequestError, KillSwitchStoreError, PolicyError
+from policy_svc.kill_switches import KillSwitchStore
+
+log = logging.getLogger(__name__)
+
+AgentCapabilities = Callable[[str], tuple[str, ...]]
+
+
+def _enum(enum_cls: type[Any], proto_enum: Any, value: int, prefix: str) -> Any:
+    name = proto_enum.Name(value).removeprefix(prefix)
+    return enum_cls[name]
+
+
+def to_request(req: pb.AuthorizeRequest, agent_capabilities: AgentCapabilities) -> model.AuthorizationRequest:
+    """Maps the wire request to the engine's request; registered capabilities come from the registry."""
+    user = None
+    if req.HasField("user"):
+        u = req.user
+        user = model.UserContext(u.tenant_id, u.user_id, u.session_id, u.conversation_id, tuple(u.roles),
+                                 u.assertion_digest)
+    agent = None
+    if req.HasField("agent"):
+        a = req.agent
+        agent = model.AgentPrincipal(a.agent_id, a.agent_version, a.execution_id, a.parent_agent_id,
+                                     tuple(a.delegation_chain), agent_capabilities(a.agent_id))
+    resource = None
+    if req.HasField("resource"):
+        resource = model.ResourceRef(req.resource.type, req.resource.id, req.resource.tenant_id)
+    c = req.context
+    risk = model.RiskProfile(
+        _enum(model.RiskLevel, common_pb2.RiskLevel, c.risk_profile.max_risk, "RISK_LEVEL_"),
+        c.risk_profile.can_mutate, c.risk_profile.can_external_write, c.risk_profile.can_bulk_operate)
+    return model.AuthorizationRequest(
+        user=user,
+        actor_type=_enum(model.ActorType, common_pb2.ActorType, req.actor_type, "ACTOR_TYPE_"),
+        system_actor=req.system_actor,
+        agent=agent,
+        delegation_depth=req.delegation_depth,
+        capability_id=req.capability_id,
+        capability_version=req.capability_version,
+        resource=resource,
+        context=model.OperationContext(c.confirmation_given, c.human_approval_id, c.human_approver_id, risk,
+                                       c.override_reason),
+        operation=_enum(model.OperationKind, pb.OperationKind, req.operation, "OPERATION_KIND_"),
+    )
+
+
+def to_decision(decision: model.Decision) -> pb.AuthorizeResponse:
+    """Maps the engine's decision to the wire response."""
+    return pb.AuthorizeResponse(
+        decision=common_pb2.PolicyDecision(
+            decision_id=decision.decision_id,
+            effect=f"POLICY_EFFECT_{decision.effect.value}",
+            reason_codes=list(decision.reason_codes),
+            policy_version=decision.policy_version,
+        ),
+        explanation=decision.explanation,
+    )
+
+
+def _switch(s: model.KillSwitch) -> pb.KillSwitch:
+    ts = Timestamp()
+    ts.FromDatetime(s.changed_at)
+    return pb.KillSwitch(scope=f"KILL_SWITCH_SCOPE_{s.scope.value}", target=s.target,
+                         enabled=s.enabled, reason=s.reason, changed_by=s.changed_by, changed_at=ts)
+
+
+def _mesh_error(err: PolicyError) -> errors.MeshError:
+    if isinstance(err, InvalidRequestError):
+        return errors.InvalidArgument(err.message, reason=err.reason, metadata=err.metadata)
+    if isinstance(err, KillSwitchStoreError):
+        return errors.Unavailable(err.message, reason=err.reason, metadata=err.metadata)
+    return errors.Internal(err.message, reason=err.reason, metadata=err.metadata)
+
+
+class PolicyServicer(pb_grpc.PolicyServiceServicer):
+    """The gRPC face of the policy engine."""
+
+    def __init__(self, engine: PolicyEngine, switches: KillSwitchStore, agent_capabilities: AgentCapabilities,
+                 audit: AuditRecorder | None) -> None:
+        self._engine = engine
+        self._switches = switches
+        self._agent_capabilities = agent_capabilities
+        self._audit = audit
+
+    def Authorize(self, request: pb.AuthorizeRequest, context: grpc.ServicerContext) -> pb.AuthorizeResponse:
+        try:
+            # Reading the switches can fail; then there is no decision at all (never an ALLOW).
+            active = self._switches.active()
+            decision = self._engine.authorize(to_request(request, self._agent_capabilities), kill_switches=active)
+        except PolicyError as err:
+            raise _mesh_error(err) from err
+        return to_decision(decision)
+
+    def SetKillSwitch(
+        self, request: pb.SetKillSwitchRequest, context: grpc.ServicerContext
+    ) -> pb.SetKillSwitchResponse:
+        operator = transport.caller_id(context)
+        try:
+            scope = _enum(model.KillSwitchScope, pb.KillSwitchScope, request.scope, "KILL_SWITCH_SCOPE_")
+            if scope is model.KillSwitchScope.UNSPECIFIED:
+                raise InvalidRequestError.missing("scope")
+            switch = self._switches.set(scope, request.target, enabled=request.enabled, reason=request.reason,
+                                        changed_by=operator)
+        except PolicyError as err:
+            raise _mesh_error(err) from err
+        if self._audit is not None:
+            # The switch is already in force and in the policy database's own
+            # history; a failing audit must not hold a safety stop back.
+            try:
+                self._audit.record(
+                    audit_pb2.AUDIT_EVENT_TYPE_KILL_SWITCH_CHANGED,
+                    outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS,
+                    reason_codes=[f"scope={scope.value}", f"target={switch.target}",
+                                  f"enabled={str(switch.enabled).lower()}", f"reason={switch.reason}",
+                                  f"changed_by={operator}"],
+                    tenant_id=switch.target if scope is model.KillSwitchScope.TENANT else "",
+                    agent_id=switch.target if scope is model.KillSwitchScope.AGENT else "",
+                    capability_id=switch.target if scope is model.KillSwitchScope.CAPABILITY else "",
+                )
+            except errors.MeshError:
+                log.exception("kill switch change not recorded in audit (kept in the policy history)")
+        return pb.SetKillSwitchResponse(kill_switch=_switch(switch))
+
+    def ListKillSwitches(self, request: pb.ListKillSwitchesRequest,
+                         context: grpc.ServicerContext) -> pb.ListKillSwitchesResponse:
+        try:
+            return pb.ListKillSwitchesResponse(kill_switches=[_switch(s) for s in self._switches.list()])
+        except PolicyError as err:
+            raise _mesh_error(err) from err
+
+    def GetPolicyInfo(
+        self, request: pb.GetPolicyInfoRequest, context: grpc.ServicerContext
+    ) -> pb.GetPolicyInfoResponse:
+        info = self._engine.info()
+        return pb.GetPolicyInfoResponse(policy_version=info.policy_version, policy_ids=list(info.policy_ids))
