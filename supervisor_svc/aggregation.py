@@ -1,0 +1,659 @@
+"""Evidence-first aggregation, conflict resolution and the decision (PRD §36–40, §46).
+
+Input: one :class:`TaskOutcome` per planned analysis (what happened to the
+task, and its ``AgentResult`` if it produced one) and the analyses the answer
+needs. Output: an :class:`Assessment` — decision, execution status, what is
+missing, conflicts, and a plain summary.
+
+What a specialist's result must contain is defined in
+:mod:`supervisor_svc.contract` (``result.verdict`` PASS/FAIL/UNKNOWN,
+``result.subjects`` {subject: verdict}, FACT statements with evidence for every
+PASS/FAIL subject, UNCERTAINTY statements for what could not be established;
+the work-permit agent adds ``permit_found`` and ``permit``). A result that
+breaks it is treated as a missing analysis — never repaired, never guessed.
+
+How the decision is made, in order:
+
+1. The work-permit analysis says the permit was not found → INSUFFICIENT_EVIDENCE,
+   reason ``PERMIT_NOT_FOUND`` (the other tasks were skipped; nothing about
+   another tenant is implied).
+2. A *definitive FAIL* that no unresolved conflict disputes → NOT_RECOMMENDED.
+   Definitive = a FAIL subject backed by a FACT whose best evidence is at least
+   the domain's ``decisive_authority`` (e.g. an expired training read from the
+   LMS), or a FAIL that a conflict rule upheld.
+3. An unresolved conflict → REQUIRES_REVIEW, with both sides' evidence and the
+   applicable rules (a review item for the Decision Center).
+4. Anything missing (a failed / timed-out / cancelled / skipped task, an
+   unusable result, an UNKNOWN subject, an UNCERTAINTY such as an LMS timeout)
+   → INSUFFICIENT_EVIDENCE, execution PARTIAL naming exactly what is missing.
+5. A FAIL that is not definitive (only weak evidence) → REQUIRES_REVIEW.
+6. Otherwise every expected analysis passed on evidence → RECOMMENDED_FOR_RELEASE.
+
+Conflicts (§36–38): two agents judge the *same subject* (e.g.
+``worker:W-1005/NR-35``) one PASS, the other FAIL, each on FACT evidence. A
+configured rule resolves it only when it decides by the evidence-authority
+hierarchy of its domain (one side's best evidence at least
+``prevails_at_least``, the other's at most ``yields_at_most``). Otherwise it
+stays unresolved: never picked arbitrarily, never a vote. Results about
+different subjects are never weighed against each other (§38).
+
+Execution status: SUCCEEDED when nothing is missing, PARTIAL when something
+is, FAILED when no analysis completed. The caller may show AWAITING_REVIEW
+once it has persisted a review item for ``review_required``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import pydantic
+
+from agentmesh.v1 import common_pb2, supervisor_service_pb2
+from supervisor_svc._datafile import format_path, load_document, validation_error
+from supervisor_svc.contract import Analysis, ContractViolation, Verdict, check_result
+from supervisor_svc.errors import ConfigError
+
+__all__ = [
+    "AUTHORITIES",
+    "AnalysisReport",
+    "Assessment",
+    "ConflictRule",
+    "Decision",
+    "EvidencePolicy",
+    "Missing",
+    "OutcomeStatus",
+    "TaskOutcome",
+    "TaskState",
+    "aggregate",
+    "default_evidence_file",
+    "summarize_status",
+]
+
+AUTHORITIES = ("GOVERNMENT_SOURCE", "OFFICIAL_RECORD", "VERIFIED_INTEGRATION", "UNVERIFIED_DOCUMENT",
+               "MODEL_INFERENCE")
+"""Authority levels of ``common.proto`` without their prefix, highest first."""
+
+
+class Decision(StrEnum):
+    """The recommendation of an analysis (``AnalysisDecision`` without prefix)."""
+
+    UNSPECIFIED = "UNSPECIFIED"
+    """Not an analysis (e.g. a status question)."""
+    RECOMMENDED_FOR_RELEASE = "RECOMMENDED_FOR_RELEASE"
+    NOT_RECOMMENDED = "NOT_RECOMMENDED"
+    REQUIRES_REVIEW = "REQUIRES_REVIEW"
+    INSUFFICIENT_EVIDENCE = "INSUFFICIENT_EVIDENCE"
+
+    def to_proto(self) -> common_pb2.AnalysisDecision:
+        """The ``common_pb2.AnalysisDecision`` value."""
+        value: common_pb2.AnalysisDecision = getattr(common_pb2, f"ANALYSIS_DECISION_{self.value}")
+        return value
+
+
+class OutcomeStatus(StrEnum):
+    """Completeness of an execution (a subset of ``ExecutionStatus``)."""
+
+    SUCCEEDED = "SUCCEEDED"
+    PARTIAL = "PARTIAL"
+    FAILED = "FAILED"
+
+    def to_proto(self) -> supervisor_service_pb2.ExecutionStatus:
+        """The ``supervisor_service_pb2.ExecutionStatus`` value."""
+        value: supervisor_service_pb2.ExecutionStatus = getattr(supervisor_service_pb2,
+                                                               f"EXECUTION_STATUS_{self.value}")
+        return value
+
+
+class TaskState(StrEnum):
+    """What happened to a task, as the executor saw it."""
+
+    COMPLETED = "COMPLETED"
+    """The agent returned a result (which may still be FAILED / UNCERTAIN inside)."""
+    FAILED = "FAILED"
+    """The call failed (agent unreachable, crashed, refused)."""
+    TIMED_OUT = "TIMED_OUT"
+    """The task's deadline passed without a result."""
+    CANCELLED = "CANCELLED"
+    SKIPPED = "SKIPPED"
+    """An incoming edge's condition did not hold."""
+    NOT_RUN = "NOT_RUN"
+    """Never started (no agent available, a limit stopped the execution, ...)."""
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    """One planned analysis's task and what came of it. Pass only the plan's own tasks, not handoffs."""
+
+    analysis: Analysis | str
+    state: TaskState
+    task_id: str = ""
+    agent_id: str = ""
+    result: common_pb2.AgentResult | None = None
+    error_reason: str = ""
+    """Why it failed, timed out, was skipped or not run (e.g. ``"DEADLINE_EXCEEDED after 3000 ms"``)."""
+
+
+@dataclass(frozen=True)
+class Missing:
+    """One thing the answer lacks; ``str()`` is the line for ``Execution.missing``."""
+
+    analysis: str
+    agent_id: str
+    code: str
+    """``TASK_FAILED``, ``TASK_TIMED_OUT``, ``TASK_CANCELLED``, ``TASK_SKIPPED``, ``TASK_NOT_RUN``,
+    ``RESULT_FAILED``, ``RESULT_CONTRACT_VIOLATION``, ``RESULT_AMBIGUOUS`` or ``ANALYSIS_INCOMPLETE``."""
+    detail: str
+
+    def __str__(self) -> str:
+        who = f" ({self.agent_id})" if self.agent_id else ""
+        return f"{self.analysis} analysis{who}: {self.code} — {self.detail}"
+
+
+# --- evidence policy ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ConflictRule:
+    """A deterministic rule that may decide a PASS-vs-FAIL conflict on a subject."""
+
+    rule_id: str
+    description: str
+    subjects: tuple[str, ...]
+    """fnmatch patterns of the subjects it covers, e.g. ``worker:*``."""
+    hierarchy: str
+    """Name of the authority hierarchy it ranks evidence by."""
+    prevails_at_least: str
+    yields_at_most: str
+
+
+@dataclass(frozen=True)
+class EvidencePolicy:
+    """Evidence-authority hierarchies per domain, decisive thresholds and conflict rules (PRD §37)."""
+
+    hierarchies: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: {"default": AUTHORITIES})
+    """Domain (or rule hierarchy name) → authority levels, highest first; ``default`` for any other."""
+    decisive_authority: Mapping[str, str] = field(default_factory=lambda: {"default": "VERIFIED_INTEGRATION"})
+    """Domain → the least authority that makes a FACT-backed FAIL decisive; ``default`` for any other."""
+    rules: tuple[ConflictRule, ...] = ()
+
+    def hierarchy(self, name: str) -> tuple[str, ...]:
+        """The hierarchy of a domain, or the default one."""
+        return tuple(self.hierarchies.get(name) or self.hierarchies.get("default") or AUTHORITIES)
+
+    def rank(self, name: str, authority: str) -> int:
+        """Position of an authority in a hierarchy (0 = highest); unlisted or unknown ranks last."""
+        order = self.hierarchy(name)
+        return order.index(authority) if authority in order else len(order)
+
+    def is_decisive(self, domain: str, authority: str) -> bool:
+        """Whether evidence of this authority makes a FAIL in this domain decisive on its own."""
+        threshold = self.decisive_authority.get(domain) or self.decisive_authority.get("default")
+        if threshold is None or authority not in self.hierarchy(domain):
+            return False
+        return self.rank(domain, authority) <= self.rank(domain, threshold)
+
+    @classmethod
+    def load(cls, path: Path | None = None) -> EvidencePolicy:
+        """Read and validate an evidence policy file.
+
+        Raises:
+            ConfigError: naming the file, the field and the line.
+        """
+        path = path or default_evidence_file()
+        doc = load_document(path)
+        try:
+            model = _PolicyModel.model_validate(doc.data)
+        except pydantic.ValidationError as exc:
+            raise validation_error(exc, doc, str(path)) from None
+
+        def fail(message: str, *loc: str | int) -> ConfigError:
+            return ConfigError(message, file=str(path), field=format_path(loc), line=doc.line_of(loc))
+
+        if "default" not in model.hierarchies:
+            raise fail("a 'default' hierarchy is required", "hierarchies")
+        if "default" not in model.decisive_authority:
+            raise fail("a 'default' threshold is required", "decisive_authority")
+        for name, levels in model.hierarchies.items():
+            if len(set(levels)) != len(levels):
+                raise fail("an authority is listed twice", "hierarchies", name)
+        for name, level in model.decisive_authority.items():
+            if level not in (model.hierarchies.get(name) or model.hierarchies["default"]):
+                raise fail(f"{level} is not in the {name!r} hierarchy", "decisive_authority", name)
+        rules: list[ConflictRule] = []
+        seen: set[str] = set()
+        for i, r in enumerate(model.conflict_rules):
+            if r.id in seen:
+                raise fail(f"rule id {r.id!r} is used twice", "conflict_rules", i, "id")
+            seen.add(r.id)
+            if r.hierarchy not in model.hierarchies:
+                raise fail(f"unknown hierarchy {r.hierarchy!r}", "conflict_rules", i, "hierarchy")
+            order = model.hierarchies[r.hierarchy]
+            for name in ("prevails_at_least", "yields_at_most"):
+                if getattr(r, name) not in order:
+                    raise fail(f"{getattr(r, name)} is not in the {r.hierarchy!r} hierarchy",
+                               "conflict_rules", i, name)
+            if order.index(r.prevails_at_least) >= order.index(r.yields_at_most):
+                # Otherwise both sides could "prevail" and the rule would decide arbitrarily.
+                raise fail("prevails_at_least must rank strictly above yields_at_most", "conflict_rules", i)
+            rules.append(ConflictRule(r.id, r.description, tuple(r.subjects), r.hierarchy,
+                                      r.prevails_at_least, r.yields_at_most))
+        return cls({k: tuple(v) for k, v in model.hierarchies.items()}, dict(model.decisive_authority), tuple(rules))
+
+
+_Authority = Literal["GOVERNMENT_SOURCE", "OFFICIAL_RECORD", "VERIFIED_INTEGRATION", "UNVERIFIED_DOCUMENT",
+                     "MODEL_INFERENCE"]
+
+
+class _Strict(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class _RuleModel(_Strict):
+    id: Annotated[str, pydantic.StringConstraints(pattern=r"^[A-Z][A-Z0-9_]{0,63}$")]
+    description: Annotated[str, pydantic.StringConstraints(min_length=1)]
+    subjects: list[Annotated[str, pydantic.StringConstraints(min_length=1)]] = pydantic.Field(min_length=1)
+    hierarchy: str
+    prevails_at_least: _Authority
+    yields_at_most: _Authority
+
+
+class _PolicyModel(_Strict):
+    hierarchies: dict[str, list[_Authority]]
+    decisive_authority: dict[str, _Authority]
+    conflict_rules: list[_RuleModel] = []
+
+
+def default_evidence_file() -> Path:
+    """The evidence policy shipped with the supervisor."""
+    return Path(__file__).parent / "config" / "evidence.yaml"
+
+
+# --- reading results -------------------------------------------------------------------------------
+
+def _authority_name(value: int) -> str:
+    try:
+        return common_pb2.AuthorityLevel.Name(value).removeprefix("AUTHORITY_LEVEL_")
+    except ValueError:
+        return "UNSPECIFIED"
+
+
+@dataclass(frozen=True)
+class _Finding:
+    analysis: str
+    agent_id: str
+    subject: str
+    verdict: Verdict
+    evidence: tuple[common_pb2.EvidenceReference, ...]
+    codes: tuple[str, ...]
+
+    def best(self, policy: EvidencePolicy, hierarchy: str) -> str:
+        names = [_authority_name(e.authority) for e in self.evidence]
+        return min(names, key=lambda n: policy.rank(hierarchy, n)) if names else "UNSPECIFIED"
+
+
+@dataclass(frozen=True)
+class AnalysisReport:
+    """How one analysis came out, for the report."""
+
+    analysis: str
+    agent_id: str
+    task_id: str
+    verdict: Verdict
+    """After the evidence check: a PASS/FAIL subject without FACT evidence counts as UNKNOWN."""
+    complete: bool
+    fail_codes: tuple[str, ...] = ()
+    """``CODE on subject`` for each failing subject."""
+
+
+@dataclass
+class _Read:
+    report: AnalysisReport | None = None
+    findings: list[_Finding] = field(default_factory=list)
+    missing: list[Missing] = field(default_factory=list)
+    permit_found: bool | None = None
+    permit: dict[str, Any] | None = None
+
+
+_STATE_CODES = {
+    TaskState.FAILED: ("TASK_FAILED", "the task failed"),
+    TaskState.TIMED_OUT: ("TASK_TIMED_OUT", "the task timed out"),
+    TaskState.CANCELLED: ("TASK_CANCELLED", "the task was cancelled"),
+    TaskState.SKIPPED: ("TASK_SKIPPED", "the task was skipped"),
+    TaskState.NOT_RUN: ("TASK_NOT_RUN", "the task was not run"),
+}
+
+
+def _read(outcome: TaskOutcome) -> _Read:
+    """Check one outcome against the contract and extract its findings and gaps."""
+    analysis, agent = str(outcome.analysis), outcome.agent_id
+    out = _Read()
+    if outcome.state is not TaskState.COMPLETED:
+        code, what = _STATE_CODES[outcome.state]
+        out.missing.append(Missing(analysis, agent, code, outcome.error_reason or what))
+        return out
+    result = outcome.result
+    if result is None:
+        out.missing.append(Missing(analysis, agent, "RESULT_CONTRACT_VIOLATION", "completed without a result"))
+        return out
+    if result.status == common_pb2.RESULT_STATUS_FAILED:
+        out.missing.append(Missing(analysis, agent, "RESULT_FAILED", result.error_reason or "the agent failed"))
+        return out
+    if (outcome.agent_id and result.agent_id != outcome.agent_id) or (
+        outcome.task_id and result.task_id != outcome.task_id
+    ):
+        out.missing.append(Missing(analysis, agent, "RESULT_CONTRACT_VIOLATION",
+                                   "the result names another task or agent"))
+        return out
+    try:
+        parsed = check_result(result, analysis)
+    except ContractViolation as exc:
+        out.missing.append(Missing(analysis, agent, "RESULT_CONTRACT_VIOLATION", str(exc)))
+        return out
+    out.permit_found, out.permit = parsed.permit_found, parsed.permit
+    if parsed.permit_found is False:
+        out.report = AnalysisReport(analysis, agent, outcome.task_id, Verdict.UNKNOWN, True)
+        return out
+
+    facts: dict[str, list[common_pb2.Statement]] = {}
+    for s in result.statements:
+        if s.kind == common_pb2.STATEMENT_KIND_FACT and s.evidence_indexes:
+            facts.setdefault(s.subject, []).append(s)
+    gaps: list[str] = []
+    fail_codes: list[str] = []
+    effective: dict[str, Verdict] = {}
+    for subject, verdict in sorted(parsed.subjects.items()):
+        backing = facts.get(subject, [])
+        if verdict is not Verdict.UNKNOWN and not backing:
+            gaps.append(f"{verdict.value} on {subject} has no FACT with evidence")
+            verdict = Verdict.UNKNOWN
+        elif verdict is Verdict.UNKNOWN:
+            gaps.append(f"{subject} could not be established")
+        effective[subject] = verdict
+        if verdict is Verdict.UNKNOWN:
+            continue
+        indexes = sorted({i for s in backing for i in s.evidence_indexes})
+        codes = tuple(dict.fromkeys(s.code for s in backing))
+        out.findings.append(_Finding(analysis, agent, subject, verdict,
+                                     tuple(result.evidence[i] for i in indexes), codes))
+        if verdict is Verdict.FAIL:
+            fail_codes.append(f"{'/'.join(codes)} on {subject}")
+    for s in result.statements:
+        if s.kind == common_pb2.STATEMENT_KIND_UNCERTAINTY:
+            gaps.append(f"{s.code} on {s.subject}" if s.subject else s.code)
+    if not parsed.subjects:
+        gaps.append("no subject was judged")
+    has_fail = any(v is Verdict.FAIL for v in effective.values())
+    uncertain_status = result.status != common_pb2.RESULT_STATUS_SUCCESS
+    if uncertain_status and not gaps:
+        gaps.append(f"result status {common_pb2.ResultStatus.Name(result.status)}")
+    complete = not gaps
+    if has_fail:
+        verdict = Verdict.FAIL
+    elif complete:
+        verdict = Verdict.PASS
+    else:
+        verdict = Verdict.UNKNOWN
+    out.report = AnalysisReport(analysis, agent, outcome.task_id, verdict, complete, tuple(fail_codes))
+    if not complete:
+        # Listed even beside a FAIL: the answer names everything it could not establish.
+        out.missing.append(Missing(analysis, agent, "ANALYSIS_INCOMPLETE", "; ".join(dict.fromkeys(gaps))))
+    return out
+
+
+# --- conflicts ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Resolved:
+    conflict: supervisor_service_pb2.Conflict
+    winner: Verdict | None
+    """PASS or FAIL if a rule decided; None when it goes to review."""
+
+
+def _resolve(passing: _Finding, failing: _Finding, policy: EvidencePolicy) -> _Resolved:
+    applicable: list[str] = []
+    winner: Verdict | None = None
+    resolution = ""
+    for rule in policy.rules:
+        if not any(fnmatch.fnmatchcase(passing.subject, p) for p in rule.subjects):
+            continue
+        a, b = passing.best(policy, rule.hierarchy), failing.best(policy, rule.hierarchy)
+        order = " > ".join(policy.hierarchy(rule.hierarchy))
+        rank = policy.rank
+        top, floor = rank(rule.hierarchy, rule.prevails_at_least), rank(rule.hierarchy, rule.yields_at_most)
+        decided: Verdict | None = None
+        if rank(rule.hierarchy, a) <= top and rank(rule.hierarchy, b) >= floor:
+            decided = Verdict.PASS
+        elif rank(rule.hierarchy, b) <= top and rank(rule.hierarchy, a) >= floor:
+            decided = Verdict.FAIL
+        verdict_text = "decides" if decided else "does not decide"
+        applicable.append(f"{rule.rule_id}: {rule.description} [{order}] — {verdict_text}: "
+                          f"{passing.agent_id} {a} vs {failing.agent_id} {b}")
+        if decided is not None and winner is None:
+            winner = decided
+            win, lose = (passing, failing) if decided is Verdict.PASS else (failing, passing)
+            resolution = (f"{rule.rule_id}: {win.agent_id}'s evidence ({win.best(policy, rule.hierarchy)}) prevails "
+                          f"over {lose.agent_id}'s ({lose.best(policy, rule.hierarchy)}); {passing.subject} is "
+                          f"{decided.value}")
+    if not applicable:
+        applicable.append(f"NO_RULE: no configured conflict rule covers {passing.subject}")
+    conflict = supervisor_service_pb2.Conflict(
+        subject=passing.subject, agent_a=passing.agent_id, agent_b=failing.agent_id,
+        evidence_a=passing.evidence, evidence_b=failing.evidence, applicable_rules=applicable,
+        resolution=resolution,
+    )
+    return _Resolved(conflict, winner)
+
+
+# --- the assessment ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Assessment:
+    """The consolidated outcome of an execution."""
+
+    decision: Decision
+    status: OutcomeStatus
+    reason: str
+    """``PERMIT_NOT_FOUND``, ``DEFINITIVE_FAIL``, ``UNRESOLVED_CONFLICT``, ``MISSING_ANALYSIS``,
+    ``NON_DECISIVE_FAIL``, ``ALL_ANALYSES_PASS``, ``NO_ANALYSIS_COMPLETED``, ``STATUS_REPORTED``."""
+    missing: tuple[Missing, ...]
+    conflicts: tuple[supervisor_service_pb2.Conflict, ...]
+    """agent_a found PASS, agent_b FAIL; ``resolution`` is empty when it needs review."""
+    analyses: tuple[AnalysisReport, ...]
+    blocking: tuple[str, ...]
+    """What the decision rests on: ``agent: CODE on subject`` for the failing or disputed subjects."""
+    summary: str
+    review_required: bool
+    """An unresolved conflict or a non-decisive FAIL: a human must decide (Decision Center)."""
+
+    def apply_to(self, execution: supervisor_service_pb2.Execution) -> None:
+        """Copy decision, status, missing, conflicts, reason and summary into an Execution."""
+        execution.decision = self.decision.to_proto()
+        execution.status = self.status.to_proto()
+        del execution.missing[:]
+        execution.missing.extend(str(m) for m in self.missing)
+        del execution.conflicts[:]
+        execution.conflicts.extend(self.conflicts)
+        execution.reason = self.reason
+        execution.summary = self.summary
+
+
+_HEADLINES = {
+    "en": {
+        Decision.RECOMMENDED_FOR_RELEASE: "Permit {permit}: recommended for release.",
+        Decision.NOT_RECOMMENDED: "Permit {permit}: release not recommended.",
+        Decision.REQUIRES_REVIEW: "Permit {permit}: requires human review before any release.",
+        Decision.INSUFFICIENT_EVIDENCE: "Permit {permit}: insufficient evidence to recommend a release.",
+        "PERMIT_NOT_FOUND": "Permit {permit} was not found.",
+        "MISSING": "Missing",
+        "CONFLICT": "Conflict on {subject}: {a} PASS vs {b} FAIL",
+        "REVIEW": "sent to human review",
+        "RESOLVED": "resolved by",
+    },
+    "pt": {
+        Decision.RECOMMENDED_FOR_RELEASE: "Permissão {permit}: liberação recomendada.",
+        Decision.NOT_RECOMMENDED: "Permissão {permit}: liberação não recomendada.",
+        Decision.REQUIRES_REVIEW: "Permissão {permit}: requer revisão humana antes de qualquer liberação.",
+        Decision.INSUFFICIENT_EVIDENCE: "Permissão {permit}: evidências insuficientes para recomendar a liberação.",
+        "PERMIT_NOT_FOUND": "A permissão {permit} não foi encontrada.",
+        "MISSING": "Faltando",
+        "CONFLICT": "Conflito em {subject}: {a} PASS vs {b} FAIL",
+        "REVIEW": "enviado para revisão humana",
+        "RESOLVED": "resolvido por",
+    },
+}
+
+
+def _summary(
+    language: str, decision: Decision, reason: str, permit: str, analyses: Sequence[AnalysisReport],
+    missing: Sequence[Missing], conflicts: Sequence[supervisor_service_pb2.Conflict],
+) -> str:
+    # Codes and subjects only: the statements' free text stays in the results, so the
+    # summary is deterministic and carries nothing a specialist copied from a source.
+    t = _HEADLINES.get(language, _HEADLINES["en"])
+    key: Decision | str = "PERMIT_NOT_FOUND" if reason == "PERMIT_NOT_FOUND" else decision
+    lines = [t[key].format(permit=permit or "?")]
+    if reason == "PERMIT_NOT_FOUND":
+        return lines[0]
+    for a in analyses:
+        detail = f" — {'; '.join(a.fail_codes)}" if a.fail_codes else ""
+        lines.append(f"- {a.analysis} ({a.agent_id}): {a.verdict.value}{detail}")
+    for m in missing:
+        lines.append(f"- {t['MISSING']}: {m}")
+    for c in conflicts:
+        head = t["CONFLICT"].format(subject=c.subject, a=c.agent_a, b=c.agent_b)
+        tail = f"{t['RESOLVED']} {c.resolution.split(':', 1)[0]}" if c.resolution else t["REVIEW"]
+        lines.append(f"- {head} — {tail}")
+    return "\n".join(lines)
+
+
+def aggregate(
+    outcomes: Sequence[TaskOutcome],
+    *,
+    expected: Sequence[Analysis | str],
+    policy: EvidencePolicy,
+    permit_id: str = "",
+    language: str = "en",
+) -> Assessment:
+    """Consolidate the outcomes of a permit analysis into a decision (see the module docstring).
+
+    Args:
+        outcomes: One per planned analysis (from the plan's tasks and ``Plan.not_run``).
+        expected: The analyses a complete answer needs (``Plan.expected``).
+        policy: The evidence-authority hierarchies and conflict rules.
+        permit_id: For the summary.
+        language: ``pt`` or ``en`` for the summary's sentences.
+    """
+    by_analysis: dict[str, list[TaskOutcome]] = {}
+    for o in outcomes:
+        by_analysis.setdefault(str(o.analysis), []).append(o)
+    order = [str(a) for a in expected] + sorted(set(by_analysis) - {str(a) for a in expected})
+
+    reads: dict[str, _Read] = {}
+    for analysis in order:
+        got = by_analysis.get(analysis, [])
+        if len(got) == 1:
+            reads[analysis] = _read(got[0])
+        elif not got:
+            reads[analysis] = _Read(missing=[Missing(analysis, "", "TASK_NOT_RUN", "no task was planned")])
+        else:
+            agents = ", ".join(o.agent_id for o in got)
+            reads[analysis] = _Read(missing=[Missing(analysis, "", "RESULT_AMBIGUOUS",
+                                                     f"{len(got)} outcomes ({agents}); none is used")])
+
+    wp = reads.get(str(Analysis.WORK_PERMIT))
+    if wp is not None and wp.permit_found is False:
+        summary = _summary(language, Decision.INSUFFICIENT_EVIDENCE, "PERMIT_NOT_FOUND", permit_id, (), (), ())
+        return Assessment(Decision.INSUFFICIENT_EVIDENCE, OutcomeStatus.SUCCEEDED, "PERMIT_NOT_FOUND", (), (),
+                          tuple(r for r in (wp.report,) if r is not None), (), summary, False)
+
+    analyses = tuple(r.report for r in reads.values() if r.report is not None)
+    missing = tuple(m for r in reads.values() for m in r.missing)
+    findings = [f for r in reads.values() for f in r.findings]
+
+    # Group by subject; a conflict is a PASS and a FAIL on the same subject from different agents.
+    by_subject: dict[str, list[_Finding]] = {}
+    for f in findings:
+        by_subject.setdefault(f.subject, []).append(f)
+    conflicts: list[_Resolved] = []
+    definitive: list[str] = []
+    disputed: list[str] = []
+    weak: list[str] = []
+    unresolved_subjects: list[str] = []
+    for subject in sorted(by_subject):
+        group = by_subject[subject]
+        passes = [f for f in group if f.verdict is Verdict.PASS]
+        fails = [f for f in group if f.verdict is Verdict.FAIL]
+        resolved = [_resolve(p, f, policy) for p in passes for f in fails if p.agent_id != f.agent_id]
+        conflicts.extend(resolved)
+        winners = {r.winner for r in resolved}
+        # Settled only if every pair was decided, all the same way; anything else is for a human.
+        settled = winners.pop() if len(winners) == 1 else None
+        if resolved and settled is None:
+            unresolved_subjects.append(subject)
+        for f in fails:
+            label = f"{f.agent_id}: {'/'.join(f.codes)} on {subject}"
+            if not resolved:
+                is_definitive = policy.is_decisive(f.analysis, f.best(policy, f.analysis))
+                (definitive if is_definitive else weak).append(label)
+            elif settled is Verdict.FAIL:
+                definitive.append(label)  # a rule upheld the FAIL
+            elif settled is None:
+                disputed.append(label)
+            # settled PASS: every rule overruled this FAIL
+
+    completed = [a for a in analyses if a.complete or a.verdict is Verdict.FAIL]
+    blocking: tuple[str, ...]
+    if not completed:
+        decision, reason, blocking = Decision.INSUFFICIENT_EVIDENCE, "NO_ANALYSIS_COMPLETED", ()
+    elif definitive:
+        decision, reason, blocking = Decision.NOT_RECOMMENDED, "DEFINITIVE_FAIL", tuple(definitive)
+    elif unresolved_subjects:
+        decision, reason, blocking = Decision.REQUIRES_REVIEW, "UNRESOLVED_CONFLICT", tuple(disputed)
+    elif missing:
+        decision, reason, blocking = Decision.INSUFFICIENT_EVIDENCE, "MISSING_ANALYSIS", ()
+    elif weak:
+        decision, reason, blocking = Decision.REQUIRES_REVIEW, "NON_DECISIVE_FAIL", tuple(weak)
+    else:
+        decision, reason, blocking = Decision.RECOMMENDED_FOR_RELEASE, "ALL_ANALYSES_PASS", ()
+    status = OutcomeStatus.PARTIAL if missing else OutcomeStatus.SUCCEEDED
+    if not completed:
+        status = OutcomeStatus.FAILED
+    conflict_msgs = tuple(r.conflict for r in conflicts)
+    review = decision is Decision.REQUIRES_REVIEW or bool(unresolved_subjects)
+    summary = _summary(language, decision, reason, permit_id, analyses, missing, conflict_msgs)
+    return Assessment(decision, status, reason, missing, conflict_msgs, analyses, blocking, summary, review)
+
+
+def summarize_status(outcome: TaskOutcome, *, permit_id: str = "", language: str = "en") -> Assessment:
+    """The answer to a status question: one work-permit task, no decision.
+
+    The status and validity are read from the agent's ``permit`` record; a failed
+    task is reported as FAILED with what is missing, never filled in.
+    """
+    read = _read(outcome)
+    if read.permit_found is False:
+        text = _HEADLINES.get(language, _HEADLINES["en"])["PERMIT_NOT_FOUND"].format(permit=permit_id or "?")
+        return Assessment(Decision.UNSPECIFIED, OutcomeStatus.SUCCEEDED, "PERMIT_NOT_FOUND", (), (),
+                          (), (), text, False)
+    permit = read.permit or {}
+    status = permit.get("status")
+    if not isinstance(status, str):
+        missing = tuple(read.missing) or (Missing(str(outcome.analysis), outcome.agent_id,
+                                                  "RESULT_CONTRACT_VIOLATION", "the permit record has no status"),)
+        text = "\n".join([f"Permit {permit_id or '?'}: status unavailable."] + [f"- {m}" for m in missing])
+        return Assessment(Decision.UNSPECIFIED, OutcomeStatus.FAILED, "STATUS_UNAVAILABLE", missing, (),
+                          (), (), text, False)
+    window = ""
+    if isinstance(permit.get("valid_from"), str) and isinstance(permit.get("valid_until"), str):
+        window = (f", válida de {permit['valid_from']} a {permit['valid_until']}" if language == "pt"
+                  else f", valid {permit['valid_from']} to {permit['valid_until']}")
+    pid = permit.get("permit_id") if isinstance(permit.get("permit_id"), str) else permit_id
+    text = (f"Permissão {pid}: status {status}{window}." if language == "pt"
+            else f"Permit {pid}: status {status}{window}.")
+    analyses = (read.report,) if read.report else ()
+    return Assessment(Decision.UNSPECIFIED, OutcomeStatus.SUCCEEDED, "STATUS_REPORTED", (), (), analyses, (),
+                      text, False)

@@ -1,0 +1,278 @@
+"""Context projection: each task receives only the fields its agent and purpose need (PRD §23–25).
+
+The whitelist is data (``supervisor_svc/config/projections.yaml`` by default)::
+
+    sensitive_fields: [medical_notes, clinical_notes, diagnosis]   # never projected, to anyone
+    agents:
+      training-agent:
+        training.verify:                     # purpose
+          - permit_id
+          - required_trainings
+          - workers[].worker_id              # "[]" = every item of a list
+
+A path names a field; ``a.b`` descends into a mapping, ``a[].b`` into every
+item of a list. Selecting a mapping or list copies it whole, minus sensitive
+fields. A field whose *name* is listed in ``sensitive_fields`` is dropped at
+any depth even if a path would select it, and a whitelist naming one is
+rejected when the file is loaded — so, for example, medical notes can never
+reach the training agent, whatever the full context holds.
+
+An agent or purpose that is not configured gets an empty projection (fail
+closed). The projection record (``AgentContextProjection``) lists the allowed
+paths, every path of the full context that was *not* passed (redacted), the
+purpose, and the SHA-256 digest of the projected data's canonical JSON (keys
+sorted, no whitespace, UTF-8, integral numbers written as integers so that the
+digest is the same whether computed from a dict or from its protobuf Struct).
+Only the digest is audited and put in the task grant.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import pydantic
+from google.protobuf import struct_pb2, timestamp_pb2
+
+from agentmesh.v1 import common_pb2
+from supervisor_svc._datafile import load_document, validation_error
+from supervisor_svc.errors import ConfigError
+from supervisor_svc.registry import AGENT_ID_PATTERN
+
+__all__ = [
+    "ProjectionConfig",
+    "Projector",
+    "canonical_json",
+    "context_digest",
+    "default_projections_file",
+    "to_struct",
+]
+
+_LIST = "[]"
+_PATH_RE = r"^[A-Za-z_][A-Za-z0-9_]*(\[\])?(\.[A-Za-z_][A-Za-z0-9_]*(\[\])?)*$"
+_Path = Annotated[str, pydantic.StringConstraints(pattern=_PATH_RE)]
+_Purpose = Annotated[str, pydantic.StringConstraints(pattern=r"^[a-z][a-z0-9._-]{0,127}$")]
+_AgentId = Annotated[str, pydantic.StringConstraints(pattern=AGENT_ID_PATTERN)]
+
+
+class _FileModel(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", strict=True, frozen=True)
+    sensitive_fields: list[Annotated[str, pydantic.StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]]
+    agents: dict[_AgentId, dict[_Purpose, list[_Path]]]
+
+
+def _tokens(path: str) -> list[str]:
+    out: list[str] = []
+    for part in path.split("."):
+        if part.endswith(_LIST):
+            out += [part[: -len(_LIST)], _LIST]
+        else:
+            out.append(part)
+    return out
+
+
+def default_projections_file() -> Path:
+    """The projection whitelist shipped with the supervisor."""
+    return Path(__file__).parent / "config" / "projections.yaml"
+
+
+@dataclass(frozen=True)
+class ProjectionConfig:
+    """Validated whitelists per agent and purpose."""
+
+    sensitive_fields: frozenset[str]
+    whitelists: Mapping[str, Mapping[str, tuple[str, ...]]] = field(default_factory=dict)
+    """agent id → purpose → allowed paths (sorted)."""
+
+    @classmethod
+    def load(cls, path: Path | None = None) -> ProjectionConfig:
+        """Read and validate a projections file.
+
+        Raises:
+            ConfigError: naming the file, the field and the line; ``PROJECTION_SENSITIVE_FIELD``
+                when a whitelist names a sensitive field.
+        """
+        path = path or default_projections_file()
+        doc = load_document(path)
+        try:
+            model = _FileModel.model_validate(doc.data)
+        except pydantic.ValidationError as exc:
+            raise validation_error(exc, doc, str(path)) from None
+        sensitive = frozenset(model.sensitive_fields)
+        whitelists: dict[str, dict[str, tuple[str, ...]]] = {}
+        for agent_id, purposes in model.agents.items():
+            whitelists[agent_id] = {}
+            for purpose, paths in purposes.items():
+                for i, p in enumerate(paths):
+                    named = {t for t in _tokens(p) if t != _LIST}
+                    if named & sensitive:
+                        loc = ("agents", agent_id, purpose, i)
+                        raise ConfigError(
+                            f"{p!r} names a sensitive field; sensitive fields are never projected",
+                            file=str(path), field=f"agents.{agent_id}.{purpose}[{i}]", line=doc.line_of(loc),
+                            reason="PROJECTION_SENSITIVE_FIELD",
+                        )
+                whitelists[agent_id][purpose] = tuple(sorted(set(paths)))
+        return cls(sensitive, whitelists)
+
+    def whitelist(self, agent_id: str, purpose: str) -> tuple[str, ...]:
+        """The allowed paths, or ``()`` for an unknown agent or purpose."""
+        return tuple(self.whitelists.get(agent_id, {}).get(purpose, ()))
+
+
+# --- canonical form and digest -----------------------------------------------------------------------
+
+def _normalize(value: Any) -> Any:
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError("NaN and infinity have no canonical JSON form")
+        return int(value) if value.is_integer() else value
+    if isinstance(value, _dt.datetime | _dt.date):
+        return value.isoformat()
+    if isinstance(value, Mapping):
+        return {str(k): _normalize(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_normalize(v) for v in value]
+    raise TypeError(f"{type(value).__name__} is not plain data")
+
+
+def canonical_json(value: Any) -> bytes:
+    """Canonical JSON bytes: sorted keys, no whitespace, UTF-8, integral numbers as integers."""
+    return json.dumps(_normalize(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode("utf-8")
+
+
+def context_digest(value: Any) -> str:
+    """SHA-256 (hex) of the canonical JSON of ``value``; the same for a dict and its Struct."""
+    if isinstance(value, struct_pb2.Struct):
+        from google.protobuf import json_format
+
+        value = json_format.MessageToDict(value)
+    return hashlib.sha256(canonical_json(value)).hexdigest()
+
+
+def to_struct(projected: Mapping[str, Any]) -> struct_pb2.Struct:
+    """The projected data as a Struct for ``AgentTask.input``."""
+    struct = struct_pb2.Struct()
+    struct.update(_normalize(projected))
+    return struct
+
+
+# --- projection ------------------------------------------------------------------------------------
+
+_Trie = dict[str, Any]
+_LEAF: _Trie = {}
+_MISSING = object()
+
+
+def _trie(paths: tuple[str, ...]) -> _Trie:
+    root: _Trie = {}
+    for p in paths:
+        node = root
+        tokens = _tokens(p)
+        for i, token in enumerate(tokens):
+            if node.get(token) is _LEAF:
+                break  # an ancestor is selected whole already
+            if i == len(tokens) - 1:
+                node[token] = _LEAF
+            else:
+                node = node.setdefault(token, {})
+    return root
+
+
+def _leaf_paths(value: Any, prefix: str, out: set[str]) -> None:
+    if isinstance(value, Mapping) and value:
+        for k, v in value.items():
+            _leaf_paths(v, f"{prefix}.{k}" if prefix else str(k), out)
+    elif isinstance(value, list | tuple) and value and any(isinstance(v, Mapping | list | tuple) for v in value):
+        for v in value:
+            _leaf_paths(v, f"{prefix}{_LIST}", out)
+    elif prefix:
+        out.add(prefix)
+
+
+class Projector:
+    """Projects a full context for one agent and purpose."""
+
+    def __init__(self, config: ProjectionConfig) -> None:
+        """Args:
+        config: The validated whitelists.
+        """
+        self._config = config
+
+    def _sanitize(self, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {k: self._sanitize(v) for k, v in value.items() if k not in self._config.sensitive_fields}
+        if isinstance(value, list | tuple):
+            return [self._sanitize(v) for v in value]
+        return value
+
+    def _select(self, value: Any, trie: _Trie) -> Any:
+        if trie is _LEAF:
+            return self._sanitize(value)
+        if isinstance(value, Mapping):
+            out: dict[str, Any] = {}
+            for key, sub in trie.items():
+                if key == _LIST or key in self._config.sensitive_fields or key not in value:
+                    continue
+                selected = self._select(value[key], sub)
+                if selected is not _MISSING:
+                    out[key] = selected
+            return out
+        if isinstance(value, list | tuple) and _LIST in trie:
+            items = [self._select(item, trie[_LIST]) for item in value]
+            return [item for item in items if item is not _MISSING]
+        return _MISSING  # the context's shape differs from the path: pass nothing
+
+    def project(
+        self,
+        full_context: Mapping[str, Any],
+        agent_id: str,
+        purpose: str,
+        *,
+        source_context_id: str = "",
+        expires_at: _dt.datetime | None = None,
+    ) -> tuple[dict[str, Any], common_pb2.AgentContextProjection]:
+        """The projected context and its record.
+
+        Args:
+            full_context: Everything the supervisor knows for the task (plain JSON-like data).
+            agent_id: The task's target agent.
+            purpose: Why the agent needs context (e.g. ``training.verify``).
+            source_context_id: Id of the full context (e.g. the work-permit task id), recorded.
+            expires_at: When the projection stops being valid, recorded.
+
+        Returns:
+            ``(projected, record)``; the projected dict is in canonical form (integral
+            numbers as int, dates as ISO text) and ready for :func:`to_struct`.
+        """
+        paths = self._config.whitelist(agent_id, purpose)
+        selected = self._select(full_context, _trie(paths)) if paths else {}
+        projected: dict[str, Any] = _normalize(selected if isinstance(selected, dict) else {})
+        everything: set[str] = set()
+        kept: set[str] = set()
+        _leaf_paths(_normalize(full_context), "", everything)
+        _leaf_paths(projected, "", kept)
+        record = common_pb2.AgentContextProjection(
+            source_context_id=source_context_id,
+            target_agent_id=agent_id,
+            allowed_fields=paths,
+            redacted_fields=sorted(everything - kept),
+            purpose=purpose,
+            digest=context_digest(projected),
+        )
+        if expires_at is not None:
+            stamp = timestamp_pb2.Timestamp()
+            stamp.FromDatetime(expires_at.astimezone(_dt.UTC))
+            record.expires_at.CopyFrom(stamp)
+        return projected, record

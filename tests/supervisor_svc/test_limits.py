@@ -1,0 +1,189 @@
+"""Limits (PRD §21) and budgets (PRD §51): each limit stops with its own reason and configured action."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentmesh.v1 import common_pb2
+from supervisor_svc.errors import ConfigError, LimitExceeded, RequestInvalid
+from supervisor_svc.limits import ExecutionBudget, LimitAction, LimitPolicy, Limits, Usage
+from supervisor_svc.tenants import TenantDirectory
+
+
+def _policy(**limits: object) -> LimitPolicy:
+    return LimitPolicy(limits=Limits(**limits))  # type: ignore[arg-type]
+
+
+def test_defaults() -> None:
+    limits = Limits()
+    assert (limits.max_depth, limits.max_tasks, limits.max_handoffs) == (5, 30, 10)
+
+
+def test_max_depth() -> None:
+    budget = ExecutionBudget(_policy(max_depth=2))
+    budget.admit_task(depth=2, cost=0)
+    with pytest.raises(LimitExceeded) as err:
+        budget.admit_task(depth=3, cost=0)
+    assert err.value.reason == "MAX_DEPTH_EXCEEDED" and err.value.field == "limits.max_depth"
+    assert err.value.action == "STOP" and (err.value.limit, err.value.observed) == (2, 3)
+
+
+def test_max_tasks_leaves_usage_unchanged() -> None:
+    budget = ExecutionBudget(_policy(max_tasks=2))
+    budget.admit_task(depth=1, cost=1)
+    budget.admit_task(depth=1, cost=1)
+    with pytest.raises(LimitExceeded) as err:
+        budget.admit_task(depth=1, cost=1)
+    assert err.value.reason == "MAX_TASKS_EXCEEDED"
+    assert budget.usage == Usage(tasks=2, cost=2.0, max_depth=1)
+
+
+def test_max_handoffs_only_counts_handoffs() -> None:
+    budget = ExecutionBudget(_policy(max_handoffs=1))
+    budget.admit_task(depth=1, cost=0)
+    budget.admit_task(depth=2, cost=0, handoff=True)
+    with pytest.raises(LimitExceeded) as err:
+        budget.admit_task(depth=2, cost=0, handoff=True)
+    assert err.value.reason == "MAX_HANDOFFS_EXCEEDED"
+
+
+def test_max_cost() -> None:
+    budget = ExecutionBudget(_policy(max_cost=2.5))
+    budget.admit_task(depth=1, cost=2.0)
+    with pytest.raises(LimitExceeded) as err:
+        budget.admit_task(depth=1, cost=1.0)
+    assert err.value.reason == "MAX_COST_EXCEEDED" and err.value.observed == 3.0
+
+
+def test_max_execution_time() -> None:
+    budget = ExecutionBudget(_policy(max_execution_time_ms=1000))
+    budget.check_time(1000)
+    assert budget.remaining_ms(400) == 600
+    with pytest.raises(LimitExceeded) as err:
+        budget.check_time(1001)
+    assert err.value.reason == "MAX_EXECUTION_TIME_EXCEEDED"
+
+
+def test_tokens_and_model_calls_from_request_budget() -> None:
+    budget = ExecutionBudget(LimitPolicy(), common_pb2.AgentBudget(max_tokens=100, max_model_calls=1))
+    budget.record_model_usage(tokens=60, model_calls=1)
+    with pytest.raises(LimitExceeded) as err:
+        budget.record_model_usage(tokens=50)
+    assert err.value.reason == "MAX_TOKENS_EXCEEDED" and err.value.field == "budget.max_tokens"
+    calls = ExecutionBudget(LimitPolicy(), common_pb2.AgentBudget(max_model_calls=1))
+    calls.record_model_usage(model_calls=1)
+    with pytest.raises(LimitExceeded) as err:
+        calls.record_model_usage(model_calls=1)
+    assert err.value.reason == "MAX_MODEL_CALLS_EXCEEDED"
+
+
+def test_request_budget_only_tightens() -> None:
+    tighter = ExecutionBudget(_policy(max_cost=10.0, max_handoffs=5),
+                              common_pb2.AgentBudget(max_cost=1.0, max_delegations=0, max_execution_time_ms=500))
+    assert tighter.limits.max_cost == 1.0 and tighter.limits.max_execution_time_ms == 500
+    assert tighter.limits.max_handoffs == 5  # 0 means "not set" in proto3
+    with pytest.raises(LimitExceeded) as err:
+        tighter.admit_task(depth=1, cost=2.0)
+    assert err.value.field == "budget.max_cost"
+    looser = ExecutionBudget(_policy(max_cost=10.0), common_pb2.AgentBudget(max_cost=1000.0, max_delegations=50))
+    assert looser.limits.max_cost == 10.0 and looser.limits.max_handoffs == 10
+
+
+def test_delegation_budget_binds_handoffs() -> None:
+    budget = ExecutionBudget(LimitPolicy(), common_pb2.AgentBudget(max_delegations=1))
+    budget.admit_task(depth=2, cost=0, handoff=True)
+    with pytest.raises(LimitExceeded) as err:
+        budget.admit_task(depth=2, cost=0, handoff=True)
+    assert (err.value.reason, err.value.field) == ("MAX_HANDOFFS_EXCEEDED", "budget.max_delegations")
+
+
+def test_negative_request_budget_is_invalid() -> None:
+    with pytest.raises(RequestInvalid) as err:
+        ExecutionBudget(LimitPolicy(), common_pb2.AgentBudget(max_cost=-1))
+    assert err.value.field == "budget.max_cost"
+
+
+def test_admit_plan_is_all_or_nothing() -> None:
+    budget = ExecutionBudget(_policy(max_tasks=3))
+    with pytest.raises(LimitExceeded):
+        budget.admit_plan([(1, 1.0)] * 4)
+    assert budget.usage == Usage()
+
+
+def test_action_per_reason_from_configuration() -> None:
+    policy = LimitPolicy(limits=Limits(max_cost=1.0, max_tasks=1), default_action=LimitAction.STOP,
+                         actions={"MAX_COST_EXCEEDED": LimitAction.HUMAN_REVIEW})
+    budget = ExecutionBudget(policy)
+    with pytest.raises(LimitExceeded) as err:
+        budget.admit_task(depth=1, cost=5.0)
+    assert err.value.action == "HUMAN_REVIEW"
+    budget.admit_task(depth=1, cost=0.5)
+    with pytest.raises(LimitExceeded) as err:
+        budget.admit_task(depth=1, cost=0.1)
+    assert err.value.action == "STOP"
+
+
+def test_task_budget_is_what_is_left() -> None:
+    budget = ExecutionBudget(_policy(max_cost=4.0, max_handoffs=3, max_execution_time_ms=1000))
+    budget.admit_task(depth=1, cost=1.0)
+    tb = budget.task_budget(elapsed_ms=300)
+    assert (tb.max_cost, tb.max_delegations, tb.max_execution_time_ms) == (3.0, 3, 700)
+
+
+def test_resume_from_usage() -> None:
+    budget = ExecutionBudget(_policy(max_tasks=2), usage=Usage(tasks=2))
+    with pytest.raises(LimitExceeded):
+        budget.admit_task(depth=1, cost=0)
+
+
+# --- tenant configuration --------------------------------------------------------------------------------
+
+def test_shipped_tenants(tenants: TenantDirectory) -> None:
+    acme = tenants.get("acme")
+    assert "training-agent" in acme.allowed_agents
+    assert acme.limit_policy.action_for("MAX_COST_EXCEEDED") is LimitAction.HUMAN_REVIEW
+    assert acme.limit_policy.action_for("MAX_TASKS_EXCEEDED") is LimitAction.STOP
+    assert tenants.get("globex").limit_policy.limits.max_tasks == 20
+    unknown = tenants.get("initech")
+    assert unknown.allowed_agents == frozenset() and unknown.limit_policy.limits == Limits()
+    tenants.check_agents({"work-permit-agent", "training-agent", "risk-agent", "compliance-agent"})
+
+
+def test_tenant_limits_override_defaults_field_by_field(tmp_path: Path) -> None:
+    cfg = tmp_path / "tenants.yaml"
+    cfg.write_text(
+        "defaults:\n  limits: {max_tasks: 8, max_depth: 3}\n  on_exceeded: {default: HUMAN_REVIEW}\n"
+        "tenants:\n  acme:\n    allowed_agents: [training-agent]\n    limits: {max_tasks: 4}\n"
+    )
+    acme = TenantDirectory.load(cfg).get("acme")
+    assert (acme.limit_policy.limits.max_tasks, acme.limit_policy.limits.max_depth) == (4, 3)
+    assert acme.limit_policy.default_action is LimitAction.HUMAN_REVIEW
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("tenants:\n  acme:\n    allowed_agents: [x]\n    limits: {max_tasks: -1}\n", "tenants.acme.limits.max_tasks"),
+        ("tenants:\n  acme:\n    allowed_agents: [x]\n    on_exceeded: {MAX_FUN: STOP}\n",
+         "tenants.acme.on_exceeded.MAX_FUN"),
+        ("tenants:\n  acme:\n    allowed_agents: [x]\n    on_exceeded: {default: PANIC}\n",
+         "tenants.acme.on_exceeded.default"),
+        ("tenants:\n  Acme!:\n    allowed_agents: [x]\n", "tenants.Acme!"),
+        ("tenants:\n  acme:\n    allowed_agents: [x, x]\n", "tenants.acme.allowed_agents"),
+        ("tenants:\n  acme: {}\n", "tenants.acme.allowed_agents"),
+    ],
+)
+def test_bad_tenant_file_names_field(tmp_path: Path, text: str, field: str) -> None:
+    cfg = tmp_path / "tenants.yaml"
+    cfg.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        TenantDirectory.load(cfg)
+    assert err.value.field == field and "tenants.yaml" in str(err.value)
+
+
+def test_unknown_agent_in_tenant_configuration_fails_loudly(tenants: TenantDirectory) -> None:
+    with pytest.raises(ConfigError) as err:
+        tenants.check_agents({"training-agent"})
+    assert err.value.reason == "CONFIG_REFERENCE_INVALID"
