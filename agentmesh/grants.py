@@ -10,6 +10,8 @@ the capability runtime and anyone reading the audit log can verify it offline.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -73,6 +75,10 @@ class GrantSigner:
         session_id: str = "",
         conversation_id: str = "",
         parent_grant_id: str = "",
+        confirmed_action_digest: str = "",
+        confirmation_id: str = "",
+        human_approval_id: str = "",
+        human_approver_id: str = "",
         ttl: dt.timedelta = DEFAULT_TTL,
         now: dt.datetime | None = None,
     ) -> common_pb2.SignedTaskGrant:
@@ -97,8 +103,19 @@ class GrantSigner:
             session_id=session_id,
             conversation_id=conversation_id,
             parent_grant_id=parent_grant_id,
+            confirmed_action_digest=confirmed_action_digest,
+            confirmation_id=confirmation_id,
+            human_approval_id=human_approval_id,
+            human_approver_id=human_approver_id,
         )
         return self.sign(grant)
+
+
+def action_digest(capability_id: str, arguments: Mapping[str, object]) -> str:
+    """SHA-256 of one exact action (capability and input), as confirmations bind to it."""
+    body = json.dumps({"capability": capability_id, "input": arguments}, sort_keys=True, separators=(",", ":"),
+                      default=str)
+    return hashlib.sha256(body.encode()).hexdigest()
 
 
 def decode(signed: common_pb2.SignedTaskGrant) -> common_pb2.TaskGrant:

@@ -15,7 +15,9 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import asdict, dataclass
+from importlib import resources
 from pathlib import Path
 
 import grpc
@@ -101,10 +103,16 @@ def _log_tail(path: Path, lines: int = 5) -> str:
         return "(no log)"
 
 
-def _start(config: MeshConfig, w: Workload, peers: dict[str, str]) -> subprocess.Popen[bytes]:
+def demo_world() -> Path:
+    """The demo world shipped with agentmesh: loaded on first start, served by the sandbox LMS."""
+    return Path(str(resources.files("agentmesh"))) / "data" / "demo_world.yaml"
+
+
+def _start(config: MeshConfig, w: Workload, peers: dict[str, str],
+           extra: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
     log_path = config.mesh_home.logs / f"{w.name}.log"
     address_file(config, w.name).unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", w.module, *w.extra_args, "--home", str(config.home),
+    cmd = [sys.executable, "-m", w.module, *w.extra_args, *extra, "--home", str(config.home),
            "--host", config.host, "--port", str(config.port(w.name))]
     for name, addr in peers.items():
         cmd += ["--peer", f"{name}={addr}"]
@@ -134,6 +142,52 @@ def _wait_ready(config: MeshConfig, w: Workload, proc: subprocess.Popen[bytes]) 
                       f"{_log_tail(log_path)}")
 
 
+def lms_world(config: MeshConfig) -> Path:
+    """The world the sandbox LMS serves: the last one loaded with ``agentmesh data load``, else the demo."""
+    loaded = config.mesh_home.data / "lms-world.yaml"
+    return loaded if loaded.exists() else demo_world()
+
+
+def _start_lms(config: MeshConfig, port: int | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """Starts the sandbox LMS (plain HTTP, an external system) and waits for /healthz."""
+    addr_path = config.mesh_home.run / "lms.addr"
+    addr_path.unlink(missing_ok=True)
+    log_path = config.mesh_home.logs / "lms.log"
+    cmd = [sys.executable, "-m", "lms_sandbox", "--host", config.host,
+           "--port", str(config.port("lms") if port is None else port),
+           "--data", str(lms_world(config)), "--address-file", str(addr_path)]
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + config.startup_timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise LaunchError(f"lms exited with code {proc.returncode}:\n{_log_tail(log_path)}")
+        if addr_path.exists():
+            url = addr_path.read_text().strip()
+            try:
+                with urllib.request.urlopen(f"{url}/healthz", timeout=2) as resp:
+                    if resp.status == 200:
+                        return proc, url
+            except OSError:
+                pass
+        time.sleep(0.05)
+    proc.kill()
+    raise LaunchError(f"lms did not answer /healthz within {config.startup_timeout_s:.0f}s")
+
+
+def restart_lms(config: MeshConfig) -> str | None:
+    """Restarts a running sandbox LMS on its port so it serves the current world; None if none runs."""
+    procs = read_state(config)
+    lms = next((p for p in procs if p.name == "lms" and pid_alive(p.pid)), None)
+    if lms is None:
+        return None
+    stop_all([lms])
+    port = int(lms.address.rsplit(":", 1)[1])
+    proc, url = _start_lms(config, port)
+    _write_state(config, [Running("lms", "", url, proc.pid, kind="http") if p.name == "lms" else p for p in procs])
+    return url
+
+
 def up(config: MeshConfig, *, progress: bool = True) -> list[Running]:
     """Starts every process (creating certificates first if needed); returns them."""
     if any(pid_alive(p.pid) for p in read_state(config)):
@@ -141,9 +195,18 @@ def up(config: MeshConfig, *, progress: bool = True) -> list[Running]:
     init_identities(config)
     peers: dict[str, str] = dict(config.peers)
     started: list[Running] = []
+    extra: dict[str, tuple[str, ...]] = {"capability": ("--world", str(demo_world()))}
     try:
+        lms_url = config.lms_url
+        if lms_url is None:
+            lms_proc, lms_url = _start_lms(config)
+            started.append(Running("lms", "", lms_url, lms_proc.pid, kind="http"))
+            _write_state(config, started)
+            if progress:
+                print(f"  {'lms (sandbox)':<18} SERVING  {lms_url}", file=sys.stderr)
+        extra["capability"] += ("--lms-url", lms_url)
         for w in workloads(config):
-            proc = _start(config, w, peers)
+            proc = _start(config, w, peers, extra.get(w.name, ()))
             started.append(Running(w.name, str(w.identity), "", proc.pid))
             address = _wait_ready(config, w, proc)
             started[-1] = Running(w.name, str(w.identity), address, proc.pid)
@@ -194,10 +257,22 @@ def status(config: MeshConfig) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     for p in read_state(config):
         alive = pid_alive(p.pid)
-        health = health_check(config, p.address, p.spiffe_id) if alive and p.kind == "grpc" else (
-            "RUNNING" if alive else "DEAD")
+        if not alive:
+            health = "DEAD"
+        elif p.kind == "grpc":
+            health = health_check(config, p.address, p.spiffe_id)
+        else:
+            health = _http_health(p.address)
         rows.append({**asdict(p), "alive": alive, "health": health})
     return rows
+
+
+def _http_health(url: str) -> str:
+    try:
+        with urllib.request.urlopen(f"{url}/healthz", timeout=2) as resp:
+            return "SERVING" if resp.status == 200 else f"HTTP {resp.status}"
+    except OSError as err:
+        return f"UNREACHABLE ({err})"
 
 
 def wait_foreground(config: MeshConfig, procs: list[Running]) -> None:

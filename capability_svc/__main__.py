@@ -1,25 +1,54 @@
-"""``python -m capability_svc``: runs the capability role."""
+"""``python -m capability_svc``: runs the capability runtime role."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from importlib import resources
+from pathlib import Path
 
 import grpc
 
-from agentmesh import spiffe
-from agentmesh.service import ServiceContext, ServiceSpec, base_parser, run
-from agentmesh.unimplemented import unimplemented_servicer
+from agentmesh import signing, spiffe
+from agentmesh.service import ServiceContext, ServiceSpec, StartupError, base_parser, run
 from agentmesh.v1 import capability_service_pb2_grpc as capability_grpc
+from capability_svc.errors import CapabilityError
+from capability_svc.governance import GovernedInvoker
+from capability_svc.idempotency import IdempotencyStore
+from capability_svc.runtime import open_runtime
+from capability_svc.servicer import CapabilityServicer, PolicyClient
 
 SERVICES = ("agentmesh.v1.CapabilityService",)
 
 
+def demo_world() -> Path:
+    """The demo world shipped with agentmesh."""
+    return Path(str(resources.files("agentmesh"))) / "data" / "demo_world.yaml"
+
+
 def register(server: grpc.Server, ctx: ServiceContext) -> None:
-    """Adds the capability servicer."""
+    """Opens the runtime, checks its wiring and adds the servicer."""
+    lms_url = ctx.args.lms_url or ctx.config.lms_url
+    if not lms_url:
+        raise StartupError("no LMS address: set --lms-url or lms_url in the config")
+    try:
+        grant_key = signing.load_public_key(ctx.config.mesh_home.keys / "grant-signer.pub")
+    except signing.SigningKeyError as err:
+        raise StartupError(f"{err} (the supervisor's grant-signing key; run 'agentmesh certs init')") from err
+    try:
+        runtime = open_runtime(ctx.data_dir, lms_url)
+        if ctx.args.world:
+            runtime.load_world_if_empty(Path(ctx.args.world))
+    except CapabilityError as err:
+        raise StartupError(str(err)) from err
+    idempotency = IdempotencyStore(ctx.data_dir / "idempotency.db")
+    ctx.on_stop(runtime.close)
+    ctx.on_stop(idempotency.close)
+    audit = ctx.audit()
+    invoker = GovernedInvoker(runtime, idempotency, PolicyClient(ctx.channel("policy"), ctx.config.call_timeout_s),
+                              audit, {signing.key_id(grant_key): grant_key})
     capability_grpc.add_CapabilityServiceServicer_to_server(
-        unimplemented_servicer(capability_grpc.CapabilityServiceServicer)(), server
-    )
+        CapabilityServicer(invoker, runtime.registry, audit), server)
 
 
 def spec(args: argparse.Namespace) -> ServiceSpec:
@@ -29,7 +58,10 @@ def spec(args: argparse.Namespace) -> ServiceSpec:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point."""
-    return run(spec, base_parser("capability_svc", "agentmesh capability service"), argv)
+    parser = base_parser("capability_svc", "agentmesh capability runtime")
+    parser.add_argument("--lms-url", help="base URL of the LMS (default: lms_url from the config)")
+    parser.add_argument("--world", help="world file to load when the data directory holds none yet")
+    return run(spec, parser, argv)
 
 
 if __name__ == "__main__":

@@ -189,6 +189,22 @@ class InternalStore:
                 raise
             conn.execute("COMMIT")
 
+    def owner_tenants(self, resource_type: str, resource_id: str) -> list[str]:
+        """Which tenants hold a record with this id; for the policy's tenant-isolation check only.
+
+        This is the one deliberately unscoped read: it returns tenant ids, never
+        record data, so the policy engine can see (and audit) a cross-tenant
+        attempt that the tenant-scoped reads would only report as "not found".
+        """
+        table = {"permit": ("permits", "permit_id"), "worker": ("workers", "worker_id")}.get(resource_type)
+        if table is None:
+            return []
+        with self._connect() as conn:
+            rows = conn.execute(
+                f"SELECT tenant_id FROM {table[0]} WHERE {table[1]} = ? ORDER BY tenant_id", (resource_id,)
+            ).fetchall()
+        return [r["tenant_id"] for r in rows]
+
     def scope(self, tenant_id: str) -> TenantScope:
         """The only way to read or change records: everything confined to ``tenant_id``."""
         return TenantScope(self, tenant_id)

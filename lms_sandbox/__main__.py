@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -39,6 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="require 'Authorization: Bearer TOKEN' on /admin endpoints",
     )
     parser.add_argument("--verbose", action="store_true", help="log every request to stderr")
+    parser.add_argument(
+        "--address-file",
+        help="write the base URL here once listening (the agentmesh launcher reads it with --port 0)",
+    )
     return parser
 
 
@@ -73,6 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     print(f"lms_sandbox listening on {sandbox.base_url}", flush=True)
+    if args.address_file:
+        tmp = args.address_file + ".tmp"
+        with open(tmp, "w") as fh:
+            fh.write(sandbox.base_url)
+        os.replace(tmp, args.address_file)
     sandbox.serve_forever()
     return 0
 

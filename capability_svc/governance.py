@@ -1,0 +1,357 @@
+"""The governed path of one capability call (BRIEF "The path of one capability call").
+
+In this order, each step failing closed:
+
+1. the caller's SPIFFE id must equal the grant's audience; the grant's
+   signature (the supervisor's key), expiry, tenant and capability list hold;
+2. the capability is executable and the input passes its JSON Schema;
+3. a mutation carries an idempotency key; a replay returns the first outcome;
+4. PolicyService.Authorize decides, with the user from the grant;
+5. an audit record of the decision, durable before any effect;
+6. execution with the caller's deadline; output validated;
+7. for mutations, the effect is read back; a failed read-back is a failure;
+8. an audit record of the outcome.
+
+Every refusal is audited too. Transport-free: the servicer passes the caller
+identity, the request and the remaining deadline; policy and audit are ports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from google.protobuf import json_format, struct_pb2
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from agentmesh import errors, grants, spiffe
+from agentmesh.v1 import audit_service_pb2 as audit_pb2
+from agentmesh.v1 import capability_service_pb2 as pb
+from agentmesh.v1 import common_pb2
+from agentmesh.v1 import policy_service_pb2 as policy_pb2
+from capability_svc import errors as cap_errors
+from capability_svc.executor import PreparedCall
+from capability_svc.idempotency import IdempotencyConflict, IdempotencyInFlight, IdempotencyStore
+from capability_svc.invocation import InvocationContext
+from capability_svc.runtime import CapabilityRuntime
+
+log = logging.getLogger(__name__)
+
+RUNTIME_VERSION = "agentmesh-capability/0.1.0"
+
+
+class Authorizer(Protocol):
+    """The policy engine, as this service sees it."""
+
+    def __call__(self, request: policy_pb2.AuthorizeRequest) -> policy_pb2.AuthorizeResponse: ...
+
+
+class Recorder(Protocol):
+    """The audit log, as this service sees it."""
+
+    def record(self, event_type: int, **fields: Any) -> audit_pb2.AppendRecordResponse: ...
+
+
+_RISK = {"LOW": common_pb2.RISK_LEVEL_LOW, "MEDIUM": common_pb2.RISK_LEVEL_MEDIUM,
+         "HIGH": common_pb2.RISK_LEVEL_HIGH, "CRITICAL": common_pb2.RISK_LEVEL_CRITICAL}
+_POLICY_RESOURCE = {"permit": "WorkPermit", "worker": "Worker"}
+
+
+def _digest(data: Any) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
+
+
+def mesh_error(err: cap_errors.CapabilityError) -> errors.MeshError:
+    """Maps a capability-domain error to the mesh error (and so to its gRPC status)."""
+    meta = {"field": err.field} if err.field else {}
+    table: list[tuple[type[cap_errors.CapabilityError], type[errors.MeshError]]] = [
+        (cap_errors.InputInvalid, errors.InvalidArgument),
+        (cap_errors.CapabilityNotFound, errors.NotFound),
+        (cap_errors.ResourceNotFound, errors.NotFound),
+        (cap_errors.CapabilityNotExecutable, errors.FailedPrecondition),
+        (cap_errors.PreconditionFailed, errors.FailedPrecondition),
+        (cap_errors.StatusChangeRefused, errors.FailedPrecondition),
+        (cap_errors.DependencyError, errors.FailedPrecondition),
+        (cap_errors.VerificationFailed, errors.Aborted),
+        (IdempotencyConflict, errors.Aborted),
+        (IdempotencyInFlight, errors.Aborted),
+        (cap_errors.DeadlineExceeded, errors.DeadlineExceeded),
+        (cap_errors.ExternalTimeout, errors.DeadlineExceeded),
+        (cap_errors.ExternalError, errors.Unavailable),
+    ]
+    for domain_cls, mesh_cls in table:
+        if isinstance(err, domain_cls):
+            return mesh_cls(err.message, reason=err.reason, metadata=meta)
+    return errors.Internal(err.message, reason=err.reason, metadata=meta)
+
+
+def evidence_of(output: Mapping[str, Any], capability: str) -> list[common_pb2.EvidenceReference]:
+    """EvidenceReferences from the provenance the output carries (data, never instructions)."""
+    prov = output.get("provenance")
+    if not isinstance(prov, Mapping):
+        return []
+    ref = common_pb2.EvidenceReference(
+        source=str(prov.get("source", "")), reference=str(prov.get("reference", "")),
+        authority=f"AUTHORITY_LEVEL_{prov.get('authority', 'UNSPECIFIED')}", capability=capability)
+    fetched = prov.get("fetched_at")
+    if isinstance(fetched, str):
+        with contextlib.suppress(ValueError):
+            ref.fetched_at.FromJsonString(fetched)
+    return [ref]
+
+
+class GovernedInvoker:
+    """Runs InvokeCapability for one caller, in the order documented above."""
+
+    def __init__(
+        self,
+        runtime: CapabilityRuntime,
+        idempotency: IdempotencyStore,
+        authorize: Authorizer,
+        audit: Recorder,
+        trusted_grant_keys: Mapping[str, Ed25519PublicKey],
+        *,
+        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+    ) -> None:
+        self._rt = runtime
+        self._idem = idempotency
+        self._authorize = authorize
+        self._audit = audit
+        self._keys = dict(trusted_grant_keys)
+        self._clock = clock
+
+    # -- refusals -------------------------------------------------------------
+
+    def _refuse(self, err: errors.MeshError, req: pb.InvokeCapabilityRequest, grant: common_pb2.TaskGrant | None,
+                *, decision: common_pb2.PolicyDecision | None = None, resource: str = "",
+                unverified: bool = False) -> errors.MeshError:
+        """Records a refusal in audit and returns the error to raise."""
+        try:
+            self._audit.record(
+                audit_pb2.AUDIT_EVENT_TYPE_POLICY_DECISION if decision else audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED,
+                outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
+                reason_codes=[err.reason, *(decision.reason_codes if decision else []),
+                              *(["GRANT_CLAIMS_UNVERIFIED"] if unverified else [])],
+                capability_id=req.capability_id,
+                tenant_id=grant.tenant_id if grant else "",
+                user_id=grant.user_id if grant else "",
+                execution_id=grant.execution_id if grant else req.trace.execution_id,
+                task_id=grant.task_id if grant else "",
+                agent_id=grant.audience.rsplit("/", 1)[-1] if grant else "",
+                principal=self._principal(req, grant) if grant and not unverified else None,
+                policy_decision=decision,
+                resource=resource,
+                input_digest=_digest(json_format.MessageToDict(req.input)),
+            )
+        except errors.MeshError:
+            log.exception("refusal of %s could not be audited", req.capability_id)
+        return err
+
+    def _principal(self, req: pb.InvokeCapabilityRequest, grant: common_pb2.TaskGrant) -> common_pb2.AgentPrincipal:
+        chain = list(req.principal.delegation_chain) or [
+            f"user:{grant.tenant_id}/{grant.user_id}", f"svc:{spiffe.parse(grant.issuer).name}"]
+        agent = spiffe.parse(grant.audience)
+        if f"{agent.kind}:{agent.name}" not in chain:
+            chain.append(f"{agent.kind}:{agent.name}")
+        principal = common_pb2.AgentPrincipal(
+            agent_id=agent.name, agent_version=req.principal.agent_version, execution_id=grant.execution_id,
+            parent_agent_id=req.principal.parent_agent_id, delegation_chain=[*chain, f"capability:{req.capability_id}"])
+        known = {s.SerializeToString(deterministic=True) for s in req.principal.grants}
+        principal.grants.extend(req.principal.grants)
+        if req.grant.SerializeToString(deterministic=True) not in known:
+            principal.grants.append(req.grant)
+        return principal
+
+    # -- the path -------------------------------------------------------------
+
+    def invoke(self, caller: str, req: pb.InvokeCapabilityRequest, *,
+               deadline_s: float | None) -> pb.InvokeCapabilityResponse:
+        """Authorises, audits, executes and verifies one call; raises a MeshError on refusal or failure."""
+        # 1. The grant: authentic, unexpired, for this caller, listing this capability.
+        try:
+            grant = grants.verify(req.grant, self._keys, now=self._clock())
+        except grants.GrantInvalid as err:
+            # Record what the refused grant claims (marked unverified), so the
+            # attempt can be found by its execution id.
+            try:
+                claimed: common_pb2.TaskGrant | None = grants.decode(req.grant) if req.grant.grant else None
+            except grants.GrantInvalid:
+                claimed = None
+            raise self._refuse(errors.Unauthenticated(str(err), reason=err.reason, metadata={"field": "grant"}),
+                               req, claimed, unverified=claimed is not None) from err
+        if grant.audience != caller:
+            raise self._refuse(errors.PermissionDenied(
+                "the grant was issued to another identity", reason="GRANT_AUDIENCE_MISMATCH",
+                metadata={"field": "grant", "caller": caller}), req, grant)
+        if not req.capability_id:
+            raise self._refuse(errors.InvalidArgument("capability_id is required", reason="MISSING_FIELD",
+                                                      metadata={"field": "capability_id"}), req, grant)
+        if req.capability_id not in grant.capabilities:
+            raise self._refuse(errors.PermissionDenied(
+                f"the grant does not list {req.capability_id}", reason="GRANT_CAPABILITY_NOT_LISTED",
+                metadata={"field": "capability_id"}), req, grant)
+        if not grant.tenant_id:
+            raise self._refuse(errors.PermissionDenied("the grant names no tenant", reason="GRANT_NO_TENANT",
+                                                       metadata={"field": "grant"}), req, grant)
+        agent_id = spiffe.parse(grant.audience).name
+        ctx = InvocationContext(grant.tenant_id, grant.user_id, agent_id, grant.execution_id)
+
+        # 2. Executable, and the input matches its schema. Nothing runs yet.
+        arguments = json_format.MessageToDict(req.input)
+        try:
+            call = self._rt.executor.prepare(ctx, req.capability_id, arguments)
+        except cap_errors.CapabilityError as err:
+            raise self._refuse(mesh_error(err), req, grant) from err
+        m = call.manifest
+        resource_id = call.resource_id or ""
+        resource = f"{m.resource_type or 'none'}:{resource_id}"
+
+        # 3. Idempotency for mutations.
+        payload = _digest({"capability": m.key, "input": arguments})
+        claimed = False
+        if call.mutates:
+            if not req.idempotency_key:
+                raise self._refuse(errors.InvalidArgument(
+                    "a mutation needs an idempotency_key", reason="MISSING_FIELD",
+                    metadata={"field": "idempotency_key"}), req, grant)
+            try:
+                claim = self._idem.claim(grant.tenant_id, m.id, req.idempotency_key, payload)
+            except cap_errors.CapabilityError as err:
+                raise self._refuse(mesh_error(err), req, grant, resource=resource) from err
+            if not claim.new:
+                first = pb.InvokeCapabilityResponse()
+                first.ParseFromString(claim.response or b"")
+                first.replayed = True
+                return first
+            claimed = True
+        try:
+            return self._authorized_call(req, grant, call, resource, payload, deadline_s)
+        except BaseException:
+            if claimed:
+                self._idem.release(grant.tenant_id, m.id, req.idempotency_key)
+            raise
+
+    def _authorized_call(self, req: pb.InvokeCapabilityRequest, grant: common_pb2.TaskGrant, call: PreparedCall,
+                         resource: str, payload: str, deadline_s: float | None) -> pb.InvokeCapabilityResponse:
+        m = call.manifest
+        resource_id = call.resource_id or ""
+        # The resource's owning tenant, so the policy sees (and audit records) a
+        # cross-tenant attempt; the caller only ever hears "not found".
+        owners = self._rt.store.owner_tenants(m.resource_type or "", resource_id) if resource_id else []
+        resource_tenant = grant.tenant_id if (not owners or grant.tenant_id in owners) else owners[0]
+        principal = self._principal(req, grant)
+
+        # 4. The policy engine decides, on the user's authority.
+        policy_req = policy_pb2.AuthorizeRequest(
+            user=common_pb2.UserContext(tenant_id=grant.tenant_id, user_id=grant.user_id, roles=list(grant.roles),
+                                        session_id=grant.session_id, conversation_id=grant.conversation_id,
+                                        assertion_digest=grant.assertion_digest),
+            actor_type=grant.actor_type or common_pb2.ACTOR_TYPE_USER,
+            system_actor=grant.user_id if grant.actor_type == common_pb2.ACTOR_TYPE_SYSTEM else "",
+            agent=principal,
+            delegation_depth=grant.depth,
+            capability_id=m.id,
+            capability_version=str(m.version),
+            resource=policy_pb2.ResourceRef(type=_POLICY_RESOURCE.get(m.resource_type or "", m.resource_type or ""),
+                                            id=resource_id, tenant_id=resource_tenant),
+            # Confirmation and approval count only when the supervisor signed them
+            # into this grant, bound to this exact action.
+            context=policy_pb2.OperationContext(
+                confirmation_given=bool(grant.confirmed_action_digest)
+                and grant.confirmed_action_digest == grants.action_digest(m.id, call.arguments),
+                human_approval_id=grant.human_approval_id, human_approver_id=grant.human_approver_id,
+                risk_profile=common_pb2.RiskProfile(
+                max_risk=_RISK.get(m.risk_profile.max_risk.value, common_pb2.RISK_LEVEL_UNSPECIFIED),
+                can_mutate=m.risk_profile.mutates, can_external_write=m.risk_profile.external_write,
+                can_bulk_operate=m.risk_profile.bulk)),
+            operation=policy_pb2.OPERATION_KIND_INVOKE,
+            trace=req.trace,
+        )
+        try:
+            decision = self._authorize(policy_req).decision
+        except errors.MeshError as err:
+            raise self._refuse(errors.Unavailable(
+                f"no policy decision, so no execution: {err.message}", reason="POLICY_UNAVAILABLE"),
+                req, grant, resource=resource) from err
+        versions = common_pb2.VersionStamp(agent_version=req.principal.agent_version,
+                                           capability_version=str(m.version),
+                                           policy_version=decision.policy_version, runtime_version=RUNTIME_VERSION)
+        if decision.effect != common_pb2.POLICY_EFFECT_ALLOW:
+            raise self._refuse(self._policy_error(decision, resource_tenant != grant.tenant_id, m.id, resource_id),
+                               req, grant, decision=decision, resource=resource)
+
+        # 5. Audit before any effect (durable on acknowledgement).
+        common = dict(tenant_id=grant.tenant_id, user_id=grant.user_id, execution_id=grant.execution_id,
+                      task_id=grant.task_id, agent_id=principal.agent_id, principal=principal,
+                      capability_id=m.id, capability_version=str(m.version), policy_decision=decision,
+                      versions=versions, resource=resource, input_digest=payload)
+        try:
+            self._audit.record(audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_INVOKED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
+                               **common)
+        except errors.MeshError as err:
+            raise errors.Unavailable(f"audit unavailable, nothing executed: {err.message}",
+                                     reason="AUDIT_UNAVAILABLE") from err
+
+        # 6–7. Execute within the deadline; verify mutations by reading back.
+        verified = False
+        try:
+            output = self._rt.executor.run(call, deadline_s=deadline_s)
+            if call.mutates:
+                check = self._rt.executor.verify(call, output)
+                if not check.verified:
+                    raise cap_errors.VerificationFailed(
+                        f"{m.key} on {resource_id!r} was acknowledged but its effect is not visible ({check.reason})",
+                        expected=check.expected, observed=check.observed)
+                verified = True
+        except cap_errors.CapabilityError as err:
+            failure = mesh_error(err)
+            outcome = (audit_pb2.AUDIT_OUTCOME_TIMEOUT if isinstance(failure, errors.DeadlineExceeded)
+                       else audit_pb2.AUDIT_OUTCOME_FAILURE)
+            self._record_outcome(common, outcome, [err.reason], "")
+            raise failure from err
+
+        # 8. Audit the outcome.
+        output_digest = _digest(output)
+        self._record_outcome(common, audit_pb2.AUDIT_OUTCOME_SUCCESS, ["VERIFIED"] if verified else [], output_digest)
+        out_struct = struct_pb2.Struct()
+        out_struct.update(output)
+        completed = Timestamp()
+        completed.FromDatetime(self._clock())
+        resp = pb.InvokeCapabilityResponse(
+            capability_id=m.id, capability_version=str(m.version), output=out_struct,
+            evidence=evidence_of(output, m.key), decision=decision, verified=verified, completed_at=completed)
+        if call.mutates:
+            self._idem.complete(grant.tenant_id, m.id, req.idempotency_key, resp.SerializeToString(deterministic=True))
+        return resp
+
+    def _record_outcome(self, common: dict[str, Any], outcome: int, reasons: list[str], output_digest: str) -> None:
+        try:
+            self._audit.record(audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME, outcome=outcome, reason_codes=reasons,
+                               output_digest=output_digest, **common)
+        except errors.MeshError:
+            # The effect happened and the decision was recorded before it;
+            # losing the outcome record is logged loudly, not hidden.
+            log.exception("outcome of %s could not be audited", common.get("capability_id"))
+
+    @staticmethod
+    def _policy_error(decision: common_pb2.PolicyDecision, cross_tenant: bool, capability: str,
+                      resource_id: str) -> errors.MeshError:
+        meta = {"decision_id": decision.decision_id, "reason_codes": ",".join(decision.reason_codes)}
+        if cross_tenant:
+            # Indistinguishable from a record that does not exist: no hint
+            # that another tenant holds it. The audit record says the truth.
+            return errors.NotFound(f"{resource_id!r} not found", reason="RESOURCE_NOT_FOUND")
+        if decision.effect == common_pb2.POLICY_EFFECT_CONFIRMATION_REQUIRED:
+            return errors.FailedPrecondition(f"{capability} needs the user's confirmation",
+                                             reason="CONFIRMATION_REQUIRED", metadata=meta)
+        if decision.effect == common_pb2.POLICY_EFFECT_HUMAN_APPROVAL_REQUIRED:
+            return errors.FailedPrecondition(f"{capability} needs a human approval",
+                                             reason="HUMAN_APPROVAL_REQUIRED", metadata=meta)
+        return errors.PermissionDenied(f"policy denied {capability}: {', '.join(decision.reason_codes)}",
+                                       reason="POLICY_DENIED", metadata=meta)

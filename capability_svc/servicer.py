@@ -1,0 +1,103 @@
+"""CapabilityService over gRPC: the thin face of the governed invoker and the registry."""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+from google.protobuf import struct_pb2
+
+from agentmesh import errors, transport
+from agentmesh.audit_client import AuditRecorder
+from agentmesh.v1 import audit_service_pb2 as audit_pb2
+from agentmesh.v1 import capability_service_pb2 as pb
+from agentmesh.v1 import capability_service_pb2_grpc as pb_grpc
+from agentmesh.v1 import common_pb2
+from agentmesh.v1 import policy_service_pb2 as policy_pb2
+from agentmesh.v1 import policy_service_pb2_grpc as policy_grpc
+from capability_svc import errors as cap_errors
+from capability_svc.governance import GovernedInvoker, mesh_error
+from capability_svc.registry import CapabilityEntry, CapabilityRegistry
+
+log = logging.getLogger(__name__)
+
+
+class PolicyClient:
+    """PolicyService.Authorize as a plain callable that raises mesh errors."""
+
+    def __init__(self, channel: grpc.Channel, timeout_s: float) -> None:
+        self._stub = policy_grpc.PolicyServiceStub(channel)
+        self._timeout = timeout_s
+
+    def __call__(self, request: policy_pb2.AuthorizeRequest) -> policy_pb2.AuthorizeResponse:
+        try:
+            resp: policy_pb2.AuthorizeResponse = self._stub.Authorize(request, timeout=self._timeout)
+        except grpc.RpcError as err:
+            raise errors.from_rpc_error(err) from err
+        return resp
+
+
+def definition(entry: CapabilityEntry) -> pb.CapabilityDefinition:
+    """A registry entry as the wire message."""
+    m = entry.manifest
+    inp, out = struct_pb2.Struct(), struct_pb2.Struct()
+    inp.update(dict(m.input_schema))
+    out.update(dict(m.output_schema))
+    return pb.CapabilityDefinition(
+        capability_id=m.id, version=str(m.version), description=m.description, domain=m.domain,
+        input_schema=inp, output_schema=out, backend=m.backend,
+        risk_profile=common_pb2.RiskProfile(
+            max_risk=f"RISK_LEVEL_{m.risk_profile.max_risk.value}", can_mutate=m.risk_profile.mutates,
+            can_external_write=m.risk_profile.external_write, can_bulk_operate=m.risk_profile.bulk),
+        status=f"LIFECYCLE_STATUS_{entry.status.value}",
+    )
+
+
+class CapabilityServicer(pb_grpc.CapabilityServiceServicer):
+    """InvokeCapability, ListCapabilities, SetCapabilityStatus."""
+
+    def __init__(self, invoker: GovernedInvoker, registry: CapabilityRegistry, audit: AuditRecorder) -> None:
+        self._invoker = invoker
+        self._registry = registry
+        self._audit = audit
+
+    def InvokeCapability(
+        self, request: pb.InvokeCapabilityRequest, context: grpc.ServicerContext
+    ) -> pb.InvokeCapabilityResponse:
+        remaining = context.time_remaining()
+        # Keep a little of the caller's deadline back, so a backend timeout is
+        # reported as such (with its cause) before the caller gives up.
+        deadline = None if remaining is None else remaining - min(0.25, remaining * 0.1)
+        return self._invoker.invoke(transport.caller_id(context), request, deadline_s=deadline)
+
+    def ListCapabilities(
+        self, request: pb.ListCapabilitiesRequest, context: grpc.ServicerContext
+    ) -> pb.ListCapabilitiesResponse:
+        return pb.ListCapabilitiesResponse(capabilities=[definition(e) for e in self._registry.list()])
+
+    def SetCapabilityStatus(
+        self, request: pb.SetCapabilityStatusRequest, context: grpc.ServicerContext
+    ) -> pb.SetCapabilityStatusResponse:
+        operator = transport.caller_id(context)
+        if not request.capability_id:
+            raise errors.InvalidArgument("capability_id is required", reason="MISSING_FIELD",
+                                         metadata={"field": "capability_id"})
+        if request.status == common_pb2.LIFECYCLE_STATUS_UNSPECIFIED:
+            raise errors.InvalidArgument("status is required", reason="MISSING_FIELD", metadata={"field": "status"})
+        if not request.reason.strip():
+            raise errors.InvalidArgument("a reason is required", reason="MISSING_FIELD", metadata={"field": "reason"})
+        status = common_pb2.LifecycleStatus.Name(request.status)
+        try:
+            self._registry.set_status(request.capability_id, status, changed_by=operator, reason=request.reason)
+            entry = self._registry.get(request.capability_id)
+        except cap_errors.CapabilityError as err:
+            raise mesh_error(err) from err
+        try:
+            self._audit.record(audit_pb2.AUDIT_EVENT_TYPE_STATUS_CHANGED, outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS,
+                               capability_id=request.capability_id,
+                               reason_codes=[f"status={status}", f"reason={request.reason}",
+                                             f"changed_by={operator}"])
+        except errors.MeshError:
+            # The status is already persisted in the registry's own history.
+            log.exception("capability status change not recorded in audit")
+        return pb.SetCapabilityStatusResponse(capability=definition(entry))
