@@ -180,11 +180,11 @@ class GovernedInvoker:
             # Record what the refused grant claims (marked unverified), so the
             # attempt can be found by its execution id.
             try:
-                claimed: common_pb2.TaskGrant | None = grants.decode(req.grant) if req.grant.grant else None
+                claims: common_pb2.TaskGrant | None = grants.decode(req.grant) if req.grant.grant else None
             except grants.GrantInvalid:
-                claimed = None
+                claims = None
             raise self._refuse(errors.Unauthenticated(str(err), reason=err.reason, metadata={"field": "grant"}),
-                               req, claimed, unverified=claimed is not None) from err
+                               req, claims, unverified=claims is not None) from err
         if grant.audience != caller:
             raise self._refuse(errors.PermissionDenied(
                 "the grant was issued to another identity", reason="GRANT_AUDIENCE_MISMATCH",
