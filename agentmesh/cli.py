@@ -110,7 +110,7 @@ def cmd_status(args: argparse.Namespace, cfg: MeshConfig) -> int:
         emit(args, [], lambda: print(f"no mesh running under {cfg.home}"))
         return 1
     _show_mesh(args, rows)
-    return 0 if all(r["health"] in ("SERVING", "RUNNING") for r in rows) else 1
+    return 0 if all(r["health"] == "SERVING" for r in rows) else 1
 
 
 def cmd_down(args: argparse.Namespace, cfg: MeshConfig) -> int:
@@ -225,6 +225,125 @@ def cmd_policy_switches(args: argparse.Namespace, cfg: MeshConfig) -> int:
     return 0
 
 
+# --- analyze ---------------------------------------------------------------
+
+def _name(enum: Any, value: int, prefix: str) -> str:
+    return str(enum.Name(value)).removeprefix(prefix)
+
+
+def print_execution(ex: Any) -> None:
+    """The human report of an execution: decision, results with evidence, conflicts, scores."""
+    from agentmesh.v1 import common_pb2
+    from agentmesh.v1 import supervisor_service_pb2 as sup_pb2
+
+    print(f"execution {ex.execution_id}  ({_name(sup_pb2.ExecutionStatus, ex.status, 'EXECUTION_STATUS_')})")
+    print(f"decision  {_name(common_pb2.AnalysisDecision, ex.decision, 'ANALYSIS_DECISION_')}")
+    if ex.reason:
+        print(f"reason    {ex.reason}")
+    print()
+    print(ex.summary)
+    for result in ex.results:
+        status = _name(common_pb2.ResultStatus, result.status, "RESULT_STATUS_")
+        verdict = result.result.fields["verdict"].string_value if "verdict" in result.result.fields else "-"
+        print(f"\n[{result.agent_id}] {status}, verdict {verdict}"
+              + (f" — {result.error_reason}" if result.error_reason else ""))
+        for st in result.statements:
+            kind = _name(common_pb2.StatementKind, st.kind, "STATEMENT_KIND_")
+            refs = ", ".join(f"#{i}" for i in st.evidence_indexes)
+            print(f"  {kind:<14} {st.code:<26} {st.subject:<24} {st.text}" + (f"  [{refs}]" if refs else ""))
+        for i, ev in enumerate(result.evidence):
+            auth = _name(common_pb2.AuthorityLevel, ev.authority, "AUTHORITY_LEVEL_")
+            print(f"  evidence #{i}: {ev.source} {ev.reference} ({auth}, {ev.capability})")
+    for c in ex.conflicts:
+        print(f"\nconflict on {c.subject}: {c.agent_a} vs {c.agent_b}"
+              + (f" — resolved: {c.resolution}" if c.resolution else f" — review {c.review_id}"))
+        for rule in c.applicable_rules:
+            print(f"  rule: {rule}")
+    if ex.missing:
+        print("\nmissing:")
+        for m in ex.missing:
+            print(f"  - {m}")
+    if ex.selection_scores:
+        print("\nselection scores:")
+        for sc in ex.selection_scores:
+            print(f"  {sc.agent_id:<18} final {sc.final_score:.3f}  domain {sc.domain_score:.2f}  capability "
+                  f"{sc.capability_score:.2f}  knowledge {sc.knowledge_score:.2f}  availability "
+                  f"{sc.availability_score:.2f}  cost {sc.cost_score:.2f}  history {sc.history_score:.2f}")
+    print(f"\ntrace {ex.trace.trace_id or '-'}  correlation {ex.trace.correlation_id}")
+
+
+def cmd_analyze(args: argparse.Namespace, cfg: MeshConfig) -> int:
+    from google.protobuf import json_format
+
+    from agentmesh.identities import PLATFORM_CLI
+    from agentmesh.v1 import common_pb2
+    from agentmesh.v1 import supervisor_service_pb2 as sup_pb2
+    from agentmesh.v1 import supervisor_service_pb2_grpc as sup_grpc
+
+    try:
+        key = load_private_key(cfg.mesh_home.keys / "idp.key")
+    except SigningKeyError as err:
+        raise CliError(f"{err} (run 'agentmesh certs init' or 'agentmesh up' first)") from err
+    token = args.assertion or assertion.issue(key, tenant_id=args.tenant, user_id=args.user,
+                                              roles=args.role or ["analyst"])
+    request = sup_pb2.AnalyzeRequest(user_assertion=token, request_text=args.request,
+                                     tenant_id=args.request_tenant or args.tenant, detach=True)
+    quiet = args.json or args.quiet
+    try:
+        with mesh_channel(cfg, "supervisor", PLATFORM_CLI) as channel:
+            stub = sup_grpc.SupervisorServiceStub(channel)
+            execution = stub.Analyze(request, timeout=cfg.call_timeout_s).execution
+            if not quiet:
+                print(f"execution {execution.execution_id}: {len(execution.graph.nodes)} tasks planned",
+                      file=sys.stderr)
+            final = execution
+            watch = stub.WatchExecution(sup_pb2.WatchExecutionRequest(
+                user_assertion=token, execution_id=execution.execution_id), timeout=args.timeout)
+            for event in watch:
+                final = event.execution
+                if not quiet and event.event in ("task_started", "task_finished"):
+                    state = _name(common_pb2.TaskStatus, event.task_status, "TASK_STATUS_")
+                    print(f"  {event.event.replace('_', ' '):<14} {event.agent_id:<18} {state}", file=sys.stderr)
+    except grpc.RpcError as err:
+        raise rpc_failure(err) from err
+    if args.json:
+        print(json.dumps(json_format.MessageToDict(final, preserving_proto_field_name=True), indent=2))
+    else:
+        print_execution(final)
+    return 0 if final.status != sup_pb2.EXECUTION_STATUS_RUNNING else 1
+
+
+# --- data ------------------------------------------------------------------
+
+def cmd_data_load(args: argparse.Namespace, cfg: MeshConfig) -> int:
+    import shutil
+    from pathlib import Path
+
+    from capability_svc.errors import WorldFormatError
+    from capability_svc.internal_runtime import InternalStore
+    from capability_svc.world import load_world
+
+    path = Path(args.file)
+    if not path.is_file():
+        raise CliError(f"{path}: no such file")
+    cfg.mesh_home.ensure()
+    try:
+        summary = load_world(path, InternalStore(cfg.mesh_home.data / "internal.db"))
+    except WorldFormatError as err:
+        raise CliError(f"{err} (nothing was loaded)") from err
+    # The sandbox LMS serves the trainings of the last world loaded.
+    shutil.copyfile(path, cfg.mesh_home.data / "lms-world.yaml")
+    lms_url = launcher.restart_lms(cfg)
+    data = {"source": str(path), "tenants": list(summary.tenants), "workers": summary.workers,
+            "permits": summary.permits, "risks": summary.risks, "checklists": summary.checklists,
+            "lms_workers": summary.lms_workers, "lms_restarted": lms_url}
+    emit(args, data, lambda: print(
+        f"loaded {path}: tenants {', '.join(summary.tenants)}; {summary.permits} permits, {summary.workers} workers, "
+        f"{summary.risks} risks, {summary.checklists} checklists, LMS records for {summary.lms_workers} workers"
+        + (f"; sandbox LMS restarted at {lms_url}" if lms_url else "")))
+    return 0
+
+
 # --- parser ----------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -307,6 +426,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_policy_kill)
     p = policy_sub.add_parser("switches", parents=[common, out], help="list the kill switches in force")
     p.set_defaults(handler=cmd_policy_switches)
+
+    p = sub.add_parser("analyze", parents=[common, out],
+                       help="ask the supervisor for a governed team analysis and print the report")
+    p.add_argument("request", help='e.g. "Analyze permit WP-10231 and tell me if it can be released"')
+    p.add_argument("--tenant", required=True, help="the user's tenant (goes into the signed assertion)")
+    p.add_argument("--user", required=True, help="the user id")
+    p.add_argument("--role", action="append", help="a role of the user (repeatable; default analyst)")
+    p.add_argument("--request-tenant", help="tenant named in the request, if different (it will be refused)")
+    p.add_argument("--assertion", help="use this signed user assertion instead of minting one")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the result (default 120)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(handler=cmd_analyze)
+
+    data = sub.add_parser("data", help="load worlds (tenants, permits, workers, trainings, risks, checklists)")
+    data_sub = data.add_subparsers(dest="data_command", required=True, metavar="SUBCOMMAND")
+    p = data_sub.add_parser("load", parents=[common, out],
+                            help="validate a YAML/JSON world file and load it (all or nothing)")
+    p.add_argument("file", help="world file; format in capability_svc/WORLD_FORMAT.md")
+    p.set_defaults(handler=cmd_data_load)
 
     for extend in _EXTENSIONS:
         extend(sub, common, out)

@@ -1,29 +1,68 @@
-"""``python -m supervisor_svc``: runs the supervisor role."""
+"""``python -m supervisor_svc``: runs the supervisor role (SupervisorService + AgentRegistryService)."""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 
 import grpc
 
-from agentmesh import spiffe
-from agentmesh.service import ServiceContext, ServiceSpec, base_parser, run
-from agentmesh.unimplemented import unimplemented_servicer
+from agentmesh import assertion, errors, grants, signing, spiffe
+from agentmesh.service import ServiceContext, ServiceSpec, StartupError, base_parser, run
 from agentmesh.v1 import agent_registry_service_pb2_grpc as registry_grpc
+from agentmesh.v1 import capability_service_pb2 as cap_pb2
+from agentmesh.v1 import capability_service_pb2_grpc as cap_grpc
 from agentmesh.v1 import supervisor_service_pb2_grpc as supervisor_grpc
+from supervisor_svc.aggregation import EvidencePolicy
+from supervisor_svc.errors import SupervisorError
+from supervisor_svc.executions import ExecutionStore
+from supervisor_svc.orchestrator import DEFAULT_TASK_TIMEOUT_S, Orchestrator
+from supervisor_svc.projection import ProjectionConfig, Projector
+from supervisor_svc.registry import AgentRegistry
+from supervisor_svc.selection import AgentSelector
+from supervisor_svc.servicer import AgentRegistryServicer, GrpcSpecialists, SupervisorServicer, dependency_checker
+from supervisor_svc.tenants import TenantDirectory
 
 SERVICES = ("agentmesh.v1.SupervisorService", "agentmesh.v1.AgentRegistryService")
 
 
 def register(server: grpc.Server, ctx: ServiceContext) -> None:
-    """Adds the supervisor's servicers."""
-    supervisor_grpc.add_SupervisorServiceServicer_to_server(
-        unimplemented_servicer(supervisor_grpc.SupervisorServiceServicer)(), server
-    )
-    registry_grpc.add_AgentRegistryServiceServicer_to_server(
-        unimplemented_servicer(registry_grpc.AgentRegistryServiceServicer)(), server
-    )
+    """Loads the registry (checking agents' capability dependencies), ends interrupted executions, adds servicers."""
+    keys = ctx.config.mesh_home.keys
+    try:
+        idp_key = signing.load_public_key(keys / "idp.pub")
+        signer = grants.GrantSigner(signing.load_private_key(keys / "grant-signer.key"))
+    except signing.SigningKeyError as err:
+        raise StartupError(f"{err} (run 'agentmesh certs init')") from err
+    try:
+        caps = cap_grpc.CapabilityServiceStub(ctx.channel("capability")).ListCapabilities(
+            cap_pb2.ListCapabilitiesRequest(), timeout=ctx.config.call_timeout_s).capabilities
+    except grpc.RpcError as err:
+        raise StartupError(f"cannot list capabilities to check agent dependencies: "
+                           f"{errors.from_rpc_error(err).message}") from err
+    try:
+        registry = AgentRegistry(ctx.data_dir / "supervisor-agents.db", dependency_checker=dependency_checker(caps))
+        tenants = TenantDirectory.load()
+        tenants.check_agents({e.agent_id for e in registry.list()})
+        projector = Projector(ProjectionConfig.load())
+        evidence = EvidencePolicy.load()
+    except SupervisorError as err:
+        raise StartupError(f"{err.reason}: {err.message}") from err
+    store = ExecutionStore(ctx.data_dir / "supervisor.db")
+    audit = ctx.audit()
+    selector = AgentSelector(registry, tenants)
+    orchestrator = Orchestrator(
+        identity=ctx.identity, registry=registry, selector=selector, tenants=tenants, projector=projector,
+        evidence=evidence, store=store, signer=signer, specialists=GrpcSpecialists(ctx.channel), audit=audit,
+        verify_assertion=functools.partial(assertion.verify, key=idp_key),
+        task_timeout_s=ctx.args.task_timeout_s)
+    orchestrator.end_interrupted()
+    ctx.on_stop(orchestrator.close)
+    ctx.on_stop(store.close)
+    ctx.on_stop(registry.close)
+    supervisor_grpc.add_SupervisorServiceServicer_to_server(SupervisorServicer(orchestrator), server)
+    registry_grpc.add_AgentRegistryServiceServicer_to_server(AgentRegistryServicer(registry, selector, audit), server)
 
 
 def spec(args: argparse.Namespace) -> ServiceSpec:
@@ -33,7 +72,10 @@ def spec(args: argparse.Namespace) -> ServiceSpec:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point."""
-    return run(spec, base_parser("supervisor_svc", "agentmesh supervisor"), argv)
+    parser = base_parser("supervisor_svc", "agentmesh supervisor")
+    parser.add_argument("--task-timeout-s", type=float, default=DEFAULT_TASK_TIMEOUT_S,
+                        help=f"deadline of one specialist task (default {DEFAULT_TASK_TIMEOUT_S:.0f})")
+    return run(spec, parser, argv)
 
 
 if __name__ == "__main__":

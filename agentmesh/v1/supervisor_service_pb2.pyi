@@ -89,18 +89,20 @@ class Execution(_message.Message):
     def __init__(self, execution_id: _Optional[str] = ..., status: _Optional[_Union[ExecutionStatus, str]] = ..., decision: _Optional[_Union[_common_pb2.AnalysisDecision, str]] = ..., request_text: _Optional[str] = ..., intent: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., graph: _Optional[_Union[_common_pb2.AgentTaskGraph, _Mapping]] = ..., results: _Optional[_Iterable[_Union[_common_pb2.AgentResult, _Mapping]]] = ..., selection_scores: _Optional[_Iterable[_Union[_common_pb2.AgentSelectionScore, _Mapping]]] = ..., conflicts: _Optional[_Iterable[_Union[Conflict, _Mapping]]] = ..., missing: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ..., trace: _Optional[_Union[_common_pb2.TraceContext, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., summary: _Optional[str] = ...) -> None: ...
 
 class AnalyzeRequest(_message.Message):
-    __slots__ = ("user_assertion", "request_text", "tenant_id", "correlation_id", "budget")
+    __slots__ = ("user_assertion", "request_text", "tenant_id", "correlation_id", "budget", "detach")
     USER_ASSERTION_FIELD_NUMBER: _ClassVar[int]
     REQUEST_TEXT_FIELD_NUMBER: _ClassVar[int]
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
+    DETACH_FIELD_NUMBER: _ClassVar[int]
     user_assertion: str
     request_text: str
     tenant_id: str
     correlation_id: str
     budget: _common_pb2.AgentBudget
-    def __init__(self, user_assertion: _Optional[str] = ..., request_text: _Optional[str] = ..., tenant_id: _Optional[str] = ..., correlation_id: _Optional[str] = ..., budget: _Optional[_Union[_common_pb2.AgentBudget, _Mapping]] = ...) -> None: ...
+    detach: bool
+    def __init__(self, user_assertion: _Optional[str] = ..., request_text: _Optional[str] = ..., tenant_id: _Optional[str] = ..., correlation_id: _Optional[str] = ..., budget: _Optional[_Union[_common_pb2.AgentBudget, _Mapping]] = ..., detach: _Optional[bool] = ...) -> None: ...
 
 class AnalyzeResponse(_message.Message):
     __slots__ = ("execution",)

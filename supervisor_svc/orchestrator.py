@@ -1,0 +1,643 @@
+"""The supervisor's executor: one governed, parallel, evidence-first analysis.
+
+``start`` verifies the request and plans it (intent → discovery/selection →
+task graph, all persisted); ``run`` executes the plan stage by stage — the
+work-permit task first, then the other specialists in parallel — each task
+with a freshly signed grant, its context projection and a deadline; then it
+aggregates the results into a decision. Every step is audited, every state
+change persisted, and watchers are told as it happens.
+
+Transport-free: specialists are reached through :class:`SpecialistPort`,
+audit through a recorder; the servicer supplies gRPC adapters.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import datetime as dt
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from google.protobuf import json_format
+from google.protobuf.timestamp_pb2 import Timestamp
+from opentelemetry import metrics
+
+from agentmesh import assertion, errors, grants, spiffe, telemetry
+from agentmesh.v1 import audit_service_pb2 as audit_pb2
+from agentmesh.v1 import common_pb2
+from agentmesh.v1 import specialist_service_pb2 as spec_pb2
+from agentmesh.v1 import supervisor_service_pb2 as pb
+from supervisor_svc import errors as sup_errors
+from supervisor_svc.aggregation import (
+    Assessment,
+    EvidencePolicy,
+    TaskOutcome,
+    TaskState,
+    aggregate,
+    summarize_status,
+)
+from supervisor_svc.contract import Analysis, condition_holds, permit_context
+from supervisor_svc.executions import ExecutionStore
+from supervisor_svc.intent import IntentKind, check_tenant, parse_intent
+from supervisor_svc.limits import ExecutionBudget, LimitAction
+from supervisor_svc.planner import HandoffRequest, Plan, admit_handoff, build_plan
+from supervisor_svc.projection import Projector, to_struct
+from supervisor_svc.registry import AgentRegistry
+from supervisor_svc.selection import AgentSelector
+from supervisor_svc.tenants import TenantDirectory
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TASK_TIMEOUT_S = 10.0
+_meter = metrics.get_meter("agentmesh.supervisor")
+_task_latency = _meter.create_histogram("agentmesh.agent_task.duration", unit="ms",
+                                        description="Latency of agent tasks (PRD §52)")
+_task_outcomes = _meter.create_counter("agentmesh.agent_task.outcomes",
+                                       description="Agent tasks by agent and outcome (success / failure rates)")
+_handoffs = _meter.create_counter("agentmesh.handoffs", description="Handoffs requested, by result")
+_conflicts = _meter.create_counter("agentmesh.conflicts", description="Agent conflicts found (PRD §53)")
+_escalations = _meter.create_counter("agentmesh.escalations", description="Executions sent to human review")
+_decisions = _meter.create_counter("agentmesh.executions", description="Executions by decision and status")
+
+
+class TaskCall(Protocol):
+    """A running RunTask call."""
+
+    def result(self) -> common_pb2.AgentResult:
+        """Waits for the agent's result; raises a MeshError (DeadlineExceeded, Unavailable, ...)."""
+        ...
+
+    def cancel(self) -> None:
+        """Cancels the call."""
+        ...
+
+
+class SpecialistPort(Protocol):
+    """How the supervisor reaches specialist agents."""
+
+    def start(self, agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float) -> TaskCall: ...
+
+
+class Recorder(Protocol):
+    """The audit log."""
+
+    def record(self, event_type: int, **fields: Any) -> audit_pb2.AppendRecordResponse: ...
+
+
+def _ts(moment: dt.datetime | None = None) -> Timestamp:
+    ts = Timestamp()
+    ts.FromDatetime(moment or dt.datetime.now(dt.UTC))
+    return ts
+
+
+@dataclass
+class _Live:
+    """In-memory state of a running execution (rebuilt from the store is never needed: see end_interrupted)."""
+
+    execution: pb.Execution
+    plan: Plan | None
+    user: assertion.UserIdentity
+    budget: ExecutionBudget
+    language: str
+    started: float = field(default_factory=time.monotonic)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    calls: dict[str, TaskCall] = field(default_factory=dict)
+    watchers: list[queue.Queue[pb.WatchExecutionResponse | None]] = field(default_factory=list)
+    done: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class Orchestrator:
+    """Plans, runs, aggregates, persists and audits executions."""
+
+    def __init__(
+        self,
+        *,
+        identity: spiffe.SpiffeId,
+        registry: AgentRegistry,
+        selector: AgentSelector,
+        tenants: TenantDirectory,
+        projector: Projector,
+        evidence: EvidencePolicy,
+        store: ExecutionStore,
+        signer: grants.GrantSigner,
+        specialists: SpecialistPort,
+        audit: Recorder,
+        verify_assertion: Callable[[str], assertion.UserIdentity],
+        task_timeout_s: float = DEFAULT_TASK_TIMEOUT_S,
+        max_parallel: int = 16,
+    ) -> None:
+        self._id = identity
+        self._registry = registry
+        self._selector = selector
+        self._tenants = tenants
+        self._projector = projector
+        self._evidence = evidence
+        self._store = store
+        self._signer = signer
+        self._specialists = specialists
+        self._audit = audit
+        self._verify = verify_assertion
+        self._task_timeout_s = task_timeout_s
+        self._pool = futures.ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="task")
+        self._live: dict[str, _Live] = {}
+        self._live_lock = threading.Lock()
+
+    # -- identity and access ---------------------------------------------------
+
+    def authenticate(self, user_assertion: str) -> assertion.UserIdentity:
+        """Verifies the signed user assertion; UNAUTHENTICATED otherwise."""
+        try:
+            return self._verify(user_assertion)
+        except assertion.AssertionInvalid as err:
+            raise errors.Unauthenticated(str(err), reason=err.reason, metadata={"field": "user_assertion"}) from err
+
+    def _audit_safe(self, event_type: int, **fields: Any) -> None:
+        try:
+            self._audit.record(event_type, **fields)
+        except errors.MeshError:
+            log.exception("audit record %s not written", audit_pb2.AuditEventType.Name(event_type))
+
+    def _refuse(self, err: errors.MeshError, user: assertion.UserIdentity | None, **fields: Any) -> errors.MeshError:
+        self._audit_safe(audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
+                         reason_codes=[err.reason], tenant_id=user.tenant_id if user else "",
+                         user_id=user.user_id if user else "", **fields)
+        return err
+
+    def visible(self, user: assertion.UserIdentity, execution_id: str) -> pb.Execution:
+        """An execution of the user's own tenant; NOT_FOUND for anything else (no hint)."""
+        if not execution_id:
+            raise errors.InvalidArgument("execution_id is required", reason="MISSING_FIELD",
+                                         metadata={"field": "execution_id"})
+        live = self._live.get(execution_id)
+        execution = live.execution if live else self._store.get(execution_id)
+        if execution is None or execution.tenant_id != user.tenant_id:
+            raise errors.NotFound(f"execution {execution_id!r} not found", reason="EXECUTION_NOT_FOUND")
+        snapshot = pb.Execution()
+        if live:
+            with live.lock:
+                snapshot.CopyFrom(live.execution)
+        else:
+            snapshot.CopyFrom(execution)
+        return snapshot
+
+    # -- start: verify, parse, plan --------------------------------------------
+
+    def start(self, request: pb.AnalyzeRequest, caller: str) -> str:
+        """Verifies and plans a request; returns the execution id (the execution is persisted RUNNING)."""
+        user = self.authenticate(request.user_assertion)
+        if request.tenant_id and request.tenant_id != user.tenant_id:
+            raise self._refuse(errors.PermissionDenied(
+                "tenant_id does not match the tenant of the user assertion", reason="TENANT_MISMATCH",
+                metadata={"field": "tenant_id"}), user)
+        if not request.request_text.strip():
+            raise errors.InvalidArgument("request_text is required", reason="MISSING_FIELD",
+                                         metadata={"field": "request_text"})
+        intent = parse_intent(request.request_text)
+        try:
+            check_tenant(intent, user.tenant_id)
+        except sup_errors.TenantMismatch as err:
+            raise self._refuse(errors.PermissionDenied(err.message, reason=err.reason,
+                                                       metadata={"field": "request_text"}), user) from err
+        if not intent.actionable:
+            raise errors.InvalidArgument(intent.message, reason="UNKNOWN_INTENT", metadata={"field": "request_text"})
+        if intent.kind is IntentKind.UNKNOWN:
+            raise errors.InvalidArgument(intent.message, reason="UNKNOWN_INTENT", metadata={"field": "request_text"})
+
+        execution_id = f"exe-{uuid.uuid4().hex[:16]}"
+        correlation_id = request.correlation_id or f"corr-{uuid.uuid4().hex[:12]}"
+        with telemetry.mesh_ids(execution_id=execution_id, correlation_id=correlation_id):
+            ids = telemetry.current_ids()
+            execution = pb.Execution(
+                execution_id=execution_id, status=pb.EXECUTION_STATUS_RUNNING, request_text=request.request_text,
+                intent=f"{intent.kind.value}:{intent.rule}", tenant_id=user.tenant_id, user_id=user.user_id,
+                trace=common_pb2.TraceContext(trace_id=ids.get("trace_id", ""), correlation_id=correlation_id,
+                                              execution_id=execution_id),
+                started_at=_ts())
+            user_ctx = common_pb2.UserContext(tenant_id=user.tenant_id, user_id=user.user_id,
+                                              session_id=user.session_id, conversation_id=user.conversation_id,
+                                              roles=list(user.roles), assertion_digest=user.digest)
+            try:
+                tenant = self._tenants.get(user.tenant_id)
+                budget = ExecutionBudget(tenant.limit_policy, request.budget if request.HasField("budget") else None)
+            except sup_errors.SupervisorError as err:
+                raise errors.InvalidArgument(err.message, reason=err.reason,
+                                             metadata={"field": err.field or "budget"}) from err
+            live = _Live(execution, None, user, budget, intent.language if intent.language != "unknown" else "en")
+            self._audit_safe(audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_STARTED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
+                             tenant_id=user.tenant_id, user_id=user.user_id,
+                             reason_codes=[f"intent={intent.kind.value}", f"rule={intent.rule}", f"caller={caller}"],
+                             resource=f"permit:{intent.permit_id}")
+            with telemetry.tracer().start_as_current_span("AgentSelection") as span:
+                try:
+                    plan = build_plan(intent, execution_id=execution_id, user=user_ctx,
+                                      correlation_id=correlation_id, selector=self._selector, budget=budget)
+                except sup_errors.LimitExceeded as err:
+                    live.plan = None
+                    self._stop_for_limit(live, err)
+                    self._register(live)
+                    live.done.set()
+                    return execution_id
+                except sup_errors.NoAgentAvailable as err:
+                    execution.status = pb.EXECUTION_STATUS_FAILED
+                    execution.decision = common_pb2.ANALYSIS_DECISION_INSUFFICIENT_EVIDENCE
+                    execution.reason = f"{err.reason}: {err.message}"
+                    execution.summary = f"No agent can run this request: {err.message}"
+                    self._finish(live)
+                    self._register(live)
+                    live.done.set()
+                    return execution_id
+                span.set_attribute("agentmesh.tasks", len(plan.graph.nodes))
+            live.plan = plan
+            execution.graph.CopyFrom(plan.graph)
+            execution.selection_scores.extend(plan.selection_scores())
+            for node in plan.graph.nodes:
+                node.status = common_pb2.TASK_STATUS_CREATED
+            execution.graph.CopyFrom(plan.graph)
+            for node in plan.graph.nodes:
+                self._audit_safe(audit_pb2.AUDIT_EVENT_TYPE_AGENT_SELECTED, outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS,
+                                 tenant_id=user.tenant_id, user_id=user.user_id, task_id=node.task_id,
+                                 agent_id=node.target_agent_id,
+                                 reason_codes=[f"score={s.final_score:.3f}" for s in plan.selection_scores()
+                                               if s.agent_id == node.target_agent_id][:1])
+        self._store.save(execution)
+        self._register(live)
+        return execution_id
+
+    def _register(self, live: _Live) -> None:
+        with self._live_lock:
+            self._live[live.execution.execution_id] = live
+
+    # -- run ---------------------------------------------------------------------
+
+    def run(self, execution_id: str) -> pb.Execution:
+        """Executes a planned execution to its end; returns the final execution."""
+        live = self._live[execution_id]
+        if live.done.is_set():
+            return self._snapshot(live)
+        ex = live.execution
+        with telemetry.mesh_ids(execution_id=execution_id, correlation_id=ex.trace.correlation_id):
+            try:
+                self._run_stages(live)
+            except Exception:  # noqa: BLE001 - an execution never vanishes: it ends FAILED, with the reason
+                log.exception("execution %s failed", execution_id)
+                with live.lock:
+                    ex.status = pb.EXECUTION_STATUS_FAILED
+                    ex.reason = "SUPERVISOR_ERROR: the execution failed inside the supervisor"
+                    ex.summary = "The analysis failed inside the supervisor; no decision was made."
+            self._finish(live)
+        live.done.set()
+        self._notify(live, "execution_finished")
+        self._close_watchers(live)
+        return self._snapshot(live)
+
+    def run_async(self, execution_id: str) -> None:
+        """Runs the execution in the background (for detached requests)."""
+        ctx = contextvars.copy_context()
+        threading.Thread(target=ctx.run, args=(self.run, execution_id), name=f"exe-{execution_id[-6:]}",
+                         daemon=True).start()
+
+    def _run_stages(self, live: _Live) -> None:
+        plan = live.plan
+        assert plan is not None
+        outcomes: dict[str, TaskOutcome] = {}
+        results: dict[str, common_pb2.AgentResult] = {}
+        for stage in plan.stages():
+            try:
+                live.budget.check_time(self._elapsed_ms(live))
+            except sup_errors.LimitExceeded as err:
+                self._stop_for_limit(live, err, outcomes)
+                return
+            runnable: list[str] = []
+            for task_id in stage:
+                skip = next((e for e in plan.incoming(task_id)
+                             if not condition_holds(e.condition, plan.specs[e.from_task_id].analysis,
+                                                    results.get(e.from_task_id))), None)
+                if skip is not None:
+                    outcomes[task_id] = self._outcome(plan, task_id, TaskState.SKIPPED,
+                                                      error_reason=f"CONDITION_NOT_MET: {skip.condition}")
+                    self._set_status(live, task_id, common_pb2.TASK_STATUS_SKIPPED)
+                elif live.cancelled.is_set():
+                    outcomes[task_id] = self._outcome(plan, task_id, TaskState.CANCELLED, error_reason="CANCELLED")
+                    self._set_status(live, task_id, common_pb2.TASK_STATUS_CANCELLED)
+                else:
+                    runnable.append(task_id)
+            context = self._context_for_stage(plan, results)
+            ctx = contextvars.copy_context()
+            running = {t: self._pool.submit(ctx.copy().run, self._run_task, live, t, context) for t in runnable}
+            for task_id, fut in running.items():
+                outcome = fut.result()
+                outcomes[task_id] = outcome
+                if outcome.result is not None:
+                    results[task_id] = outcome.result
+        self._decide(live, outcomes)
+
+    def _context_for_stage(self, plan: Plan, results: dict[str, common_pb2.AgentResult]) -> dict[str, Any] | None:
+        for task_id, spec in plan.specs.items():
+            if spec.analysis == Analysis.WORK_PERMIT and task_id in results:
+                return permit_context(results[task_id])
+        return None
+
+    def _outcome(self, plan: Plan, task_id: str, state: TaskState, *, result: common_pb2.AgentResult | None = None,
+                 error_reason: str = "") -> TaskOutcome:
+        spec = plan.specs[task_id]
+        return TaskOutcome(spec.analysis, state, task_id, spec.agent.agent_id, result, error_reason)
+
+    def _elapsed_ms(self, live: _Live) -> int:
+        return int((time.monotonic() - live.started) * 1000)
+
+    def _set_status(self, live: _Live, task_id: str, status: int, *, finished: bool = False) -> None:
+        with live.lock:
+            for node in live.execution.graph.nodes:
+                if node.task_id == task_id:
+                    node.status = status  # type: ignore[assignment]
+                    if finished:
+                        node.finished_at.CopyFrom(_ts())
+            self._store.save(live.execution)
+
+    def _run_task(self, live: _Live, task_id: str, context: dict[str, Any] | None) -> TaskOutcome:
+        plan = live.plan
+        assert plan is not None
+        spec = plan.specs[task_id]
+        agent_id = spec.agent.agent_id
+        user = live.user
+        with telemetry.tracer().start_as_current_span(f"AgentTask {agent_id}") as span:
+            span.set_attribute("agentmesh.task_id", task_id)
+            span.set_attribute("agentmesh.agent_id", agent_id)
+            try:
+                # Status is read at dispatch: a DISABLED agent takes no new task (PRD §63).
+                entry = self._registry.ensure_active(agent_id)
+            except sup_errors.SupervisorError as err:
+                self._set_status(live, task_id, common_pb2.TASK_STATUS_FAILED)
+                return self._outcome(plan, task_id, TaskState.NOT_RUN, error_reason=f"{err.reason}: {err.message}")
+            node = common_pb2.AgentTask()
+            node.CopyFrom(plan.task(task_id))
+            if not node.HasField("input"):
+                projected, projection = self._projector.project(context or {}, agent_id, spec.purpose,
+                                                                source_context_id=live.execution.execution_id)
+                node.input.CopyFrom(to_struct(projected))
+                node.projection.CopyFrom(projection)
+            remaining_s = live.budget.remaining_ms(self._elapsed_ms(live)) / 1000
+            timeout_s = max(0.05, min(self._task_timeout_s, remaining_s))
+            deadline = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=timeout_s)
+            node.deadline.CopyFrom(_ts(deadline))
+            node.status = common_pb2.TASK_STATUS_RUNNING
+            node.started_at.CopyFrom(_ts())
+            # Never more than the agent registered, whatever the plan asked for.
+            allowed = [c for c in node.required_capabilities if c in entry.manifest.capabilities]
+            grant = self._signer.issue(
+                issuer=str(self._id), audience=str(spiffe.agent(agent_id)), execution_id=live.execution.execution_id,
+                task_id=task_id, tenant_id=user.tenant_id, user_id=user.user_id, assertion_digest=user.digest,
+                capabilities=allowed, projection_digest=node.projection.digest, depth=node.depth,
+                roles=user.roles, session_id=user.session_id, conversation_id=user.conversation_id,
+                ttl=dt.timedelta(seconds=timeout_s + 30))
+            principal = common_pb2.AgentPrincipal(
+                agent_id=agent_id, agent_version=entry.manifest.version, execution_id=live.execution.execution_id,
+                parent_agent_id=node.source_agent_id,
+                delegation_chain=[f"user:{user.tenant_id}/{user.user_id}", f"svc:{self._id.name}", f"agent:{agent_id}"],
+                grants=[grant])
+            with live.lock:
+                for n in live.execution.graph.nodes:
+                    if n.task_id == task_id:
+                        n.CopyFrom(node)
+                self._store.save(live.execution)
+            self._audit_safe(audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
+                             tenant_id=user.tenant_id, user_id=user.user_id, task_id=task_id, agent_id=agent_id,
+                             principal=principal, input_digest=node.projection.digest,
+                             versions=common_pb2.VersionStamp(agent_version=entry.manifest.version))
+            self._notify(live, "task_started", task_id=task_id, agent_id=agent_id,
+                         task_status=common_pb2.TASK_STATUS_RUNNING)
+            request = spec_pb2.RunTaskRequest(task=node, grant=grant, principal=principal,
+                                              trace=live.execution.trace)
+            started = time.monotonic()
+            state, result, reason = TaskState.COMPLETED, None, ""
+            if live.cancelled.is_set():
+                state, reason = TaskState.CANCELLED, "CANCELLED"
+            else:
+                call = self._specialists.start(agent_id, request, timeout_s)
+                with live.lock:
+                    live.calls[task_id] = call
+                try:
+                    result = call.result()
+                except errors.DeadlineExceeded as err:
+                    state, reason = TaskState.TIMED_OUT, f"DEADLINE_EXCEEDED after {timeout_s * 1000:.0f} ms: {err}"
+                except errors.MeshError as err:
+                    if live.cancelled.is_set():
+                        state, reason = TaskState.CANCELLED, "CANCELLED"
+                    else:
+                        state, reason = TaskState.FAILED, f"{err.code.name} {err.reason}: {err.message}"
+                finally:
+                    with live.lock:
+                        live.calls.pop(task_id, None)
+            latency = (time.monotonic() - started) * 1000
+            _task_latency.record(latency, {"agent": agent_id})
+            _task_outcomes.add(1, {"agent": agent_id, "state": state.value})
+            status = {TaskState.COMPLETED: common_pb2.TASK_STATUS_COMPLETED,
+                      TaskState.CANCELLED: common_pb2.TASK_STATUS_CANCELLED}.get(state, common_pb2.TASK_STATUS_FAILED)
+            with live.lock:
+                if result is not None:
+                    live.execution.results.append(result)
+            self._set_status(live, task_id, status, finished=True)
+            span.set_attribute("agentmesh.task_state", state.value)
+            outcome = {TaskState.COMPLETED: audit_pb2.AUDIT_OUTCOME_SUCCESS,
+                       TaskState.TIMED_OUT: audit_pb2.AUDIT_OUTCOME_TIMEOUT}.get(state, audit_pb2.AUDIT_OUTCOME_FAILURE)
+            self._audit_safe(
+                audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED,
+                outcome=outcome,
+                tenant_id=user.tenant_id, user_id=user.user_id, task_id=task_id, agent_id=agent_id,
+                reason_codes=[state.value, *([reason] if reason else []),
+                              *(s.code for s in result.statements if s.code)] if result else [state.value, reason],
+                evidence=list(result.evidence) if result else [], confidence=result.confidence if result else 0.0,
+                versions=result.versions if result else None)
+            self._notify(live, "task_finished", task_id=task_id, agent_id=agent_id, task_status=status)
+            if result is not None:
+                self._handle_handoffs(live, task_id, result)
+            return self._outcome(plan, task_id, state, result=result, error_reason=reason)
+
+    def _handle_handoffs(self, live: _Live, task_id: str, result: common_pb2.AgentResult) -> None:
+        """A specialist's handoff request goes through the supervisor's checks (PRD §20–22)."""
+        plan = live.plan
+        assert plan is not None
+        for action in result.requested_actions:
+            if action.action != "handoff":
+                continue
+            params = json_format.MessageToDict(action.parameters)
+            caps = params.get("required_capabilities", [])
+            req = HandoffRequest(from_task_id=task_id, target_agent_id=action.target_agent_id,
+                                 objective=action.reason or "handoff",
+                                 required_capabilities=tuple(str(c) for c in caps) if isinstance(caps, list) else (),
+                                 correlation_id=live.execution.trace.correlation_id,
+                                 purpose=str(params.get("purpose", "")))
+            try:
+                with live.lock:
+                    admit_handoff(plan, req, lookup=self._registry.ensure_active,
+                                  execution_correlation_id=live.execution.trace.correlation_id, budget=live.budget)
+                _handoffs.add(1, {"result": "admitted"})
+                # Admitted handoffs are recorded; running them is left to a
+                # later release (no demo specialist asks for one).
+                self._audit_safe(audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
+                                 task_id=task_id, agent_id=action.target_agent_id, reason_codes=["HANDOFF_ADMITTED"])
+            except sup_errors.SupervisorError as err:
+                _handoffs.add(1, {"result": "rejected"})
+                with live.lock:
+                    live.execution.missing.append(f"handoff {result.agent_id} -> {action.target_agent_id}: "
+                                                  f"{err.reason}: {err.message}")
+                self._audit_safe(audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
+                                 task_id=task_id, agent_id=result.agent_id, reason_codes=[err.reason])
+
+    def _stop_for_limit(self, live: _Live, err: sup_errors.LimitExceeded,
+                        outcomes: dict[str, TaskOutcome] | None = None) -> None:
+        ex = live.execution
+        with live.lock:
+            review = err.action is LimitAction.HUMAN_REVIEW
+            ex.status = pb.EXECUTION_STATUS_AWAITING_REVIEW if review else pb.EXECUTION_STATUS_STOPPED
+            ex.decision = (common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW if review
+                           else common_pb2.ANALYSIS_DECISION_INSUFFICIENT_EVIDENCE)
+            ex.reason = f"{err.reason}: {err.message}"
+            ex.summary = (f"Stopped: {err.message}" if not review
+                          else f"Sent to human review: {err.message}")
+            for node in ex.graph.nodes:
+                if node.status in (common_pb2.TASK_STATUS_CREATED, common_pb2.TASK_STATUS_UNSPECIFIED):
+                    node.status = common_pb2.TASK_STATUS_CANCELLED
+
+    def _decide(self, live: _Live, outcomes: dict[str, TaskOutcome]) -> None:
+        plan = live.plan
+        assert plan is not None
+        ex = live.execution
+        all_outcomes = list(outcomes.values()) + [
+            TaskOutcome(n.analysis, TaskState.NOT_RUN, error_reason=n.reason) for n in plan.not_run]
+        with telemetry.tracer().start_as_current_span("Aggregation"):
+            permit_id = plan.intent.permit_id or ""
+            if plan.intent.kind is IntentKind.PERMIT_STATUS:
+                assessment: Assessment = summarize_status(all_outcomes[0], permit_id=permit_id, language=live.language)
+            else:
+                assessment = aggregate(all_outcomes, expected=plan.expected, policy=self._evidence,
+                                       permit_id=permit_id, language=live.language)
+        with live.lock:
+            handoff_notes = list(ex.missing)
+            assessment.apply_to(ex)
+            ex.missing.extend(handoff_notes)
+            if live.cancelled.is_set():
+                ex.status = pb.EXECUTION_STATUS_CANCELLED
+                ex.reason = f"CANCELLED: {ex.reason}"
+            _conflicts.add(len(ex.conflicts))
+            if assessment.review_required and not live.cancelled.is_set():
+                _escalations.add(1)
+                for conflict in ex.conflicts:
+                    if not conflict.resolution:
+                        conflict.review_id = self._store.add_review(ex.execution_id, ex.tenant_id, conflict)
+                        self._audit_safe(audit_pb2.AUDIT_EVENT_TYPE_REVIEW_CREATED,
+                                         outcome=audit_pb2.AUDIT_OUTCOME_PENDING, tenant_id=ex.tenant_id,
+                                         user_id=ex.user_id, reason_codes=[conflict.review_id, conflict.subject],
+                                         analysis_decision=ex.decision)
+
+    def _finish(self, live: _Live) -> None:
+        ex = live.execution
+        with live.lock:
+            ex.finished_at.CopyFrom(_ts())
+            self._store.save(ex)
+        _decisions.add(1, {"decision": common_pb2.AnalysisDecision.Name(ex.decision),
+                           "status": pb.ExecutionStatus.Name(ex.status)})
+        self._audit_safe(audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED,
+                         outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS if ex.status == pb.EXECUTION_STATUS_SUCCEEDED
+                         else audit_pb2.AUDIT_OUTCOME_FAILURE,
+                         tenant_id=ex.tenant_id, user_id=ex.user_id, analysis_decision=ex.decision,
+                         reason_codes=[pb.ExecutionStatus.Name(ex.status), ex.reason][: 2 if ex.reason else 1])
+
+    # -- watch / cancel / recovery ---------------------------------------------
+
+    def _snapshot(self, live: _Live) -> pb.Execution:
+        out = pb.Execution()
+        with live.lock:
+            out.CopyFrom(live.execution)
+        return out
+
+    def _notify(self, live: _Live, event: str, **fields: Any) -> None:
+        message = pb.WatchExecutionResponse(event=event, execution=self._snapshot(live), **fields)
+        with live.lock:
+            watchers = list(live.watchers)
+        for q in watchers:
+            q.put(message)
+
+    def _close_watchers(self, live: _Live) -> None:
+        with live.lock:
+            watchers, live.watchers = list(live.watchers), []
+        for q in watchers:
+            q.put(None)
+
+    def watch(self, user: assertion.UserIdentity, execution_id: str,
+              is_active: Callable[[], bool]) -> Iterator[pb.WatchExecutionResponse]:
+        """The current state, then every change until the execution ends."""
+        snapshot = self.visible(user, execution_id)
+        live = self._live.get(execution_id)
+        q: queue.Queue[pb.WatchExecutionResponse | None] = queue.Queue()
+        watching = False
+        if live is not None:
+            with live.lock:
+                if not live.done.is_set():
+                    live.watchers.append(q)
+                    watching = True
+        yield pb.WatchExecutionResponse(event="snapshot", execution=snapshot)
+        if not watching:
+            yield pb.WatchExecutionResponse(event="execution_finished", execution=self.visible(user, execution_id))
+            return
+        while is_active():
+            try:
+                item = q.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if item is None:
+                return
+            yield item
+
+    def cancel(self, user: assertion.UserIdentity, execution_id: str, reason: str) -> pb.Execution:
+        """Cancels a running execution: running tasks' calls are cancelled, nothing new starts."""
+        self.visible(user, execution_id)
+        live = self._live.get(execution_id)
+        if live is None or live.done.is_set():
+            raise errors.FailedPrecondition("the execution is not running", reason="EXECUTION_NOT_RUNNING",
+                                            metadata={"field": "execution_id"})
+        live.cancelled.set()
+        with live.lock:
+            calls = list(live.calls.values())
+        for call in calls:
+            call.cancel()
+        self._audit_safe(audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
+                         tenant_id=user.tenant_id, user_id=user.user_id,
+                         reason_codes=["CANCEL_REQUESTED", reason or "no reason given"])
+        live.done.wait(timeout=30)
+        return self._snapshot(live)
+
+    def end_interrupted(self) -> list[str]:
+        """Ends executions a previous supervisor process left RUNNING: FAILED, naming what did not finish."""
+        ended = []
+        for ex in self._store.running():
+            unfinished = [f"{n.target_agent_id} ({n.task_id})" for n in ex.graph.nodes
+                          if n.status in (common_pb2.TASK_STATUS_RUNNING, common_pb2.TASK_STATUS_CREATED)]
+            for n in ex.graph.nodes:
+                if n.status in (common_pb2.TASK_STATUS_RUNNING, common_pb2.TASK_STATUS_CREATED):
+                    n.status = common_pb2.TASK_STATUS_FAILED
+            ex.status = pb.EXECUTION_STATUS_FAILED
+            ex.decision = common_pb2.ANALYSIS_DECISION_INSUFFICIENT_EVIDENCE
+            ex.reason = "SUPERVISOR_RESTARTED: the supervisor stopped while the execution was running"
+            ex.missing.extend(f"{u}: did not finish before the supervisor stopped" for u in unfinished)
+            ex.summary = ("The supervisor restarted during this analysis; it ended without a decision. "
+                          "Missing: " + (", ".join(unfinished) or "nothing was running"))
+            ex.finished_at.CopyFrom(_ts())
+            self._store.save(ex)
+            self._audit_safe(audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED, outcome=audit_pb2.AUDIT_OUTCOME_FAILURE,
+                             execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=ex.user_id,
+                             reason_codes=["SUPERVISOR_RESTARTED"])
+            ended.append(ex.execution_id)
+        return ended
+
+    def close(self) -> None:
+        """Stops the task pool."""
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,194 @@
+"""SupervisorService and AgentRegistryService over gRPC: thin adapters over the orchestrator and registry."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+
+import grpc
+
+from agentmesh import errors, transport
+from agentmesh.audit_client import AuditRecorder
+from agentmesh.v1 import agent_registry_service_pb2 as reg_pb2
+from agentmesh.v1 import agent_registry_service_pb2_grpc as reg_grpc
+from agentmesh.v1 import audit_service_pb2 as audit_pb2
+from agentmesh.v1 import capability_service_pb2 as cap_pb2
+from agentmesh.v1 import common_pb2
+from agentmesh.v1 import specialist_service_pb2 as spec_pb2
+from agentmesh.v1 import specialist_service_pb2_grpc as spec_grpc
+from agentmesh.v1 import supervisor_service_pb2 as pb
+from agentmesh.v1 import supervisor_service_pb2_grpc as pb_grpc
+from capability_svc.errors import DependencyError
+from capability_svc.semver import Version, parse_dependency
+from supervisor_svc import errors as sup_errors
+from supervisor_svc.orchestrator import Orchestrator
+from supervisor_svc.registry import AgentRegistry, LifecycleStatus
+from supervisor_svc.selection import AgentSelector, Requirement
+
+log = logging.getLogger(__name__)
+
+_STATUS: list[tuple[type[sup_errors.SupervisorError], type[errors.MeshError]]] = [
+    (sup_errors.RequestInvalid, errors.InvalidArgument),
+    (sup_errors.TenantMismatch, errors.PermissionDenied),
+    (sup_errors.AgentNotFound, errors.NotFound),
+    (sup_errors.AgentNotActive, errors.FailedPrecondition),
+    (sup_errors.StatusChangeRefused, errors.FailedPrecondition),
+    (sup_errors.NoAgentAvailable, errors.FailedPrecondition),
+    (sup_errors.AgentDependencyError, errors.FailedPrecondition),
+    (sup_errors.HandoffRejected, errors.PermissionDenied),
+    (sup_errors.LimitExceeded, errors.ResourceExhausted),
+    (sup_errors.PlanError, errors.InvalidArgument),
+]
+
+
+def mesh_error(err: sup_errors.SupervisorError) -> errors.MeshError:
+    """Maps a supervisor-domain error to its mesh error (and so its gRPC status)."""
+    meta = {"field": err.field} if err.field else {}
+    for domain_cls, mesh_cls in _STATUS:
+        if isinstance(err, domain_cls):
+            return mesh_cls(err.message, reason=err.reason, metadata=meta)
+    return errors.Internal(err.message, reason=err.reason, metadata=meta)
+
+
+class _GrpcTaskCall:
+    def __init__(self, future: grpc.Future) -> None:
+        self._future = future
+
+    def result(self) -> common_pb2.AgentResult:
+        try:
+            response: spec_pb2.RunTaskResponse = self._future.result()
+        except grpc.RpcError as err:
+            raise errors.from_rpc_error(err) from err
+        except grpc.FutureCancelledError as err:
+            raise errors.Aborted("the task was cancelled", reason="CANCELLED") from err
+        return response.result
+
+    def cancel(self) -> None:
+        self._future.cancel()
+
+
+class GrpcSpecialists:
+    """Reaches each specialist over its own mTLS channel."""
+
+    def __init__(self, channel_for: Callable[[str], grpc.Channel]) -> None:
+        self._channel_for = channel_for
+
+    def start(self, agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float) -> _GrpcTaskCall:
+        stub = spec_grpc.SpecialistServiceStub(self._channel_for(agent_id))
+        return _GrpcTaskCall(stub.RunTask.future(request, timeout=timeout_s))
+
+
+def dependency_checker(capabilities: Sequence[cap_pb2.CapabilityDefinition]) -> Callable[[str], None]:
+    """A checker of declared capability dependencies against the capability service's registry (PRD §59)."""
+    versions: dict[str, list[tuple[Version, int]]] = {}
+    for c in capabilities:
+        versions.setdefault(c.capability_id, []).append((Version.parse(c.version), c.status))
+
+    def check(spec: str) -> None:
+        try:
+            capability_id, wanted = parse_dependency(spec)
+        except ValueError as err:
+            raise DependencyError(str(err), reason="DEPENDENCY_SYNTAX_INVALID", dependency=spec) from err
+        known = versions.get(capability_id)
+        if not known:
+            raise DependencyError(f"no capability {capability_id!r} is registered", reason="DEPENDENCY_UNKNOWN",
+                                  dependency=spec)
+        usable = [v for v, status in known if status != common_pb2.LIFECYCLE_STATUS_RETIRED and wanted.contains(v)]
+        if not usable:
+            have = ", ".join(str(v) for v, _ in known)
+            raise DependencyError(f"incompatible with the registered versions ({have})",
+                                  reason="DEPENDENCY_VERSION_INCOMPATIBLE", dependency=spec)
+
+    return check
+
+
+class SupervisorServicer(pb_grpc.SupervisorServiceServicer):
+    """Analyze, GetExecution, WatchExecution, CancelExecution."""
+
+    def __init__(self, orchestrator: Orchestrator) -> None:
+        self._orch = orchestrator
+
+    def Analyze(self, request: pb.AnalyzeRequest, context: grpc.ServicerContext) -> pb.AnalyzeResponse:
+        try:
+            execution_id = self._orch.start(request, transport.caller_id(context))
+        except sup_errors.SupervisorError as err:
+            raise mesh_error(err) from err
+        if request.detach:
+            self._orch.run_async(execution_id)
+            user = self._orch.authenticate(request.user_assertion)
+            return pb.AnalyzeResponse(execution=self._orch.visible(user, execution_id))
+        return pb.AnalyzeResponse(execution=self._orch.run(execution_id))
+
+    def GetExecution(self, request: pb.GetExecutionRequest, context: grpc.ServicerContext) -> pb.GetExecutionResponse:
+        user = self._orch.authenticate(request.user_assertion)
+        return pb.GetExecutionResponse(execution=self._orch.visible(user, request.execution_id))
+
+    def WatchExecution(
+        self, request: pb.WatchExecutionRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.WatchExecutionResponse]:
+        user = self._orch.authenticate(request.user_assertion)
+        yield from self._orch.watch(user, request.execution_id, context.is_active)
+
+    def CancelExecution(
+        self, request: pb.CancelExecutionRequest, context: grpc.ServicerContext
+    ) -> pb.CancelExecutionResponse:
+        user = self._orch.authenticate(request.user_assertion)
+        return pb.CancelExecutionResponse(execution=self._orch.cancel(user, request.execution_id, request.reason))
+
+
+class AgentRegistryServicer(reg_grpc.AgentRegistryServiceServicer):
+    """ListAgents, GetAgent, DiscoverAgents, SetAgentStatus."""
+
+    def __init__(self, registry: AgentRegistry, selector: AgentSelector, audit: AuditRecorder) -> None:
+        self._registry = registry
+        self._selector = selector
+        self._audit = audit
+
+    def ListAgents(
+        self, request: reg_pb2.ListAgentsRequest, context: grpc.ServicerContext
+    ) -> reg_pb2.ListAgentsResponse:
+        return reg_pb2.ListAgentsResponse(agents=[e.to_proto() for e in self._registry.list()])
+
+    def GetAgent(self, request: reg_pb2.GetAgentRequest, context: grpc.ServicerContext) -> reg_pb2.GetAgentResponse:
+        if not request.agent_id:
+            raise errors.InvalidArgument("agent_id is required", reason="MISSING_FIELD", metadata={"field": "agent_id"})
+        try:
+            return reg_pb2.GetAgentResponse(agent=self._registry.get(request.agent_id).to_proto())
+        except sup_errors.SupervisorError as err:
+            raise mesh_error(err) from err
+
+    def DiscoverAgents(
+        self, request: reg_pb2.DiscoverAgentsRequest, context: grpc.ServicerContext
+    ) -> reg_pb2.DiscoverAgentsResponse:
+        if not request.tenant_id:
+            raise errors.InvalidArgument("tenant_id is required", reason="MISSING_FIELD",
+                                         metadata={"field": "tenant_id"})
+        try:
+            found = self._selector.discover(request.tenant_id, Requirement(
+                tuple(request.domains), tuple(request.required_capabilities), tuple(request.knowledge_scopes)))
+        except sup_errors.SupervisorError as err:
+            raise mesh_error(err) from err
+        return reg_pb2.DiscoverAgentsResponse(candidates=[c.to_proto() for c in found.candidates],
+                                              scores=list(found.scores))
+
+    def SetAgentStatus(
+        self, request: reg_pb2.SetAgentStatusRequest, context: grpc.ServicerContext
+    ) -> reg_pb2.SetAgentStatusResponse:
+        operator = transport.caller_id(context)
+        if not request.agent_id:
+            raise errors.InvalidArgument("agent_id is required", reason="MISSING_FIELD", metadata={"field": "agent_id"})
+        if request.status == common_pb2.LIFECYCLE_STATUS_UNSPECIFIED:
+            raise errors.InvalidArgument("status is required", reason="MISSING_FIELD", metadata={"field": "status"})
+        try:
+            entry = self._registry.set_status(request.agent_id, LifecycleStatus.from_proto(request.status),
+                                              request.reason, operator)
+        except sup_errors.SupervisorError as err:
+            raise mesh_error(err) from err
+        try:
+            self._audit.record(audit_pb2.AUDIT_EVENT_TYPE_STATUS_CHANGED, outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS,
+                               agent_id=request.agent_id,
+                               reason_codes=[f"status={common_pb2.LifecycleStatus.Name(request.status)}",
+                                             f"reason={request.reason}", f"changed_by={operator}"])
+        except errors.MeshError:
+            log.exception("agent status change not recorded in audit (kept in the registry history)")
+        return reg_pb2.SetAgentStatusResponse(agent=entry.to_proto())
