@@ -9,33 +9,51 @@ import grpc
 
 from agentmesh import spiffe
 from agentmesh.service import ServiceContext, ServiceSpec, StartupError, base_parser, run
-from agentmesh.unimplemented import unimplemented_servicer
+from agentmesh.v1 import capability_service_pb2_grpc as capability_grpc
 from agentmesh.v1 import specialist_service_pb2_grpc as specialist_grpc
+from specialist_svc.agent import SpecialistAgent, UnknownAgent
+from specialist_svc.servicer import SpecialistServicer
+from supervisor_svc.errors import AgentManifestError
 
 SERVICES = ("agentmesh.v1.SpecialistService",)
 
 
-def register(server: grpc.Server, ctx: ServiceContext) -> None:
-    """Adds the specialist servicer."""
-    specialist_grpc.add_SpecialistServiceServicer_to_server(
-        unimplemented_servicer(specialist_grpc.SpecialistServiceServicer)(), server
-    )
-
-
 def spec(args: argparse.Namespace) -> ServiceSpec:
-    """One specialist agent, named by ``--agent``."""
+    """One specialist agent, named by ``--agent``: its manifest, rules and servicer."""
     try:
-        identity = spiffe.agent(args.agent)
-        spiffe.parse(str(identity))
+        agent = SpecialistAgent.load(args.agent)
+    except UnknownAgent as err:
+        raise StartupError(f"--agent: {err}") from err
+    except AgentManifestError as err:
+        raise StartupError(str(err)) from err
+    try:
+        identity = spiffe.agent(agent.agent_id)
     except spiffe.InvalidSpiffeId as err:
         raise StartupError(f"--agent: {err}") from err
-    return ServiceSpec(args.agent, identity, SERVICES, register)
+    if args.fixed_delay_ms is not None and not 0 <= args.fixed_delay_ms <= 600_000:
+        raise StartupError(f"--fixed-delay-ms: must be between 0 and 600000, got {args.fixed_delay_ms}")
+
+    def register(server: grpc.Server, ctx: ServiceContext) -> None:
+        # The flag wins; else the config's specialist_delay_ms (file or $AGENTMESH_SPECIALIST_DELAY_MS).
+        delay_ms = args.fixed_delay_ms if args.fixed_delay_ms is not None else ctx.config.specialist_delay_ms
+        delay_s = delay_ms / 1000.0
+        stub = capability_grpc.CapabilityServiceStub(ctx.channel("capability"))
+        specialist_grpc.add_SpecialistServiceServicer_to_server(
+            SpecialistServicer(agent, stub, fixed_delay_s=delay_s), server)
+
+    return ServiceSpec(agent.agent_id, identity, SERVICES, register)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point."""
     parser = base_parser("specialist_svc", "agentmesh specialist agent (one process per agent)")
-    parser.add_argument("--agent", required=True, help="agent id, e.g. training-agent")
+    parser.add_argument("--agent", required=True,
+                        help="agent id, e.g. training-agent (one of supervisor_svc/agents/*.yaml)")
+    parser.add_argument(
+        "--fixed-delay-ms", type=int, default=None, metavar="MS",
+        help="sleep MS milliseconds inside every RunTask before the rules run, to stand in for an agent's own "
+             "work in benchmarks and parallelism tests (default: specialist_delay_ms from the config or "
+             "$AGENTMESH_SPECIALIST_DELAY_MS, else 0)")
     return run(spec, parser, argv)
 
 

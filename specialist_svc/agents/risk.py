@@ -1,0 +1,155 @@
+"""Risk agent: are the permit's registered hazards under control?
+
+Input (projection ``risk.assess``): ``permit_id`` (and ``work_type``, ``site``,
+the window — not needed by these rules). One ``risk.evaluate`` call, which
+scores every hazard (severity × likelihood → LOW / MEDIUM / HIGH / CRITICAL)
+and lists the controls not in place.
+
+==========================  =======  ==========================================================
+subject                     verdict  rule
+==========================  =======  ==========================================================
+``hazard:<risk_id>``        FAIL     a control is not in place (FACT ``HAZARD_CONTROLS_OPEN``)
+                            FAIL     level CRITICAL (``HAZARD_CRITICAL``): not for an automated
+                                     recommendation whatever the controls
+                            PASS     otherwise (``HAZARD_CONTROLLED``)
+``permit:<id>/risk``        FAIL     any hazard fails (``RISK_NOT_CONTROLLED``)
+                            PASS     every hazard passes (``RISK_CONTROLLED``)
+                            UNKNOWN  no assessment registered (FACT + UNCERTAINTY
+                                     ``RISK_NOT_ASSESSED``): absence of an assessment is not low risk
+==========================  =======  ==========================================================
+
+``result.risk_level`` is the assessment's overall level (null when not assessed).
+The permit not found → ``permit:<id>/risk`` UNKNOWN with UNCERTAINTY
+``PERMIT_NOT_FOUND`` (the work-permit agent owns that answer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from agentmesh.v1 import common_pb2
+from specialist_svc.rules import (
+    CallFailure,
+    CapabilityClient,
+    ResultBuilder,
+    TaskInputInvalid,
+    call_or_failure,
+    is_id,
+    require_str,
+    run_guarded,
+    token,
+)
+from supervisor_svc.contract import Verdict
+
+__all__ = ["AGENT_ID", "CAPABILITIES", "run"]
+
+AGENT_ID = "risk-agent"
+CAPABILITY = "risk.evaluate"
+CAPABILITIES = (CAPABILITY,)
+"""Capabilities these rules call (each must be among the agent's registered ones)."""
+
+LEVELS = ("LOW", "MEDIUM", "HIGH", "CRITICAL")
+BLOCKING_LEVEL = "CRITICAL"
+"""A hazard at this level fails even with every control in place."""
+
+
+def run(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentResult:
+    """The risk analysis of one permit (see the module docstring).
+
+    Raises:
+        TaskInputInvalid: ``permit_id`` is missing or not a permit id.
+    """
+    permit_id = require_str(data, "permit_id")
+    if not is_id(permit_id):
+        raise TaskInputInvalid("not a permit id", field="permit_id")
+
+    def rules() -> common_pb2.AgentResult:
+        overall = f"permit:{permit_id}/risk"
+        out = ResultBuilder()
+        answer = call_or_failure(client, CAPABILITY, {"permit_id": permit_id})
+        if isinstance(answer, CallFailure):
+            if answer.kind == "not_found":
+                out.judge(overall, Verdict.UNKNOWN)
+                out.uncertainty("PERMIT_NOT_FOUND", f"No risk assessment could be read: permit {permit_id} "
+                                "was not found", subject=overall)
+            else:
+                out.unanswered(answer, [overall], f"The risk assessment of permit {permit_id}")
+            return out.build({"risk_level": None})
+        output, refs = answer
+        hazards = output.get("hazards")
+        if (not refs or output.get("permit_id") != permit_id or not isinstance(output.get("assessed"), bool)
+                or not isinstance(hazards, list) or not all(isinstance(h, Mapping) for h in hazards)):
+            code = "EVIDENCE_MISSING" if not refs else "RISK_REGISTER_MALFORMED"
+            out.unanswered(CallFailure("uncertain", code, f"{CAPABILITY}: unusable answer"), [overall],
+                           f"The risk assessment of permit {permit_id}")
+            return out.build({"risk_level": None})
+        ref = refs[0]
+        level = output.get("risk_level")
+        summary = out.evidence(ref, data={
+            "permit_id": permit_id, "assessed": output["assessed"], "risk_level": level,
+            "max_score": output.get("max_score"), "open_controls_count": output.get("open_controls_count"),
+            "hazards": len(hazards)})
+        if not output["assessed"] or not hazards:
+            out.judge(overall, Verdict.UNKNOWN)
+            out.fact("RISK_NOT_ASSESSED", f"No hazard is registered for permit {permit_id}", subject=overall,
+                     evidence=[summary])
+            out.uncertainty("RISK_NOT_ASSESSED", f"Permit {permit_id} has no risk assessment; that is not low risk",
+                            subject=overall, evidence=[summary])
+            out.recommendation("ASSESS_RISK", f"Register a risk assessment for permit {permit_id} before release")
+            return out.build({"risk_level": None})
+
+        failing: list[str] = []
+        unreadable = 0
+        for hazard in hazards:
+            risk_id = hazard.get("risk_id")
+            if not is_id(risk_id):
+                unreadable += 1  # no usable subject: the overall risk cannot pass
+                continue
+            subject = f"hazard:{risk_id}"
+            ev = out.evidence(ref, part=str(risk_id), data=dict(hazard))
+            h_level = hazard.get("level") if hazard.get("level") in LEVELS else "unrecognised"
+            open_controls = hazard.get("open_controls")
+            if not isinstance(open_controls, list):
+                out.judge(subject, Verdict.UNKNOWN)
+                out.uncertainty("RISK_REGISTER_MALFORMED", f"The controls of hazard {risk_id} are not readable",
+                                subject=subject, evidence=[ev])
+                continue
+            score = f"score {token(str(hazard.get('score')), '?')}, level {h_level}"
+            if open_controls:
+                out.judge(subject, Verdict.FAIL)
+                out.fact("HAZARD_CONTROLS_OPEN",
+                         f"Hazard {risk_id} ({score}) has {len(open_controls)} control(s) not in place",
+                         subject=subject, evidence=[ev])
+                failing.append(subject)
+            elif hazard.get("level") == BLOCKING_LEVEL:
+                out.judge(subject, Verdict.FAIL)
+                out.fact("HAZARD_CRITICAL", f"Hazard {risk_id} is {BLOCKING_LEVEL} ({score})", subject=subject,
+                         evidence=[ev])
+                failing.append(subject)
+            elif hazard.get("level") in LEVELS:
+                out.judge(subject, Verdict.PASS)
+                out.fact("HAZARD_CONTROLLED", f"Hazard {risk_id} ({score}) has every control in place",
+                         subject=subject, evidence=[ev])
+            else:
+                out.judge(subject, Verdict.UNKNOWN)
+                out.uncertainty("RISK_REGISTER_MALFORMED", f"The level of hazard {risk_id} is not readable",
+                                subject=subject, evidence=[ev])
+
+        shown_level = level if level in LEVELS else "unrecognised"
+        if failing:
+            out.judge(overall, Verdict.FAIL)
+            out.fact("RISK_NOT_CONTROLLED", f"Permit {permit_id}: {len(failing)} hazard(s) not under control "
+                     f"(overall level {shown_level})", subject=overall, evidence=[summary])
+            out.recommendation("DO_NOT_RELEASE", f"Close the open controls of permit {permit_id} before release")
+        elif out.verdict is Verdict.PASS and not unreadable:
+            out.judge(overall, Verdict.PASS)
+            out.fact("RISK_CONTROLLED", f"Permit {permit_id}: every registered hazard has its controls in place "
+                     f"(overall level {shown_level})", subject=overall, evidence=[summary])
+        else:
+            out.judge(overall, Verdict.UNKNOWN)
+            out.uncertainty("RISK_INCOMPLETE", f"Not every hazard of permit {permit_id} could be judged",
+                            subject=overall, evidence=[summary])
+        return out.build({"risk_level": level if level in LEVELS else None})
+
+    return run_guarded(rules)

@@ -1,0 +1,432 @@
+"""Training agent: does every worker hold each required training, valid for the permit's window?
+
+Input (projection ``training.verify``): ``permit_id``, ``valid_from``,
+``valid_until``, ``required_trainings``, ``workers[].worker_id``. One
+``training.getStatus`` call per worker (concurrently), asking only for the
+required course codes. One subject per worker × course, ``worker:<id>/<course>``.
+
+A certificate is *valid for the permit* when the LMS says ``COMPLETED``, it was
+completed on or before the permit's first day and it is valid until at least
+its last day (``valid_until`` inclusive). The rules use nothing but the
+permit window and the LMS's structured fields — no clock — so the same data
+always gives the same answer.
+
+Per worker × course (§61):
+
+=========================================  =======  =====================================================
+what the LMS says                          verdict  statements
+=========================================  =======  =====================================================
+a certificate valid for the window         PASS     FACT ``TRAINING_VALID``
+expired before the window starts           FAIL     FACT ``TRAINING_EXPIRED`` (with the date)
+expires inside the window                  FAIL     FACT ``TRAINING_EXPIRES_DURING_PERMIT``
+completed after the window starts          FAIL     FACT ``TRAINING_NOT_YET_VALID`` + INFERENCE
+(future-dated)                                      ``FUTURE_DATED_RECORD``
+status ``REVOKED`` / ``EXPIRED`` / other   FAIL     FACT ``TRAINING_REVOKED`` / ``TRAINING_EXPIRED`` /
+                                                    ``TRAINING_NOT_COMPLETED``
+no record of the course                    FAIL     FACT ``TRAINING_MISSING``
+the same certificate recorded twice,       as the   INFERENCE ``DUPLICATE_CERTIFICATE_RECORDS`` naming
+identically                                record   the record used (lowest record id, consistently)
+records of one certificate that disagree   UNKNOWN  UNCERTAINTY ``CONFLICTING_CERTIFICATES`` + a FACT per
+(status or dates)                                   record — never a guess
+a record without usable dates              UNKNOWN  UNCERTAINTY ``TRAINING_RECORD_INCOMPLETE``
+worker unknown to the LMS                  UNKNOWN  FACT ``WORKER_UNKNOWN_TO_LMS`` + UNCERTAINTY
+                                                    ``UNKNOWN_WORKER``
+LMS timeout / unavailable / bad answer     UNKNOWN  UNCERTAINTY ``LMS_TIMEOUT`` / ``LMS_UNAVAILABLE`` /
+                                                    ``LMS_MALFORMED`` (result PARTIAL)
+=========================================  =======  =====================================================
+
+Several certificates of one course (e.g. an old one and a refresher): any one
+valid for the window passes (the latest is cited; the others are noted as
+INFERENCE ``CERTIFICATE_SUPERSEDED``), unless the records conflict, which
+always leaves the subject UNKNOWN. A certificate is identified by its
+``certificate_id``; records without one are grouped by their dates.
+
+Course titles, issuers and every other free text are copied into evidence
+``data`` only; no rule reads them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from agentmesh.v1 import common_pb2
+from specialist_svc.rules import (
+    CallFailure,
+    CapabilityClient,
+    ResultBuilder,
+    TaskInputInvalid,
+    call_or_failure,
+    is_id,
+    iso_date,
+    parallel_map,
+    require_str,
+    run_guarded,
+    str_list,
+    token,
+)
+from supervisor_svc.contract import Verdict
+
+__all__ = ["AGENT_ID", "CAPABILITIES", "run"]
+
+AGENT_ID = "training-agent"
+CAPABILITY = "training.getStatus"
+CAPABILITIES = (CAPABILITY,)
+"""Capabilities these rules call (each must be among the agent's registered ones)."""
+
+COMPLETED = "COMPLETED"
+"""The only LMS status that means the course was completed."""
+_RECORD_FIELDS = ("record_id", "course_code", "course_title", "status", "completed_on", "valid_until",
+                  "certificate_id", "issuer")
+
+
+class _State(Enum):
+    VALID = "VALID"
+    EXPIRED = "EXPIRED"
+    EXPIRES_DURING_PERMIT = "EXPIRES_DURING_PERMIT"
+    NOT_YET_VALID = "NOT_YET_VALID"
+    REVOKED = "REVOKED"
+    STATUS_EXPIRED = "STATUS_EXPIRED"
+    NOT_COMPLETED = "NOT_COMPLETED"
+    INCOMPLETE = "INCOMPLETE"
+    CONFLICT = "CONFLICT"
+
+
+_FAILING = {_State.EXPIRED, _State.EXPIRES_DURING_PERMIT, _State.NOT_YET_VALID, _State.REVOKED,
+            _State.STATUS_EXPIRED, _State.NOT_COMPLETED}
+
+
+@dataclass(frozen=True)
+class _Window:
+    start: dt.date
+    end: dt.date
+
+    def __str__(self) -> str:
+        return f"{self.start.isoformat()}..{self.end.isoformat()}"
+
+
+@dataclass(frozen=True)
+class _Record:
+    fields: dict[str, Any]
+    """The LMS record as received: data."""
+    evidence: int
+
+    @property
+    def record_id(self) -> str:
+        return str(self.fields.get("record_id") or "")
+
+    @property
+    def status(self) -> str:
+        return str(self.fields.get("status") or "")
+
+    @property
+    def completed_on(self) -> dt.date | None:
+        return iso_date(self.fields.get("completed_on"))
+
+    @property
+    def valid_until(self) -> dt.date | None:
+        return iso_date(self.fields.get("valid_until"))
+
+    def content(self) -> tuple[Any, ...]:
+        """What a duplicate must repeat exactly (free text excluded: it decides nothing)."""
+        return (self.status, self.fields.get("completed_on"), self.fields.get("valid_until"),
+                self.fields.get("certificate_id"))
+
+
+@dataclass(frozen=True)
+class _Certificate:
+    """One certificate as the LMS recorded it, possibly in several records."""
+
+    records: tuple[_Record, ...]
+
+    @property
+    def representative(self) -> _Record:
+        # Identical duplicates: pick the lowest record id, so the choice never varies.
+        return min(self.records, key=lambda r: r.record_id)
+
+    @property
+    def conflicting(self) -> bool:
+        return len({r.content() for r in self.records}) > 1
+
+    def state(self, window: _Window) -> _State:
+        if self.conflicting:
+            return _State.CONFLICT
+        rec = self.representative
+        if rec.status == "REVOKED":
+            return _State.REVOKED
+        if rec.status == "EXPIRED":
+            return _State.STATUS_EXPIRED
+        if rec.status != COMPLETED:
+            return _State.NOT_COMPLETED
+        completed, until = rec.completed_on, rec.valid_until
+        if completed is None or until is None or until < completed:
+            return _State.INCOMPLETE
+        if until < window.start:
+            return _State.EXPIRED
+        if completed > window.start:
+            return _State.NOT_YET_VALID
+        if until < window.end:
+            return _State.EXPIRES_DURING_PERMIT
+        return _State.VALID
+
+    def sort_key(self) -> tuple[str, str, str]:
+        rec = self.representative
+        until, completed = rec.valid_until, rec.completed_on
+        return (until.isoformat() if until else "", completed.isoformat() if completed else "", rec.record_id)
+
+
+def _certificates(records: Sequence[_Record]) -> list[_Certificate]:
+    groups: dict[tuple[Any, ...], list[_Record]] = {}
+    for rec in records:
+        cert = rec.fields.get("certificate_id")
+        key: tuple[Any, ...] = ("certificate", cert) if isinstance(cert, str) and cert else (
+            "dates", rec.fields.get("completed_on"), rec.fields.get("valid_until"))
+        groups.setdefault(key, []).append(rec)
+    return [_Certificate(tuple(group)) for group in groups.values()]
+
+
+@dataclass(frozen=True)
+class _Lookup:
+    worker_id: str
+    answer: tuple[dict[str, Any], list[common_pb2.EvidenceReference]] | CallFailure | None
+    """None: the worker id could not even be asked for."""
+
+
+def _window(data: Mapping[str, Any]) -> _Window | None:
+    start, end = iso_date(data.get("valid_from")), iso_date(data.get("valid_until"))
+    if start is None or end is None or end < start:
+        return None
+    return _Window(start, end)
+
+
+def _worker_ids(data: Mapping[str, Any]) -> list[str]:
+    workers = data.get("workers")
+    if not isinstance(workers, list):
+        raise TaskInputInvalid("a list of {worker_id} is required", field="workers")
+    ids: list[str] = []
+    for i, w in enumerate(workers):
+        wid = w.get("worker_id") if isinstance(w, Mapping) else None
+        if not isinstance(wid, str) or not wid:
+            raise TaskInputInvalid("worker_id is required", field=f"workers[{i}].worker_id")
+        ids.append(wid)
+    return list(dict.fromkeys(ids))
+
+
+def _well_formed(output: Mapping[str, Any], worker_id: str) -> bool:
+    trainings = output.get("trainings")
+    return (output.get("worker_id") == worker_id and isinstance(output.get("worker_known"), bool)
+            and isinstance(trainings, list) and all(isinstance(t, Mapping) for t in trainings))
+
+
+class _Judge:
+    """Applies the rules to one worker's LMS answer."""
+
+    def __init__(self, out: ResultBuilder, window: _Window) -> None:
+        self.out = out
+        self.window = window
+
+    def worker(self, lookup: _Lookup, courses: Sequence[str]) -> None:
+        wid = lookup.worker_id
+        subjects = [f"worker:{wid}/{c}" for c in courses]
+        shown = token(wid)
+        if lookup.answer is None:
+            for subject in subjects:
+                self.out.judge(subject, Verdict.UNKNOWN)
+                self.out.uncertainty("WORKER_ID_INVALID", "The worker id cannot be looked up in the LMS",
+                                     subject=subject)
+            return
+        if isinstance(lookup.answer, CallFailure):
+            failure = lookup.answer
+            if failure.kind == "not_found":
+                failure = CallFailure("uncertain", "WORKER_NOT_FOUND", failure.detail)
+            self.out.unanswered(failure, subjects, f"The LMS record of {shown}")
+            return
+        output, refs = lookup.answer
+        if not refs or not _well_formed(output, wid):
+            code = "LMS_MALFORMED" if refs else "EVIDENCE_MISSING"
+            self.out.unanswered(CallFailure("uncertain", code, f"{CAPABILITY}: unusable answer for {shown}"),
+                                subjects, f"The LMS record of {shown}")
+            return
+        ref = refs[0]
+        if not output["worker_known"]:
+            ev = self.out.evidence(ref, data={"worker_id": wid, "worker_known": False})
+            for subject in subjects:
+                self.out.judge(subject, Verdict.UNKNOWN)
+                self.out.fact("WORKER_UNKNOWN_TO_LMS", f"The LMS has no worker {shown}", subject=subject,
+                              evidence=[ev])
+                self.out.uncertainty("UNKNOWN_WORKER",
+                                     f"Trainings of {shown} cannot be verified: the LMS does not know the worker",
+                                     subject=subject, evidence=[ev])
+            return
+        records: dict[str, list[_Record]] = {}
+        for rec in output["trainings"]:
+            fields = {name: rec.get(name) for name in _RECORD_FIELDS}
+            code = fields["course_code"]
+            if code not in courses:
+                continue  # only the permit's required courses are judged
+            ev = self.out.evidence(ref, part=str(fields.get("record_id") or ""), data=fields)
+            records.setdefault(str(code), []).append(_Record(fields, ev))
+        for course in courses:
+            self.course(wid, course, records.get(course, []), ref)
+
+    def course(self, wid: str, course: str, records: Sequence[_Record],
+               ref: common_pb2.EvidenceReference) -> None:
+        out, subject = self.out, f"worker:{wid}/{course}"
+        who = f"{course} of {token(wid)}"
+        if not records:
+            ev = out.evidence(ref, data={"worker_id": wid, "course_code": course, "records": 0})
+            out.judge(subject, Verdict.FAIL)
+            out.fact("TRAINING_MISSING", f"The LMS holds no {course} record for {token(wid)}", subject=subject,
+                     evidence=[ev])
+            out.inference("REQUIREMENT_NOT_MET", f"{token(wid)} does not meet the {course} requirement",
+                          subject=subject)
+            return
+        certs = _certificates(records)
+        for cert in certs:
+            if len(cert.records) > 1 and not cert.conflicting:
+                ids = ", ".join(token(r.record_id) for r in sorted(cert.records, key=lambda r: r.record_id))
+                out.inference("DUPLICATE_CERTIFICATE_RECORDS",
+                              f"Records {ids} describe the same {course} certificate of {token(wid)}; "
+                              f"{token(cert.representative.record_id)} is used",
+                              subject=subject, evidence=[r.evidence for r in cert.records])
+        states = [(cert, cert.state(self.window)) for cert in certs]
+        conflicts = [c for c, s in states if s is _State.CONFLICT]
+        valid = sorted((c for c, s in states if s is _State.VALID), key=_Certificate.sort_key, reverse=True)
+        incomplete = [c for c, s in states if s is _State.INCOMPLETE]
+        if conflicts:
+            out.judge(subject, Verdict.UNKNOWN)
+            for cert in conflicts:
+                for rec in sorted(cert.records, key=lambda r: r.record_id):
+                    out.fact("TRAINING_RECORD", self._record_text(who, rec), subject=subject,
+                             evidence=[rec.evidence])
+                ids = ", ".join(token(r.record_id) for r in sorted(cert.records, key=lambda r: r.record_id))
+                out.uncertainty("CONFLICTING_CERTIFICATES",
+                                f"The LMS records {ids} of one {course} certificate of {token(wid)} contradict "
+                                f"each other; the certificate's status cannot be established",
+                                subject=subject, evidence=[r.evidence for r in cert.records])
+            out.recommendation("CONFIRM_WITH_ISSUER", f"Confirm the {course} certificate of {token(wid)} with its "
+                               "issuer", subject=subject)
+            return
+        if valid:
+            best = valid[0]
+            out.judge(subject, Verdict.PASS)
+            self._state_fact(who, subject, best, _State.VALID)
+            for cert in certs:
+                if cert is not best:
+                    out.inference("CERTIFICATE_SUPERSEDED",
+                                  f"{self._record_text(who, cert.representative)}; not needed, "
+                                  f"{token(best.representative.record_id)} is valid for the permit",
+                                  subject=subject, evidence=[cert.representative.evidence])
+            return
+        if incomplete:
+            out.judge(subject, Verdict.UNKNOWN)
+            for cert, state in states:
+                if state in _FAILING:
+                    self._state_fact(who, subject, cert, state)
+            for cert in incomplete:
+                out.uncertainty("TRAINING_RECORD_INCOMPLETE",
+                                f"{self._record_text(who, cert.representative)}: its dates are missing or "
+                                f"unusable, so its validity cannot be established",
+                                subject=subject, evidence=[cert.representative.evidence])
+            return
+        out.judge(subject, Verdict.FAIL)
+        for cert, state in sorted(states, key=lambda cs: cs[0].sort_key(), reverse=True):
+            self._state_fact(who, subject, cert, state)
+        out.inference("REQUIREMENT_NOT_MET", f"{token(wid)} does not meet the {course} requirement for the permit "
+                      f"window {self.window}", subject=subject)
+
+    @staticmethod
+    def _record_text(who: str, rec: _Record) -> str:
+        dates = ", ".join(f"{name} {value.isoformat()}" for name, value in
+                          (("completed", rec.completed_on), ("valid until", rec.valid_until)) if value)
+        return (f"LMS record {token(rec.record_id)} of {who}: status {token(rec.status, 'unrecognised')}"
+                + (f", {dates}" if dates else ""))
+
+    def _state_fact(self, who: str, subject: str, cert: _Certificate, state: _State) -> None:
+        rec, w = cert.representative, self.window
+        ev = [r.evidence for r in cert.records]
+        until = rec.valid_until.isoformat() if rec.valid_until else "?"
+        completed = rec.completed_on.isoformat() if rec.completed_on else "?"
+        texts = {
+            _State.VALID: ("TRAINING_VALID",
+                           f"{who} was completed on {completed} and is valid until {until}, covering the permit "
+                           f"window {w} (record {token(rec.record_id)})"),
+            _State.EXPIRED: ("TRAINING_EXPIRED", f"{who} expired on {until}, before the permit window {w}"),
+            _State.EXPIRES_DURING_PERMIT: ("TRAINING_EXPIRES_DURING_PERMIT",
+                                           f"{who} expires on {until}, inside the permit window {w}"),
+            _State.NOT_YET_VALID: ("TRAINING_NOT_YET_VALID",
+                                   f"{who} is recorded as completed on {completed}, after the permit window "
+                                   f"starts ({w.start.isoformat()}): not yet valid"),
+            _State.REVOKED: ("TRAINING_REVOKED", f"{who}: the LMS records the certificate as REVOKED"),
+            _State.STATUS_EXPIRED: ("TRAINING_EXPIRED", f"{who}: the LMS records the certificate as EXPIRED"),
+            _State.NOT_COMPLETED: ("TRAINING_NOT_COMPLETED",
+                                   f"{who}: the LMS status is {token(rec.status, 'unrecognised')}, "
+                                   f"not {COMPLETED}"),
+        }
+        code, text = texts[state]
+        self.out.fact(code, text, subject=subject, evidence=ev)
+        if state is _State.NOT_YET_VALID:
+            self.out.inference("FUTURE_DATED_RECORD",
+                               "The record is dated after the permit starts: a scheduled course or a data-entry "
+                               "error; either way it does not cover the permit",
+                               subject=subject, evidence=ev)
+
+
+def run(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentResult:
+    """The training analysis of one permit (see the module docstring).
+
+    Raises:
+        TaskInputInvalid: ``permit_id``, ``required_trainings`` or ``workers`` is missing or malformed.
+    """
+    permit_id = require_str(data, "permit_id")
+    courses = str_list(data, "required_trainings")
+    worker_ids = _worker_ids(data)
+
+    def rules() -> common_pb2.AgentResult:
+        out = ResultBuilder()
+        window = _window(data)
+        if window is None:
+            for wid in worker_ids:
+                for course in courses:
+                    subject = f"worker:{wid}/{course}"
+                    out.judge(subject, Verdict.UNKNOWN)
+                    out.uncertainty("PERMIT_WINDOW_UNKNOWN",
+                                    "The permit's validity window is missing or invalid; training validity "
+                                    "cannot be judged against it", subject=subject)
+            return out.build()
+        if not courses or not worker_ids:
+            out.inference("NOTHING_TO_VERIFY",
+                          f"Permit {token(permit_id)} lists no required training or no worker; nothing was checked")
+            return out.build()
+        asked = [c for c in courses if is_id(c)]
+        for course in courses:
+            if course not in asked:
+                for wid in worker_ids:
+                    subject = f"worker:{wid}/{course}"
+                    out.judge(subject, Verdict.UNKNOWN)
+                    out.uncertainty("COURSE_CODE_INVALID", "A required course code cannot be looked up in the LMS",
+                                    subject=subject)
+
+        def lookup(wid: str) -> _Lookup:
+            if not is_id(wid):
+                return _Lookup(wid, None)
+            return _Lookup(wid, call_or_failure(client, CAPABILITY, {"worker_id": wid, "training_codes": asked}))
+
+        judge = _Judge(out, window)
+        for found in parallel_map(lookup, worker_ids if asked else []):
+            judge.worker(found, asked)
+        verdict = out.verdict
+        if verdict is Verdict.FAIL:
+            out.recommendation("DO_NOT_RELEASE",
+                               f"Do not release permit {token(permit_id)} until every worker holds the required "
+                               f"trainings")
+        elif verdict is Verdict.UNKNOWN:
+            out.recommendation("VERIFY_BEFORE_RELEASE",
+                               f"Establish the trainings that could not be verified before releasing permit "
+                               f"{token(permit_id)}")
+        return out.build()
+
+    return run_guarded(rules)

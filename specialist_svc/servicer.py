@@ -1,0 +1,123 @@
+"""SpecialistService over gRPC: unpacks a task, runs the agent's rules through a governed capability client.
+
+Thin by design: the rules live in :mod:`specialist_svc.agents`, input and
+output checks in :class:`~specialist_svc.agent.SpecialistAgent`, the capability
+call in :class:`~specialist_svc.capability_client.GrpcCapabilityClient`. Who
+may call (only the supervisor) is the caller table's job, in the transport.
+
+RunTask refuses, before doing anything:
+
+=====================  ==========================  ==========================================
+status                 reason                      when
+=====================  ==========================  ==========================================
+INVALID_ARGUMENT       ``TASK_AGENT_MISMATCH``     the task targets another agent
+INVALID_ARGUMENT       ``MISSING_FIELD``           no ``task.task_id``
+INVALID_ARGUMENT       ``GRANT_MISSING`` /         no grant / not a TaskGrant
+                       ``GRANT_MALFORMED``
+PERMISSION_DENIED      ``GRANT_AUDIENCE_MISMATCH`` the grant is for another identity
+INVALID_ARGUMENT       ``GRANT_TASK_MISMATCH`` /   the grant is for another task / tenant
+                       ``GRANT_TENANT_MISMATCH``
+INVALID_ARGUMENT       ``TASK_INPUT_INVALID``      the input breaks the agent's input schema
+=====================  ==========================  ==========================================
+
+The grant's signature is verified where it grants something: by the capability
+service, on every call. A refused capability call is not an RPC error here but
+part of the result (FAILED with ``error_reason``, or UNCERTAINTY).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import grpc
+
+from agentmesh import errors, grants, telemetry
+from agentmesh.v1 import capability_service_pb2_grpc as cap_grpc
+from agentmesh.v1 import common_pb2
+from agentmesh.v1 import specialist_service_pb2 as pb
+from agentmesh.v1 import specialist_service_pb2_grpc as pb_grpc
+from specialist_svc.agent import SpecialistAgent
+from specialist_svc.capability_client import Deadline, GrpcCapabilityClient, principal_for
+
+__all__ = ["SpecialistServicer"]
+
+
+def check_grant(agent: SpecialistAgent, task: common_pb2.AgentTask,
+                signed: common_pb2.SignedTaskGrant) -> common_pb2.TaskGrant:
+    """The grant's body, if it is addressed to this agent for this task (signature not checked here).
+
+    Raises:
+        agentmesh.errors.InvalidArgument, agentmesh.errors.PermissionDenied: see the module docstring.
+    """
+    if not signed.grant:
+        raise errors.InvalidArgument("a task grant is required", reason="GRANT_MISSING", field="grant")
+    try:
+        grant = grants.decode(signed)
+    except grants.GrantInvalid as err:
+        raise errors.InvalidArgument(str(err), reason="GRANT_MALFORMED", field="grant") from err
+    if grant.audience != agent.spiffe_id:
+        raise errors.PermissionDenied("the grant was issued to another identity", reason="GRANT_AUDIENCE_MISMATCH",
+                                      field="grant")
+    if grant.task_id != task.task_id:
+        raise errors.InvalidArgument("the grant is for another task", reason="GRANT_TASK_MISMATCH", field="grant")
+    if task.tenant_id and grant.tenant_id != task.tenant_id:
+        raise errors.InvalidArgument("the grant is for another tenant", reason="GRANT_TENANT_MISMATCH",
+                                     field="grant")
+    return grant
+
+
+class SpecialistServicer(pb_grpc.SpecialistServiceServicer):
+    """RunTask and DescribeAgent for the one agent this process runs."""
+
+    def __init__(self, agent: SpecialistAgent, capability: cap_grpc.CapabilityServiceStub, *,
+                 fixed_delay_s: float = 0.0) -> None:
+        """Args:
+        agent: The agent this process runs.
+        capability: A stub on the mTLS channel to the capability service.
+        fixed_delay_s: Sleep this long inside every RunTask before the rules run
+            (benchmarks and parallelism tests); cut short if the call ends.
+        """
+        self._agent = agent
+        self._capability = capability
+        self._fixed_delay_s = fixed_delay_s
+
+    def RunTask(self, request: pb.RunTaskRequest, context: grpc.ServicerContext) -> pb.RunTaskResponse:
+        task = request.task
+        if task.target_agent_id != self._agent.agent_id:
+            raise errors.InvalidArgument(
+                f"this process runs {self._agent.agent_id}, not {task.target_agent_id or '<none>'}",
+                reason="TASK_AGENT_MISMATCH", field="task.target_agent_id")
+        if not task.task_id:
+            raise errors.InvalidArgument("task.task_id is required", reason="MISSING_FIELD", field="task.task_id")
+        grant = check_grant(self._agent, task, request.grant)
+        self._agent.task_input(task)  # refuse a bad input before waiting or calling anything
+        deadline = Deadline(context.time_remaining())
+        if self._fixed_delay_s > 0:
+            self._pause(context)
+
+        trace = common_pb2.TraceContext()
+        trace.CopyFrom(request.trace)
+        trace.execution_id = trace.execution_id or task.execution_id or grant.execution_id
+        trace.correlation_id = trace.correlation_id or task.correlation_id
+        principal = principal_for(request.principal, request.grant, agent_id=self._agent.agent_id,
+                                  agent_version=self._agent.manifest.version,
+                                  execution_id=task.execution_id or grant.execution_id)
+        client = GrpcCapabilityClient(self._capability, grant=request.grant, principal=principal, trace=trace,
+                                      deadline=deadline)
+        attributes: dict[str, Any] = {"agentmesh.agent_id": self._agent.agent_id, "agentmesh.task_id": task.task_id}
+        with telemetry.mesh_ids(execution_id=trace.execution_id, correlation_id=trace.correlation_id), \
+                telemetry.tracer(__name__).start_as_current_span("AgentTask", attributes=attributes):
+            result = self._agent.run(task, client)
+        result.versions.policy_version = ",".join(client.policy_versions)
+        return pb.RunTaskResponse(result=result)
+
+    def DescribeAgent(
+        self, request: pb.DescribeAgentRequest, context: grpc.ServicerContext
+    ) -> pb.DescribeAgentResponse:
+        return pb.DescribeAgentResponse(agent=self._agent.definition())
+
+    def _pause(self, context: grpc.ServicerContext) -> None:
+        ended = threading.Event()
+        if context.add_callback(ended.set):  # False: the call has ended already
+            ended.wait(self._fixed_delay_s)
