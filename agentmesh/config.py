@@ -59,6 +59,10 @@ class MeshConfig(BaseModel):
     """Base URL of the LMS; the sandbox LMS the launcher starts when unset."""
     startup_timeout_s: float = Field(default=30.0, gt=0)
     """How long the launcher waits for a process to report SERVING."""
+    specialist_delay_ms: int = Field(default=0, ge=0, le=600_000)
+    """A fixed delay every specialist adds to each task: for parallelism tests and benchmarks only."""
+    task_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    """Deadline the supervisor gives each specialist task."""
 
     @field_validator("ports")
     @classmethod
@@ -88,7 +92,7 @@ class MeshConfig(BaseModel):
 
 
 _ENV_FIELDS = {"host": str, "call_timeout_s": float, "lms_url": str, "access_file": Path,
-               "startup_timeout_s": float}
+               "startup_timeout_s": float, "specialist_delay_ms": int, "task_timeout_s": float}
 
 
 def load(

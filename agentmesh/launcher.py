@@ -196,6 +196,9 @@ def up(config: MeshConfig, *, progress: bool = True) -> list[Running]:
     peers: dict[str, str] = dict(config.peers)
     started: list[Running] = []
     extra: dict[str, tuple[str, ...]] = {"capability": ("--world", str(demo_world()))}
+    if config.specialist_delay_ms:
+        for agent in config.agents:
+            extra[agent] = ("--fixed-delay-ms", str(config.specialist_delay_ms))
     try:
         lms_url = config.lms_url
         if lms_url is None:

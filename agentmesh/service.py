@@ -157,13 +157,14 @@ def run(
 
         server = transport.create_server(access, on_denied=on_denied)
         server_holder.append(server)
+        # Bind first: a port in use is reported before the role loads anything.
+        port = transport.bind(server, cfg.host, cfg.port(spec.name), tls)
         hook = spec.register(server, ctx)
         if hook is not None:
             hooks.append(hook)
         elif spec.name != "audit" and knows_peer(cfg, "audit"):
             hooks.append(ctx.audit().denial_hook())
         health = transport.add_health_and_reflection(server, spec.service_names)
-        port = transport.bind(server, cfg.host, cfg.port(spec.name), tls)
     except (ConfigError, PkiError, AccessTableError, StartupError, transport.PortInUse) as err:
         print(f"{parser.prog}: {err}", file=sys.stderr)
         return 2

@@ -17,7 +17,7 @@ from agentmesh.v1 import supervisor_service_pb2_grpc as supervisor_grpc
 from supervisor_svc.aggregation import EvidencePolicy
 from supervisor_svc.errors import SupervisorError
 from supervisor_svc.executions import ExecutionStore
-from supervisor_svc.orchestrator import DEFAULT_TASK_TIMEOUT_S, Orchestrator
+from supervisor_svc.orchestrator import Orchestrator
 from supervisor_svc.projection import ProjectionConfig, Projector
 from supervisor_svc.registry import AgentRegistry
 from supervisor_svc.selection import AgentSelector
@@ -56,7 +56,7 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
         identity=ctx.identity, registry=registry, selector=selector, tenants=tenants, projector=projector,
         evidence=evidence, store=store, signer=signer, specialists=GrpcSpecialists(ctx.channel), audit=audit,
         verify_assertion=functools.partial(assertion.verify, key=idp_key),
-        task_timeout_s=ctx.args.task_timeout_s)
+        task_timeout_s=ctx.config.task_timeout_s)
     orchestrator.end_interrupted()
     ctx.on_stop(orchestrator.close)
     ctx.on_stop(store.close)
@@ -73,8 +73,6 @@ def spec(args: argparse.Namespace) -> ServiceSpec:
 def main(argv: list[str] | None = None) -> int:
     """Entry point."""
     parser = base_parser("supervisor_svc", "agentmesh supervisor")
-    parser.add_argument("--task-timeout-s", type=float, default=DEFAULT_TASK_TIMEOUT_S,
-                        help=f"deadline of one specialist task (default {DEFAULT_TASK_TIMEOUT_S:.0f})")
     return run(spec, parser, argv)
 
 

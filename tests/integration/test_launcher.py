@@ -35,12 +35,14 @@ def test_up_starts_every_role_serving_over_mtls(mesh: MeshConfig) -> None:
         spiffe.parse(r["spiffe_id"])
 
 
-def test_later_rpcs_answer_unimplemented_not_placeholder_data(mesh: MeshConfig) -> None:
+def test_supervisor_needs_a_user_assertion(mesh: MeshConfig) -> None:
     channel = transport.secure_channel(peer_address(mesh, "supervisor"), client_tls(mesh, PLATFORM_CLI),
                                        spiffe.service("supervisor"))
     with channel, pytest.raises(grpc.RpcError) as info:
         sup_grpc.SupervisorServiceStub(channel).CancelExecution(sup_pb2.CancelExecutionRequest())
-    assert info.value.code() in (grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.INVALID_ARGUMENT)
+    assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    detail = errors.error_info(info.value)
+    assert detail is not None and detail.metadata["field"] == "user_assertion"
 
 
 def test_operator_is_not_a_specialist_caller(mesh: MeshConfig) -> None:
