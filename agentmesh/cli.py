@@ -20,6 +20,7 @@ from agentmesh import assertion, config, errors, launcher, spiffe, transport
 from agentmesh.config import ConfigError, MeshConfig
 from agentmesh.identities import OPERATOR, client_paths, init_identities
 from agentmesh.pki import CertificateAuthority, PkiError
+from agentmesh.service import address_file
 from agentmesh.signing import SigningKeyError, load_private_key
 
 Handler = Callable[[argparse.Namespace, MeshConfig], int]
@@ -127,6 +128,12 @@ def address_of(cfg: MeshConfig, name: str) -> str:
     for p in launcher.read_state(cfg):
         if p.name == name and p.address:
             return p.address
+    if name not in cfg.peers:
+        # A process started on its own records where it listens.
+        try:
+            return str(json.loads(address_file(cfg, name).read_text())["address"])
+        except (OSError, ValueError, KeyError):
+            pass
     return cfg.address(name)
 
 
@@ -446,12 +453,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", help="world file; format in capability_svc/WORLD_FORMAT.md")
     p.set_defaults(handler=cmd_data_load)
 
-    for extend in _EXTENSIONS:
-        extend(sub, common, out)
+    from agentmesh import cli_audit
+
+    cli_audit.register(sub, common, out)
     return parser
-
-
-_EXTENSIONS: list[Callable[[Any, argparse.ArgumentParser, argparse.ArgumentParser], None]] = []
 
 
 def main(argv: Sequence[str] | None = None) -> int:
