@@ -53,9 +53,13 @@ class Authorizer(Protocol):
 
 
 class Recorder(Protocol):
-    """The audit log, as this service sees it."""
+    """The audit log, as this service sees it (see agentmesh.audit_client.AuditRecorder)."""
 
     def record(self, event_type: int, **fields: Any) -> audit_pb2.AppendRecordResponse: ...
+
+    def record_later(self, event_type: int, **fields: Any) -> Any: ...
+
+    def wait(self, sent: Any) -> bool: ...
 
 
 _RISK = {"LOW": common_pb2.RISK_LEVEL_LOW, "MEDIUM": common_pb2.RISK_LEVEL_MEDIUM,
@@ -286,14 +290,20 @@ class GovernedInvoker:
             raise self._refuse(self._policy_error(decision, resource_tenant != grant.tenant_id, m.id, resource_id),
                                req, grant, decision=decision, resource=resource)
 
-        # 5. Audit before any effect (durable on acknowledgement).
+        # 5. Audit the decision. A mutation waits until it is durable before any
+        # effect; a read sends it alongside the execution and waits before answering.
         common = dict(tenant_id=grant.tenant_id, user_id=grant.user_id, execution_id=grant.execution_id,
                       task_id=grant.task_id, agent_id=principal.agent_id, principal=principal,
                       capability_id=m.id, capability_version=str(m.version), policy_decision=decision,
                       versions=versions, resource=resource, input_digest=payload)
+        sent: list[Any] = []
         try:
-            self._audit.record(audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_INVOKED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
-                               **common)
+            if call.mutates:
+                self._audit.record(audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_INVOKED,
+                                   outcome=audit_pb2.AUDIT_OUTCOME_PENDING, **common)
+            else:
+                sent.append(self._audit.record_later(audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_INVOKED,
+                                                     outcome=audit_pb2.AUDIT_OUTCOME_PENDING, **common))
         except errors.MeshError as err:
             raise errors.Unavailable(f"audit unavailable, nothing executed: {err.message}",
                                      reason="AUDIT_UNAVAILABLE") from err
@@ -313,12 +323,21 @@ class GovernedInvoker:
             failure = mesh_error(err)
             outcome = (audit_pb2.AUDIT_OUTCOME_TIMEOUT if isinstance(failure, errors.DeadlineExceeded)
                        else audit_pb2.AUDIT_OUTCOME_FAILURE)
+            self._audit.wait(sent)
             self._record_outcome(common, outcome, [err.reason], "")
             raise failure from err
 
-        # 8. Audit the outcome.
+        # 8. Audit the outcome; every record of this call is durable before the answer.
         output_digest = _digest(output)
-        self._record_outcome(common, audit_pb2.AUDIT_OUTCOME_SUCCESS, ["VERIFIED"] if verified else [], output_digest)
+        if call.mutates:
+            self._record_outcome(common, audit_pb2.AUDIT_OUTCOME_SUCCESS, ["VERIFIED"], output_digest)
+        else:
+            sent.append(self._audit.record_later(audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME,
+                                                 outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS, output_digest=output_digest,
+                                                 **common))
+            if not self._audit.wait(sent):
+                # No data leaves without its audit records (fail closed).
+                raise errors.Unavailable("audit unavailable; the result is withheld", reason="AUDIT_UNAVAILABLE")
         out_struct = struct_pb2.Struct()
         out_struct.update(output)
         completed = Timestamp()

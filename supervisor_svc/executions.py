@@ -49,7 +49,9 @@ class ExecutionStore:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=10.0)
         self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=FULL")
+        # NORMAL in WAL mode survives a crash of the process (the threat a
+        # restart recovers from); only an OS crash can lose the last commits.
+        self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.executescript(_SCHEMA)
         self._lock = threading.Lock()
 

@@ -86,9 +86,13 @@ class SpecialistPort(Protocol):
 
 
 class Recorder(Protocol):
-    """The audit log."""
+    """The audit log: ``record`` waits until durable, ``record_later`` pipelines, ``wait`` collects."""
 
     def record(self, event_type: int, **fields: Any) -> audit_pb2.AppendRecordResponse: ...
+
+    def record_later(self, event_type: int, **fields: Any) -> Any: ...
+
+    def wait(self, sent: Any) -> bool: ...
 
 
 def _ts(moment: dt.datetime | None = None) -> Timestamp:
@@ -110,8 +114,10 @@ class _Live:
     cancelled: threading.Event = field(default_factory=threading.Event)
     calls: dict[str, TaskCall] = field(default_factory=dict)
     watchers: list[queue.Queue[pb.WatchExecutionResponse | None]] = field(default_factory=list)
+    sent: list[Any] = field(default_factory=list)
+    """Audit records sent without waiting; all are durable before the execution's last record."""
     done: threading.Event = field(default_factory=threading.Event)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.RLock = field(default_factory=threading.RLock)
 
 
 class Orchestrator:
@@ -164,6 +170,16 @@ class Orchestrator:
             self._audit.record(event_type, **fields)
         except errors.MeshError:
             log.exception("audit record %s not written", audit_pb2.AuditEventType.Name(event_type))
+
+    def _audit_later(self, live: _Live, event_type: int, **fields: Any) -> None:
+        """Records the narrative of an execution without waiting; ``_finish`` waits for all of it."""
+        try:
+            future = self._audit.record_later(event_type, **fields)
+        except Exception:  # noqa: BLE001 - never let audit plumbing break the execution
+            log.exception("audit record %s not sent", audit_pb2.AuditEventType.Name(event_type))
+            return
+        with live.lock:
+            live.sent.append(future)
 
     def _refuse(self, err: errors.MeshError, user: assertion.UserIdentity | None, **fields: Any) -> errors.MeshError:
         self._audit_safe(audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
@@ -231,7 +247,8 @@ class Orchestrator:
                 raise errors.InvalidArgument(err.message, reason=err.reason,
                                              metadata={"field": err.field or "budget"}) from err
             live = _Live(execution, None, user, budget, intent.language if intent.language != "unknown" else "en")
-            self._audit_safe(audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_STARTED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
+            self._audit_later(live, audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_STARTED,
+                              outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
                              tenant_id=user.tenant_id, user_id=user.user_id,
                              reason_codes=[f"intent={intent.kind.value}", f"rule={intent.rule}", f"caller={caller}"],
                              resource=f"permit:{intent.permit_id}")
@@ -262,7 +279,8 @@ class Orchestrator:
                 node.status = common_pb2.TASK_STATUS_CREATED
             execution.graph.CopyFrom(plan.graph)
             for node in plan.graph.nodes:
-                self._audit_safe(audit_pb2.AUDIT_EVENT_TYPE_AGENT_SELECTED, outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS,
+                self._audit_later(live, audit_pb2.AUDIT_EVENT_TYPE_AGENT_SELECTED,
+                                  outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS,
                                  tenant_id=user.tenant_id, user_id=user.user_id, task_id=node.task_id,
                                  agent_id=node.target_agent_id,
                                  reason_codes=[f"score={s.final_score:.3f}" for s in plan.selection_scores()
@@ -280,9 +298,18 @@ class Orchestrator:
     def run(self, execution_id: str) -> pb.Execution:
         """Executes a planned execution to its end; returns the final execution."""
         live = self._live[execution_id]
-        if live.done.is_set():
+        try:
+            if not live.done.is_set():
+                self._execute(live)
             return self._snapshot(live)
+        finally:
+            # Finished executions are served from the store; memory holds only running ones.
+            with self._live_lock:
+                self._live.pop(execution_id, None)
+
+    def _execute(self, live: _Live) -> None:
         ex = live.execution
+        execution_id = ex.execution_id
         with telemetry.mesh_ids(execution_id=execution_id, correlation_id=ex.trace.correlation_id):
             try:
                 self._run_stages(live)
@@ -296,7 +323,6 @@ class Orchestrator:
         live.done.set()
         self._notify(live, "execution_finished")
         self._close_watchers(live)
-        return self._snapshot(live)
 
     def run_async(self, execution_id: str) -> None:
         """Runs the execution in the background (for detached requests)."""
@@ -408,8 +434,9 @@ class Orchestrator:
                     if n.task_id == task_id:
                         n.CopyFrom(node)
                 self._store.save(live.execution)
-            self._audit_safe(audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
-                             tenant_id=user.tenant_id, user_id=user.user_id, task_id=task_id, agent_id=agent_id,
+            self._audit_later(live, audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED,
+                              outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
+                              tenant_id=user.tenant_id, user_id=user.user_id, task_id=task_id, agent_id=agent_id,
                              principal=principal, input_digest=node.projection.digest,
                              versions=common_pb2.VersionStamp(agent_version=entry.manifest.version))
             self._notify(live, "task_started", task_id=task_id, agent_id=agent_id,
@@ -448,8 +475,8 @@ class Orchestrator:
             span.set_attribute("agentmesh.task_state", state.value)
             outcome = {TaskState.COMPLETED: audit_pb2.AUDIT_OUTCOME_SUCCESS,
                        TaskState.TIMED_OUT: audit_pb2.AUDIT_OUTCOME_TIMEOUT}.get(state, audit_pb2.AUDIT_OUTCOME_FAILURE)
-            self._audit_safe(
-                audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED,
+            self._audit_later(
+                live, audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED,
                 outcome=outcome,
                 tenant_id=user.tenant_id, user_id=user.user_id, task_id=task_id, agent_id=agent_id,
                 reason_codes=[state.value, *([reason] if reason else []),
@@ -533,7 +560,7 @@ class Orchestrator:
                 for conflict in ex.conflicts:
                     if not conflict.resolution:
                         conflict.review_id = self._store.add_review(ex.execution_id, ex.tenant_id, conflict)
-                        self._audit_safe(audit_pb2.AUDIT_EVENT_TYPE_REVIEW_CREATED,
+                        self._audit_later(live, audit_pb2.AUDIT_EVENT_TYPE_REVIEW_CREATED,
                                          outcome=audit_pb2.AUDIT_OUTCOME_PENDING, tenant_id=ex.tenant_id,
                                          user_id=ex.user_id, reason_codes=[conflict.review_id, conflict.subject],
                                          analysis_decision=ex.decision)
@@ -545,11 +572,16 @@ class Orchestrator:
             self._store.save(ex)
         _decisions.add(1, {"decision": common_pb2.AnalysisDecision.Name(ex.decision),
                            "status": pb.ExecutionStatus.Name(ex.status)})
-        self._audit_safe(audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED,
-                         outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS if ex.status == pb.EXECUTION_STATUS_SUCCEEDED
-                         else audit_pb2.AUDIT_OUTCOME_FAILURE,
-                         tenant_id=ex.tenant_id, user_id=ex.user_id, analysis_decision=ex.decision,
-                         reason_codes=[pb.ExecutionStatus.Name(ex.status), ex.reason][: 2 if ex.reason else 1])
+        self._audit_later(live, audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED,
+                          outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS if ex.status == pb.EXECUTION_STATUS_SUCCEEDED
+                          else audit_pb2.AUDIT_OUTCOME_FAILURE,
+                          tenant_id=ex.tenant_id, user_id=ex.user_id, analysis_decision=ex.decision,
+                          reason_codes=[pb.ExecutionStatus.Name(ex.status), ex.reason][: 2 if ex.reason else 1])
+        with live.lock:
+            sent, live.sent = list(live.sent), []
+        # The whole narrative, closing record included, is durable before the answer.
+        if not self._audit.wait(sent):
+            log.error("execution %s: some audit records were not written", ex.execution_id)
 
     # -- watch / cancel / recovery ---------------------------------------------
 
