@@ -332,12 +332,16 @@ class GovernedInvoker:
         if call.mutates:
             self._record_outcome(common, audit_pb2.AUDIT_OUTCOME_SUCCESS, ["VERIFIED"], output_digest)
         else:
-            sent.append(self._audit.record_later(audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME,
-                                                 outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS, output_digest=output_digest,
-                                                 **common))
-            if not self._audit.wait(sent):
-                # No data leaves without its audit records (fail closed).
-                raise errors.Unavailable("audit unavailable; the result is withheld", reason="AUDIT_UNAVAILABLE")
+            # The decision record (sent before execution, usually durable by now)
+            # precedes the outcome in the log; no data leaves without both (fail closed).
+            try:
+                if not self._audit.wait(sent):
+                    raise errors.Unavailable("decision record not written")
+                self._audit.record(audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME,
+                                   outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS, output_digest=output_digest, **common)
+            except errors.MeshError as err:
+                raise errors.Unavailable(f"audit unavailable; the result is withheld: {err.message}",
+                                         reason="AUDIT_UNAVAILABLE") from err
         out_struct = struct_pb2.Struct()
         out_struct.update(output)
         completed = Timestamp()
