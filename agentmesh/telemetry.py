@@ -41,10 +41,19 @@ def setup_tracing(service_name: str) -> TracerProvider:
     sampler = sampling.ALWAYS_ON if exporting else sampling.ALWAYS_OFF
     provider = TracerProvider(resource=Resource.create({"service.name": service_name}), sampler=sampler)
     if exporting:
-        # Imported lazily: the exporter pulls in a gRPC client nobody needs otherwise.
+        # Imported lazily: the exporters pull in a gRPC client nobody needs otherwise.
+        from opentelemetry import metrics
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        # The agent metrics of PRD §52–53 (task latency, outcomes, handoffs,
+        # conflicts, escalations) go out over the same OTLP endpoint.
+        metrics.set_meter_provider(MeterProvider(
+            resource=Resource.create({"service.name": service_name}),
+            metric_readers=[PeriodicExportingMetricReader(OTLPMetricExporter())]))
     trace.set_tracer_provider(provider)
     _provider = provider
     return provider

@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from google.protobuf import json_format, struct_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from agentmesh import errors, grants, spiffe
+from agentmesh import errors, grants, spiffe, telemetry
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import capability_service_pb2 as pb
 from agentmesh.v1 import common_pb2
@@ -278,7 +278,9 @@ class GovernedInvoker:
             trace=req.trace,
         )
         try:
-            decision = self._authorize(policy_req).decision
+            with telemetry.tracer().start_as_current_span("Policy") as span:
+                decision = self._authorize(policy_req).decision
+                span.set_attribute("agentmesh.policy_effect", common_pb2.PolicyEffect.Name(decision.effect))
         except errors.MeshError as err:
             raise self._refuse(errors.Unavailable(
                 f"no policy decision, so no execution: {err.message}", reason="POLICY_UNAVAILABLE"),
@@ -311,7 +313,9 @@ class GovernedInvoker:
         # 6–7. Execute within the deadline; verify mutations by reading back.
         verified = False
         try:
-            output = self._rt.executor.run(call, deadline_s=deadline_s)
+            with telemetry.tracer().start_as_current_span("Execution") as span:
+                span.set_attribute("agentmesh.capability", m.key)
+                output = self._rt.executor.run(call, deadline_s=deadline_s)
             if call.mutates:
                 check = self._rt.executor.verify(call, output)
                 if not check.verified:

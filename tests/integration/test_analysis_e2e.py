@@ -203,3 +203,54 @@ def test_cli_analyze_prints_the_report(mesh: MeshConfig) -> None:
     assert json.loads(as_json.stdout)["execution_id"].startswith("exe-")
 
 
+
+
+def _registry(cfg: MeshConfig, identity: spiffe.SpiffeId = OPERATOR) -> Any:
+    from agentmesh.v1 import agent_registry_service_pb2_grpc as reg_grpc
+
+    channel = transport.secure_channel(peer_address(cfg, "supervisor"), client_tls(cfg, identity),
+                                       spiffe.service("supervisor"))
+    return reg_grpc.AgentRegistryServiceStub(channel)
+
+
+def test_disabled_agent_takes_no_new_task(mesh: MeshConfig) -> None:
+    from agentmesh.v1 import agent_registry_service_pb2 as reg_pb2
+
+    with pytest.raises(grpc.RpcError) as info:
+        _registry(mesh, PLATFORM_CLI).SetAgentStatus(reg_pb2.SetAgentStatusRequest(
+            agent_id="risk-agent", status=common_pb2.LIFECYCLE_STATUS_DISABLED, reason="x"))
+    assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    operator = _registry(mesh)
+    operator.SetAgentStatus(reg_pb2.SetAgentStatusRequest(
+        agent_id="risk-agent", status=common_pb2.LIFECYCLE_STATUS_DISABLED, reason="bad release"))
+    try:
+        ex = analyze(mesh, "Analyze permit WP-10231 and tell me if it can be released")
+        assert ex.status == pb.EXECUTION_STATUS_PARTIAL
+        assert decision(ex) == "INSUFFICIENT_EVIDENCE"
+        assert any(m.startswith("risk") for m in ex.missing), list(ex.missing)
+        assert "risk-agent" not in {n.target_agent_id for n in ex.graph.nodes}
+    finally:
+        operator.SetAgentStatus(reg_pb2.SetAgentStatusRequest(
+            agent_id="risk-agent", status=common_pb2.LIFECYCLE_STATUS_ACTIVE, reason="fixed"))
+    assert decision(analyze(mesh, "Analyze permit WP-10231 and tell me if it can be released")) == (
+        "RECOMMENDED_FOR_RELEASE")
+
+
+def test_discovery_explains_its_scores(mesh: MeshConfig) -> None:
+    from agentmesh.v1 import agent_registry_service_pb2 as reg_pb2
+
+    found = _registry(mesh, PLATFORM_CLI).DiscoverAgents(reg_pb2.DiscoverAgentsRequest(
+        tenant_id="acme", domains=["training"], required_capabilities=["training.getStatus"]))
+    assert [c.agent_id for c in found.candidates] == ["training-agent"]
+    assert found.scores[0].final_score > 0 and found.scores[0].capability_score == 1.0
+
+
+def test_data_load_refuses_a_malformed_world_and_loads_nothing(mesh: MeshConfig, tmp_path: Any) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("format: agentmesh-world/v1\ntenants:\n  - id: acme\n    permits: 12\n")
+    result = agentmesh_cli(mesh.home, "data", "load", str(bad))
+    assert result.returncode == 1
+    assert "bad.yaml" in result.stderr and "nothing was loaded" in result.stderr
+    # Everything is as before.
+    assert decision(analyze(mesh, "Analyze permit WP-10231 and tell me if it can be released")) == (
+        "RECOMMENDED_FOR_RELEASE")
