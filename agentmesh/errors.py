@@ -22,6 +22,7 @@ naming the field). Clients turn an ``RpcError`` back into the same class with
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar, NoReturn
 
 import grpc
@@ -162,6 +163,28 @@ _BY_CODE: dict[grpc.StatusCode, type[MeshError]] = {
 }
 _BY_CODE[grpc.StatusCode.CANCELLED] = Aborted
 _BY_CODE[grpc.StatusCode.UNKNOWN] = Internal
+
+
+ErrorTable = Sequence[tuple[type[Exception], type[MeshError]]]
+"""Domain error class → mesh error class, first match wins (subclasses before their bases)."""
+
+
+def translate(err: Exception, table: ErrorTable) -> MeshError:
+    """Maps a domain error (with ``message``, ``reason`` and ``field`` or ``metadata``) to a mesh error.
+
+    Each service keeps its own table next to its domain errors; anything not
+    in it is INTERNAL, never a success.
+    """
+    metadata = dict(getattr(err, "metadata", None) or {})
+    field = getattr(err, "field", None)
+    if field:
+        metadata["field"] = str(field)
+    message = str(getattr(err, "message", None) or err)
+    reason = getattr(err, "reason", None)
+    for domain_cls, mesh_cls in table:
+        if isinstance(err, domain_cls):
+            return mesh_cls(message, reason=reason, metadata=metadata)
+    return Internal(message, reason=reason, metadata=metadata)
 
 
 def abort(context: grpc.ServicerContext, error: MeshError) -> NoReturn:

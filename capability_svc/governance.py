@@ -71,28 +71,27 @@ def _digest(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
 
 
+ERRORS: errors.ErrorTable = [
+    (cap_errors.InputInvalid, errors.InvalidArgument),
+    (cap_errors.CapabilityNotFound, errors.NotFound),
+    (cap_errors.ResourceNotFound, errors.NotFound),
+    (cap_errors.CapabilityNotExecutable, errors.FailedPrecondition),
+    (cap_errors.PreconditionFailed, errors.FailedPrecondition),
+    (cap_errors.StatusChangeRefused, errors.FailedPrecondition),
+    (cap_errors.DependencyError, errors.FailedPrecondition),
+    (cap_errors.VerificationFailed, errors.Aborted),
+    (IdempotencyConflict, errors.Aborted),
+    (IdempotencyInFlight, errors.Aborted),
+    (cap_errors.DeadlineExceeded, errors.DeadlineExceeded),
+    (cap_errors.ExternalTimeout, errors.DeadlineExceeded),
+    (cap_errors.ExternalError, errors.Unavailable),
+]
+"""Capability-domain errors and their gRPC statuses."""
+
+
 def mesh_error(err: cap_errors.CapabilityError) -> errors.MeshError:
     """Maps a capability-domain error to the mesh error (and so to its gRPC status)."""
-    meta = {"field": err.field} if err.field else {}
-    table: list[tuple[type[cap_errors.CapabilityError], type[errors.MeshError]]] = [
-        (cap_errors.InputInvalid, errors.InvalidArgument),
-        (cap_errors.CapabilityNotFound, errors.NotFound),
-        (cap_errors.ResourceNotFound, errors.NotFound),
-        (cap_errors.CapabilityNotExecutable, errors.FailedPrecondition),
-        (cap_errors.PreconditionFailed, errors.FailedPrecondition),
-        (cap_errors.StatusChangeRefused, errors.FailedPrecondition),
-        (cap_errors.DependencyError, errors.FailedPrecondition),
-        (cap_errors.VerificationFailed, errors.Aborted),
-        (IdempotencyConflict, errors.Aborted),
-        (IdempotencyInFlight, errors.Aborted),
-        (cap_errors.DeadlineExceeded, errors.DeadlineExceeded),
-        (cap_errors.ExternalTimeout, errors.DeadlineExceeded),
-        (cap_errors.ExternalError, errors.Unavailable),
-    ]
-    for domain_cls, mesh_cls in table:
-        if isinstance(err, domain_cls):
-            return mesh_cls(err.message, reason=err.reason, metadata=meta)
-    return errors.Internal(err.message, reason=err.reason, metadata=meta)
+    return errors.translate(err, ERRORS)
 
 
 def evidence_of(output: Mapping[str, Any], capability: str) -> list[common_pb2.EvidenceReference]:

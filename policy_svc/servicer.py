@@ -90,12 +90,15 @@ def _switch(s: model.KillSwitch) -> pb.KillSwitch:
                          enabled=s.enabled, reason=s.reason, changed_by=s.changed_by, changed_at=ts)
 
 
+ERRORS: errors.ErrorTable = [
+    (InvalidRequestError, errors.InvalidArgument),
+    (KillSwitchStoreError, errors.Unavailable),
+]
+"""Policy-domain errors and their gRPC statuses; a decision is never an error."""
+
+
 def _mesh_error(err: PolicyError) -> errors.MeshError:
-    if isinstance(err, InvalidRequestError):
-        return errors.InvalidArgument(err.message, reason=err.reason, metadata=err.metadata)
-    if isinstance(err, KillSwitchStoreError):
-        return errors.Unavailable(err.message, reason=err.reason, metadata=err.metadata)
-    return errors.Internal(err.message, reason=err.reason, metadata=err.metadata)
+    return errors.translate(err, ERRORS)
 
 
 class PolicyServicer(pb_grpc.PolicyServiceServicer):

@@ -27,7 +27,7 @@ from supervisor_svc.selection import AgentSelector, Requirement
 
 log = logging.getLogger(__name__)
 
-_STATUS: list[tuple[type[sup_errors.SupervisorError], type[errors.MeshError]]] = [
+ERRORS: errors.ErrorTable = [
     (sup_errors.RequestInvalid, errors.InvalidArgument),
     (sup_errors.TenantMismatch, errors.PermissionDenied),
     (sup_errors.AgentNotFound, errors.NotFound),
@@ -39,15 +39,12 @@ _STATUS: list[tuple[type[sup_errors.SupervisorError], type[errors.MeshError]]] =
     (sup_errors.LimitExceeded, errors.ResourceExhausted),
     (sup_errors.PlanError, errors.InvalidArgument),
 ]
+"""Supervisor-domain errors and their gRPC statuses."""
 
 
 def mesh_error(err: sup_errors.SupervisorError) -> errors.MeshError:
     """Maps a supervisor-domain error to its mesh error (and so its gRPC status)."""
-    meta = {"field": err.field} if err.field else {}
-    for domain_cls, mesh_cls in _STATUS:
-        if isinstance(err, domain_cls):
-            return mesh_cls(err.message, reason=err.reason, metadata=meta)
-    return errors.Internal(err.message, reason=err.reason, metadata=meta)
+    return errors.translate(err, ERRORS)
 
 
 class _GrpcTaskCall:
