@@ -147,7 +147,6 @@ def run(
         tls.read()  # a missing or unreadable certificate stops us here, naming the file
         access = AccessTable.load(cfg.access_file)
         ctx = ServiceContext(spec.name, spec.identity, cfg, tls, args)
-        server_holder: list[grpc.Server] = []
         hooks: list[transport.DenialHook] = []
 
         def on_denied(call: transport.DeniedCall) -> None:
@@ -156,7 +155,6 @@ def run(
                 hook(call)
 
         server = transport.create_server(access, on_denied=on_denied)
-        server_holder.append(server)
         # Bind first: a port in use is reported before the role loads anything.
         port = transport.bind(server, cfg.host, cfg.port(spec.name), tls)
         hook = spec.register(server, ctx)

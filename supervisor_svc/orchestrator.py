@@ -222,9 +222,7 @@ class Orchestrator:
         except sup_errors.TenantMismatch as err:
             raise self._refuse(errors.PermissionDenied(err.message, reason=err.reason,
                                                        metadata={"field": "request_text"}), user) from err
-        if not intent.actionable:
-            raise errors.InvalidArgument(intent.message, reason="UNKNOWN_INTENT", metadata={"field": "request_text"})
-        if intent.kind is IntentKind.UNKNOWN:
+        if not intent.actionable:  # an unknown request, or no permit named
             raise errors.InvalidArgument(intent.message, reason="UNKNOWN_INTENT", metadata={"field": "request_text"})
 
         execution_id = f"exe-{uuid.uuid4().hex[:16]}"
@@ -485,11 +483,16 @@ class Orchestrator:
                 versions=result.versions if result else None)
             self._notify(live, "task_finished", task_id=task_id, agent_id=agent_id, task_status=status)
             if result is not None:
-                self._handle_handoffs(live, task_id, result)
+                self._handle_handoffs(live, task_id, result, context)
             return self._outcome(plan, task_id, state, result=result, error_reason=reason)
 
-    def _handle_handoffs(self, live: _Live, task_id: str, result: common_pb2.AgentResult) -> None:
-        """A specialist's handoff request goes through the supervisor's checks (PRD §20–22)."""
+    def _handle_handoffs(self, live: _Live, task_id: str, result: common_pb2.AgentResult,
+                         context: dict[str, Any] | None) -> None:
+        """A specialist's handoff request goes through the supervisor's checks (PRD §20–22), then runs.
+
+        The handoff's result is reported with the execution's results; the
+        decision rests on the planned analyses only.
+        """
         plan = live.plan
         assert plan is not None
         for action in result.requested_actions:
@@ -504,20 +507,21 @@ class Orchestrator:
                                  purpose=str(params.get("purpose", "")))
             try:
                 with live.lock:
-                    admit_handoff(plan, req, lookup=self._registry.ensure_active,
-                                  execution_correlation_id=live.execution.trace.correlation_id, budget=live.budget)
-                _handoffs.add(1, {"result": "admitted"})
-                # Admitted handoffs are recorded; running them is left to a
-                # later release (no demo specialist asks for one).
-                self._audit_safe(audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
-                                 task_id=task_id, agent_id=action.target_agent_id, reason_codes=["HANDOFF_ADMITTED"])
+                    task = admit_handoff(plan, req, lookup=self._registry.ensure_active,
+                                         execution_correlation_id=live.execution.trace.correlation_id,
+                                         budget=live.budget)
+                    live.execution.graph.nodes.append(task)
             except sup_errors.SupervisorError as err:
                 _handoffs.add(1, {"result": "rejected"})
                 with live.lock:
                     live.execution.missing.append(f"handoff {result.agent_id} -> {action.target_agent_id}: "
                                                   f"{err.reason}: {err.message}")
                 self._audit_safe(audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
-                                 task_id=task_id, agent_id=result.agent_id, reason_codes=[err.reason])
+                                 tenant_id=live.user.tenant_id, user_id=live.user.user_id, task_id=task_id,
+                                 agent_id=result.agent_id, reason_codes=[err.reason, f"to={action.target_agent_id}"])
+                continue
+            _handoffs.add(1, {"result": "admitted"})
+            self._run_task(live, task.task_id, context)
 
     def _stop_for_limit(self, live: _Live, err: sup_errors.LimitExceeded,
                         outcomes: dict[str, TaskOutcome] | None = None) -> None:
