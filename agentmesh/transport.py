@@ -129,6 +129,10 @@ class MeshServerInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
     def __init__(self, access: AccessTable, on_denied: DenialHook | None = None) -> None:
         self._access = access
         self._on_denied = on_denied
+        # Both are pure functions of their keys; caching them keeps the per-call
+        # cost of the checks to two dictionary lookups on the hot path.
+        self._wrapped: dict[tuple[str, int], Any] = {}
+        self._allowed: dict[tuple[str, str], bool] = {}
 
     def intercept_service(
         self, continuation: Callable[[Any], Any], details: grpc.HandlerCallDetails
@@ -136,7 +140,14 @@ class MeshServerInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
         handler = continuation(details)
         if handler is None:
             return None
-        method: str = details.method
+        key = (details.method, id(handler))
+        wrapped = self._wrapped.get(key)
+        if wrapped is None:
+            wrapped = self._wrap(details.method, handler)
+            self._wrapped[key] = wrapped
+        return wrapped
+
+    def _wrap(self, method: str, handler: Any) -> Any:
         if handler.unary_unary:
             return grpc.unary_unary_rpc_method_handler(
                 self._unary(method, handler.unary_unary),
@@ -169,10 +180,19 @@ class MeshServerInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
             self._deny(method, "", errors.Unauthenticated(
                 "a client certificate with exactly one mesh SPIFFE id is required",
                 reason="NO_PEER_IDENTITY"), context)
-        elif not self._access.allows(method, caller):
+        elif not self._allows(method, caller):
             self._deny(method, caller, errors.PermissionDenied(
                 f"{caller} may not call {method}", reason="CALLER_NOT_ALLOWED",
                 metadata={"caller": caller, "method": method}), context)
+
+    def _allows(self, method: str, caller: str) -> bool:
+        key = (method, caller)
+        allowed = self._allowed.get(key)
+        if allowed is None:
+            allowed = self._access.allows(method, caller)
+            if len(self._allowed) < 10_000:  # bounded: callers are mesh identities, not end users
+                self._allowed[key] = allowed
+        return allowed
 
     def _deny(
         self, method: str, caller: str, err: errors.MeshError, context: grpc.ServicerContext
