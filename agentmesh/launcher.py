@@ -252,6 +252,8 @@ def down(config: MeshConfig) -> list[Running]:
     procs = read_state(config)
     stop_all(procs)
     state_file(config).unlink(missing_ok=True)
+    # gRPC roles remove their own address files on a clean stop; the LMS does not.
+    (config.mesh_home.run / "lms.addr").unlink(missing_ok=True)
     return procs
 
 
@@ -296,8 +298,7 @@ def wait_foreground(config: MeshConfig, procs: list[Running]) -> None:
                       f"{config.mesh_home.logs / (p.name + '.log')}", file=sys.stderr)
         time.sleep(0.2)
     print("agentmesh: stopping…", file=sys.stderr)
-    stop_all(procs)
-    state_file(config).unlink(missing_ok=True)
+    down(config)
 
 
 __all__ = ["LaunchError", "Running", "down", "init_identities", "read_state", "status", "up",
