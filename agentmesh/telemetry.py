@@ -59,6 +59,12 @@ def setup_tracing(service_name: str) -> TracerProvider:
     return provider
 
 
+def exporting() -> bool:
+    """Whether spans leave this process (an OTLP endpoint is configured)."""
+    return bool(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get(
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+
+
 def shutdown_tracing() -> None:
     """Flushes pending spans; called on graceful shutdown."""
     if _provider is not None:

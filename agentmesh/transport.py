@@ -24,6 +24,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from opentelemetry import propagate
 from opentelemetry.instrumentation.grpc import client_interceptor, grpcext, server_interceptor
 
 from agentmesh import errors, spiffe, telemetry
@@ -303,15 +304,22 @@ class _DefaultDeadline(
     grpc.UnaryUnaryClientInterceptor,  # type: ignore[misc]
     grpc.UnaryStreamClientInterceptor,  # type: ignore[misc]
 ):
-    """Gives every outgoing call a deadline unless the caller set one."""
+    """Gives every outgoing call a deadline unless the caller set one; optionally injects the
+    trace context (``traceparent``, ``baggage``) into its metadata."""
 
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(self, timeout_s: float, *, propagate_only: bool = False) -> None:
         self._timeout = timeout_s
+        self._propagate = propagate_only
 
     def _details(self, details: Any) -> Any:
-        if details.timeout is not None:
-            return details
-        return details._replace(timeout=self._timeout)
+        if details.timeout is None:
+            details = details._replace(timeout=self._timeout)
+        if self._propagate:
+            carrier: dict[str, str] = {}
+            propagate.inject(carrier)
+            if carrier:
+                details = details._replace(metadata=[*(details.metadata or ()), *carrier.items()])
+        return details
 
     def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
         return continuation(self._details(details), request)
@@ -340,6 +348,10 @@ def secure_channel(
         ],
     )
     provider = telemetry.setup_tracing(os.environ.get("OTEL_SERVICE_NAME", "agentmesh"))
+    if not telemetry.exporting():
+        # Nobody reads client spans: carry the context (trace id, mesh ids)
+        # without OpenTelemetry's span machinery on every call.
+        return grpc.intercept_channel(channel, _DefaultDeadline(default_timeout_s, propagate_only=True))
     # Deadline first, so the tracing layer (grpcext, OpenTelemetry's own
     # interceptor API) sees and records the effective timeout.
     with_deadline = grpc.intercept_channel(channel, _DefaultDeadline(default_timeout_s))

@@ -190,6 +190,11 @@ def test_audit_trail_shows_the_whole_chain(mesh: MeshConfig) -> None:
     out = result.stdout
     for needle in ("alice", "supervisor", "training-agent", "training.getStatus", "ALLOW", "SUCCESS"):
         assert needle in out, (needle, out)
+    # Every process recorded under the same trace and correlation ids (PRD §54).
+    records = audit_records(mesh, execution_id=ex.execution_id)
+    assert {r.recorded_by for r in records} == {str(spiffe.service("supervisor")), str(spiffe.service("capability"))}
+    assert {r.trace_id for r in records} == {ex.trace.trace_id} and ex.trace.trace_id
+    assert {r.correlation_id for r in records} == {ex.trace.correlation_id}
 
 
 def test_cli_analyze_prints_the_report(mesh: MeshConfig) -> None:
