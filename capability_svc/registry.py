@@ -38,7 +38,6 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,6 +45,7 @@ import jsonschema
 import pydantic
 from jsonschema import Draft202012Validator
 
+from agentmesh.vocabulary import LifecycleStatus, RiskLevel
 from capability_svc._validation import pydantic_violations, schema_violations
 from capability_svc._yaml_lines import DocumentError, LinedDocument, format_path, load_document
 from capability_svc.errors import (
@@ -77,46 +77,8 @@ _MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 _MAX_MANIFEST_BYTES = 1024 * 1024
 
 
-class LifecycleStatus(StrEnum):
-    """Lifecycle of a capability (``LifecycleStatus`` in ``common.proto``, without prefix)."""
-
-    DRAFT = "DRAFT"
-    VALIDATING = "VALIDATING"
-    EVALUATING = "EVALUATING"
-    APPROVED = "APPROVED"
-    CANARY = "CANARY"
-    ACTIVE = "ACTIVE"
-    DEPRECATED = "DEPRECATED"
-    DISABLED = "DISABLED"
-    RETIRED = "RETIRED"
-
-    @classmethod
-    def parse(cls, value: str | LifecycleStatus) -> LifecycleStatus:
-        """Accept ``ACTIVE`` or the proto name ``LIFECYCLE_STATUS_ACTIVE``.
-
-        Raises:
-            ValueError: for anything else, including ``UNSPECIFIED``.
-        """
-        if isinstance(value, LifecycleStatus):
-            return value
-        name = value.strip().upper().removeprefix("LIFECYCLE_STATUS_")
-        try:
-            return cls(name)
-        except ValueError:
-            raise ValueError(f"{value!r} is not a lifecycle status") from None
-
-
 EXECUTABLE_STATUSES = frozenset({LifecycleStatus.ACTIVE, LifecycleStatus.DEPRECATED})
 """Statuses in which a capability may execute. Everything else fails closed."""
-
-
-class RiskLevel(StrEnum):
-    """Potential impact level (``RiskLevel`` in ``common.proto``, without prefix)."""
-
-    LOW = "LOW"
-    MEDIUM = "MEDIUM"
-    HIGH = "HIGH"
-    CRITICAL = "CRITICAL"
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,6 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -53,6 +52,7 @@ from google.protobuf import struct_pb2
 
 from agentmesh import spiffe
 from agentmesh.v1 import common_pb2
+from agentmesh.vocabulary import LifecycleStatus, RiskLevel
 from supervisor_svc._datafile import Document, format_path, load_document, validation_error
 from supervisor_svc.errors import (
     AgentDependencyError,
@@ -89,47 +89,17 @@ _DEPENDENCY_RE = re.compile(r"^([A-Za-z][A-Za-z0-9_.\-]*)@(\S+)$")
 _SUFFIXES = (".yaml", ".yml", ".json")
 
 
-class LifecycleStatus(StrEnum):
-    """Lifecycle of an agent (``LifecycleStatus`` of ``common.proto`` without its prefix)."""
+def status_from_proto(value: int) -> LifecycleStatus:
+    """A lifecycle status from its ``common_pb2`` number.
 
-    DRAFT = "DRAFT"
-    VALIDATING = "VALIDATING"
-    EVALUATING = "EVALUATING"
-    APPROVED = "APPROVED"
-    CANARY = "CANARY"
-    ACTIVE = "ACTIVE"
-    DEPRECATED = "DEPRECATED"
-    DISABLED = "DISABLED"
-    RETIRED = "RETIRED"
-
-    def to_proto(self) -> common_pb2.LifecycleStatus:
-        """The ``common_pb2.LifecycleStatus`` value."""
-        value: common_pb2.LifecycleStatus = getattr(common_pb2, f"LIFECYCLE_STATUS_{self.value}")
-        return value
-
-    @classmethod
-    def from_proto(cls, value: int) -> LifecycleStatus:
-        """From a ``common_pb2.LifecycleStatus`` value.
-
-        Raises:
-            RequestInvalid: ``STATUS_INVALID`` (field ``status``) for UNSPECIFIED or an unknown number.
-        """
-        try:
-            name = common_pb2.LifecycleStatus.Name(value)
-        except ValueError:
-            name = ""
-        if not name.startswith("LIFECYCLE_STATUS_") or name.endswith("_UNSPECIFIED"):
-            raise RequestInvalid("status must be a real lifecycle status", reason="STATUS_INVALID", field="status")
-        return cls(name.removeprefix("LIFECYCLE_STATUS_"))
-
-
-class RiskLevel(StrEnum):
-    """Potential impact level (``RiskLevel`` of ``common.proto`` without its prefix)."""
-
-    LOW = "LOW"
-    MEDIUM = "MEDIUM"
-    HIGH = "HIGH"
-    CRITICAL = "CRITICAL"
+    Raises:
+        RequestInvalid: ``STATUS_INVALID`` (field ``status``) for UNSPECIFIED or an unknown number.
+    """
+    try:
+        return LifecycleStatus.from_proto(value)
+    except ValueError:
+        raise RequestInvalid("status must be a real lifecycle status", reason="STATUS_INVALID",
+                             field="status") from None
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from capability_svc.errors import DependencyError
 from capability_svc.semver import Version, parse_dependency
 from supervisor_svc import errors as sup_errors
 from supervisor_svc.orchestrator import Orchestrator
-from supervisor_svc.registry import AgentRegistry, LifecycleStatus
+from supervisor_svc.registry import AgentRegistry, status_from_proto
 from supervisor_svc.selection import AgentSelector, Requirement
 
 log = logging.getLogger(__name__)
@@ -177,7 +177,7 @@ class AgentRegistryServicer(reg_grpc.AgentRegistryServiceServicer):
         if request.status == common_pb2.LIFECYCLE_STATUS_UNSPECIFIED:
             raise errors.InvalidArgument("status is required", reason="MISSING_FIELD", metadata={"field": "status"})
         try:
-            entry = self._registry.set_status(request.agent_id, LifecycleStatus.from_proto(request.status),
+            entry = self._registry.set_status(request.agent_id, status_from_proto(request.status),
                                               request.reason, operator)
         except sup_errors.SupervisorError as err:
             raise mesh_error(err) from err

@@ -17,7 +17,13 @@ from supervisor_svc.errors import (
     RequestInvalid,
     StatusChangeRefused,
 )
-from supervisor_svc.registry import AgentRegistry, LifecycleStatus, default_agents_dir, load_manifests
+from supervisor_svc.registry import (
+    AgentRegistry,
+    LifecycleStatus,
+    default_agents_dir,
+    load_manifests,
+    status_from_proto,
+)
 
 AGENTS = ["compliance-agent", "risk-agent", "training-agent", "work-permit-agent"]
 
@@ -124,10 +130,10 @@ def test_set_status_validates_input(
 
 
 def test_lifecycle_from_proto() -> None:
-    assert LifecycleStatus.from_proto(common_pb2.LIFECYCLE_STATUS_DISABLED) is LifecycleStatus.DISABLED
+    assert status_from_proto(common_pb2.LIFECYCLE_STATUS_DISABLED) is LifecycleStatus.DISABLED
     for bad in (common_pb2.LIFECYCLE_STATUS_UNSPECIFIED, 999):
         with pytest.raises(RequestInvalid) as err:
-            LifecycleStatus.from_proto(bad)
+            status_from_proto(bad)
         assert err.value.field == "status"
 
 
