@@ -27,7 +27,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Final, TypeVar
 
@@ -61,6 +61,8 @@ MAX_RECORD_BYTES: Final = 64 * 1024
 """Largest encoded record accepted (after stamping); payloads belong in digests, not records."""
 DEFAULT_PAGE_SIZE: Final = 100
 MAX_PAGE_SIZE: Final = 1000
+MAX_BATCH: Final = 1000
+"""Records one AppendRecords call may carry."""
 
 _MAX_MICROS: Final = 253_402_300_799 * 1_000_000  # 9999-12-31T23:59:59Z
 _PAGE_TOKEN: Final = re.compile(r"[0-9]{1,18}")
@@ -109,6 +111,8 @@ def add_to_server(servicer: AuditServicer, server: grpc.Server) -> None:
     handlers = {
         "AppendRecord": unary(servicer.AppendRecord, request_deserializer=_lenient(pb.AppendRecordRequest),
                               response_serializer=pb.AppendRecordResponse.SerializeToString),
+        "AppendRecords": unary(servicer.AppendRecords, request_deserializer=_lenient(pb.AppendRecordsRequest),
+                               response_serializer=pb.AppendRecordsResponse.SerializeToString),
         "QueryRecords": stream(servicer.QueryRecords, request_deserializer=_lenient(pb.QueryRecordsRequest),
                                response_serializer=pb.QueryRecordsResponse.SerializeToString),
         "GetCheckpoint": unary(servicer.GetCheckpoint, request_deserializer=_lenient(pb.GetCheckpointRequest),
@@ -287,9 +291,8 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
 
     # -- appending ------------------------------------------------------------
 
-    def append(self, record: pb.AuditRecord, *, recorded_by: str,
-               timeout: float | None = None) -> pb.AppendRecordResponse:
-        """Validates, stamps and durably appends one record; raises a MeshError, appending nothing, if bad."""
+    def _stamp(self, record: pb.AuditRecord, recorded_by: str) -> tuple[pb.AuditRecord, IndexAttributes]:
+        """Validates a record and stamps identity, id and time; raises a MeshError if bad."""
         _validate(record)
         rec = pb.AuditRecord()
         rec.CopyFrom(record)
@@ -305,15 +308,46 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
                 reason="RECORD_TOO_LARGE", field="record", metadata={"max_bytes": str(self._max_record_bytes)})
         with _domain_errors("record."):
             attrs = index_attributes(rec)
+        return rec, attrs
 
+    @staticmethod
+    def _builder(rec: pb.AuditRecord) -> Callable[[int], bytes]:
         def build(index: int) -> bytes:
             # Runs on the log's writer thread with the index this entry gets.
             rec.index = index
             return rec.SerializeToString(deterministic=True)
 
+        return build
+
+    def append(self, record: pb.AuditRecord, *, recorded_by: str,
+               timeout: float | None = None) -> pb.AppendRecordResponse:
+        """Validates, stamps and durably appends one record; raises a MeshError, appending nothing, if bad."""
+        rec, attrs = self._stamp(record, recorded_by)
         with _domain_errors("record."):
-            result = self._log.append(build, attrs, timeout=timeout)
+            result = self._log.append(self._builder(rec), attrs, timeout=timeout)
         return pb.AppendRecordResponse(record_id=rec.record_id, index=result.index, tree_size=result.index + 1)
+
+    def append_many(self, records: Sequence[pb.AuditRecord], *, recorded_by: str,
+                    timeout: float | None = None) -> list[pb.AppendRecordResponse]:
+        """Validates and stamps every record, then appends them all in one durable write, or none."""
+        if not records:
+            raise _invalid("records", "at least one record is required", "MISSING_FIELD")
+        if len(records) > MAX_BATCH:
+            raise _invalid("records", f"at most {MAX_BATCH} records per call", "TOO_MANY_RECORDS")
+        stamped = []
+        for i, record in enumerate(records):
+            try:
+                stamped.append(self._stamp(record, recorded_by))
+            except errors.MeshError as err:
+                # Name the record in the batch: records[3].event_type, not record.event_type.
+                if err.field and err.field.startswith("record"):
+                    err.metadata["field"] = f"records[{i}]" + err.field.removeprefix("record")
+                raise
+        with _domain_errors("records."):
+            results = self._log.append_many([self._builder(rec) for rec, _ in stamped],
+                                            [attrs for _, attrs in stamped], timeout=timeout)
+        return [pb.AppendRecordResponse(record_id=rec.record_id, index=r.index, tree_size=r.index + 1)
+                for (rec, _), r in zip(stamped, results, strict=True)]
 
     def AppendRecord(self, request: pb.AppendRecordRequest | Undecodable,
                      context: grpc.ServicerContext) -> pb.AppendRecordResponse:
@@ -322,6 +356,13 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
             raise _invalid("record", "is required", "MISSING_FIELD")
         caller = transport.caller_id(context)
         return self.append(req.record, recorded_by=caller, timeout=context.time_remaining())
+
+    def AppendRecords(self, request: pb.AppendRecordsRequest | Undecodable,
+                      context: grpc.ServicerContext) -> pb.AppendRecordsResponse:
+        req = _decoded(request, "records")
+        caller = transport.caller_id(context)
+        return pb.AppendRecordsResponse(results=self.append_many(list(req.records), recorded_by=caller,
+                                                                 timeout=context.time_remaining()))
 
     def denial_hook(self, own_identity: spiffe.SpiffeId) -> transport.DenialHook:
         """Records every call the caller table refuses here, in this log, as ACCESS_DENIED."""

@@ -116,28 +116,34 @@ class AuditProcess:
                 self.proc.wait()
 
 
-def bench(cfg: MeshConfig, address: str, threads: int, total: int, *, rpc: str = "AppendRecord") -> dict[str, Any]:
+def bench(cfg: MeshConfig, address: str, threads: int, total: int, *, rpc: str = "AppendRecord",
+          batch: int = 1) -> dict[str, Any]:
     """`total` calls shared by `threads` client threads, one mTLS channel each.
 
-    ``rpc`` is AppendRecord (durable appends, as svc/capability) or GetCheckpoint
-    (as the operator; no write, the newest checkpoint is cached), the latter as
-    a reference for what the gRPC + mTLS stack alone allows on this machine.
+    ``rpc`` is AppendRecord (durable appends, as svc/capability), AppendRecords
+    (``batch`` records per call; ``total`` counts records) or GetCheckpoint (as
+    the operator; no write, the newest checkpoint is cached), the latter as a
+    reference for what the gRPC + mTLS stack alone allows on this machine.
     """
     template = _record(cfg)
-    per_thread = max(1, total // threads)
+    per_thread = max(1, total // threads // batch)
     latencies: list[list[float]] = [[] for _ in range(threads)]
     errors: list[BaseException] = []
     ready = threading.Barrier(threads + 1)
-    appending = rpc == "AppendRecord"
+    appending = rpc in ("AppendRecord", "AppendRecords")
 
     def run(n: int) -> None:
         channel, stub = _stub(cfg, address, spiffe.service("capability") if appending else OPERATOR)
         try:
             rec = pb.AuditRecord()
             rec.CopyFrom(template)
-            call: Callable[[], object] = (
-                (lambda: stub.AppendRecord(pb.AppendRecordRequest(record=rec))) if appending
-                else (lambda: stub.GetCheckpoint(pb.GetCheckpointRequest())))
+            call: Callable[[], object]
+            if rpc == "AppendRecords":
+                call = lambda: stub.AppendRecords(pb.AppendRecordsRequest(records=[rec] * batch))  # noqa: E731
+            elif appending:
+                call = lambda: stub.AppendRecord(pb.AppendRecordRequest(record=rec))  # noqa: E731
+            else:
+                call = lambda: stub.GetCheckpoint(pb.GetCheckpointRequest())  # noqa: E731
             call()  # connect (TLS handshake) before timing
             ready.wait()
             mine = latencies[n]
@@ -166,9 +172,9 @@ def bench(cfg: MeshConfig, address: str, threads: int, total: int, *, rpc: str =
     return {
         "rpc": rpc,
         "threads": threads,
-        "appends": len(flat),
+        "appends": len(flat) * batch,
         "seconds": elapsed,
-        "per_s": len(flat) / elapsed,
+        "per_s": len(flat) * batch / elapsed,
         "p50_ms": statistics.median(flat) * 1e3,
         "p99_ms": _pct(flat, 0.99) * 1e3,
     }
@@ -185,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="durable appends per run, shared by its threads (default 3000)")
     parser.add_argument("--home", type=Path,
                         help="mesh home with no audit process running (default: a temporary one, deleted after)")
+    parser.add_argument("--batch", type=int, default=50,
+                        help="records per AppendRecords call in the bulk run; 0 skips it (default 50)")
     parser.add_argument("--no-reference", action="store_true",
                         help="skip the reference run of GetCheckpoint (no write) at the highest thread count")
     args = parser.parse_args(argv)
@@ -197,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
         proc = AuditProcess(cfg)
         try:
             rows = [bench(cfg, proc.address, t, args.appends) for t in args.threads]
+            if args.batch:
+                rows.append(bench(cfg, proc.address, max(args.threads), args.appends * 5, rpc="AppendRecords",
+                                  batch=args.batch))
             if not args.no_reference:
                 rows.append(bench(cfg, proc.address, max(args.threads), args.appends, rpc="GetCheckpoint"))
             channel, operator = _stub(cfg, proc.address, OPERATOR)
@@ -207,10 +218,12 @@ def main(argv: list[str] | None = None) -> int:
         record_bytes = _record(cfg).ByteSize()
     print(f"audit_svc over mTLS, durable appends (fsync per group commit), record ~{record_bytes} bytes, "
           f"{os.cpu_count()} CPUs, log size at end {size}")
-    print(f"{'rpc':<28} {'threads':>7}  {'calls':>7}  {'seconds':>8}  {'calls/s':>8}  {'p50 ms':>7}  {'p99 ms':>7}")
+    print(f"{'rpc':<32} {'threads':>7}  {'records':>7}  {'seconds':>8}  {'records/s':>9}  {'p50 ms':>7}  "
+          f"{'p99 ms':>7}")
     for r in rows:
-        label = "AppendRecord (durable)" if r["rpc"] == "AppendRecord" else "GetCheckpoint (reference)"
-        print(f"{label:<28} {r['threads']:>7}  {r['appends']:>7}  {r['seconds']:>8.2f}  {r['per_s']:>8.0f}  "
+        label = {"AppendRecord": "AppendRecord (durable)",
+                 "AppendRecords": f"AppendRecords x{args.batch} (durable)"}.get(r["rpc"], "GetCheckpoint (reference)")
+        print(f"{label:<32} {r['threads']:>7}  {r['appends']:>7}  {r['seconds']:>8.2f}  {r['per_s']:>9.0f}  "
               f"{r['p50_ms']:>7.2f}  {r['p99_ms']:>7.2f}")
     return 0
 

@@ -133,6 +133,18 @@ class AppendRecordResponse(_message.Message):
     tree_size: int
     def __init__(self, record_id: _Optional[str] = ..., index: _Optional[int] = ..., tree_size: _Optional[int] = ...) -> None: ...
 
+class AppendRecordsRequest(_message.Message):
+    __slots__ = ("records",)
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[AuditRecord]
+    def __init__(self, records: _Optional[_Iterable[_Union[AuditRecord, _Mapping]]] = ...) -> None: ...
+
+class AppendRecordsResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[AppendRecordResponse]
+    def __init__(self, results: _Optional[_Iterable[_Union[AppendRecordResponse, _Mapping]]] = ...) -> None: ...
+
 class QueryRecordsRequest(_message.Message):
     __slots__ = ("execution_id", "trace_id", "correlation_id", "agent_id", "capability_id", "tenant_id", "start_time", "end_time", "page_size", "page_token", "max_records")
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]

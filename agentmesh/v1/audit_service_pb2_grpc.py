@@ -41,6 +41,11 @@ class AuditServiceStub:
                 request_serializer=agentmesh_dot_v1_dot_audit__service__pb2.AppendRecordRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_v1_dot_audit__service__pb2.AppendRecordResponse.FromString,
                 _registered_method=True)
+        self.AppendRecords = channel.unary_unary(
+                '/agentmesh.v1.AuditService/AppendRecords',
+                request_serializer=agentmesh_dot_v1_dot_audit__service__pb2.AppendRecordsRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_v1_dot_audit__service__pb2.AppendRecordsResponse.FromString,
+                _registered_method=True)
         self.QueryRecords = channel.unary_stream(
                 '/agentmesh.v1.AuditService/QueryRecords',
                 request_serializer=agentmesh_dot_v1_dot_audit__service__pb2.QueryRecordsRequest.SerializeToString,
@@ -70,6 +75,14 @@ class AuditServiceServicer:
 
     def AppendRecord(self, request, context):
         """Appends one record; acknowledged only once it is durable.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AppendRecords(self, request, context):
+        """Appends up to 1000 records at consecutive indexes, all or nothing, in one
+        durable write; for callers that record in bulk.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -110,6 +123,11 @@ def add_AuditServiceServicer_to_server(servicer, server):
                     servicer.AppendRecord,
                     request_deserializer=agentmesh_dot_v1_dot_audit__service__pb2.AppendRecordRequest.FromString,
                     response_serializer=agentmesh_dot_v1_dot_audit__service__pb2.AppendRecordResponse.SerializeToString,
+            ),
+            'AppendRecords': grpc.unary_unary_rpc_method_handler(
+                    servicer.AppendRecords,
+                    request_deserializer=agentmesh_dot_v1_dot_audit__service__pb2.AppendRecordsRequest.FromString,
+                    response_serializer=agentmesh_dot_v1_dot_audit__service__pb2.AppendRecordsResponse.SerializeToString,
             ),
             'QueryRecords': grpc.unary_stream_rpc_method_handler(
                     servicer.QueryRecords,
@@ -161,6 +179,33 @@ class AuditService:
             '/agentmesh.v1.AuditService/AppendRecord',
             agentmesh_dot_v1_dot_audit__service__pb2.AppendRecordRequest.SerializeToString,
             agentmesh_dot_v1_dot_audit__service__pb2.AppendRecordResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendRecords(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.v1.AuditService/AppendRecords',
+            agentmesh_dot_v1_dot_audit__service__pb2.AppendRecordsRequest.SerializeToString,
+            agentmesh_dot_v1_dot_audit__service__pb2.AppendRecordsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -37,6 +37,10 @@ class AuditServiceStub:
     def __new__(cls, channel: _aio.Channel) -> AuditServiceAsyncStub: ...
     AppendRecord: _grpc.UnaryUnaryMultiCallable[_audit_service_pb2.AppendRecordRequest, _audit_service_pb2.AppendRecordResponse]
     """Appends one record; acknowledged only once it is durable."""
+    AppendRecords: _grpc.UnaryUnaryMultiCallable[_audit_service_pb2.AppendRecordsRequest, _audit_service_pb2.AppendRecordsResponse]
+    """Appends up to 1000 records at consecutive indexes, all or nothing, in one
+    durable write; for callers that record in bulk.
+    """
     QueryRecords: _grpc.UnaryStreamMultiCallable[_audit_service_pb2.QueryRecordsRequest, _audit_service_pb2.QueryRecordsResponse]
     """Streams records matching a filter, one page at a time."""
     GetCheckpoint: _grpc.UnaryUnaryMultiCallable[_audit_service_pb2.GetCheckpointRequest, _audit_service_pb2.GetCheckpointResponse]
@@ -55,6 +59,10 @@ class AuditServiceAsyncStub(AuditServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     AppendRecord: _aio.UnaryUnaryMultiCallable[_audit_service_pb2.AppendRecordRequest, _audit_service_pb2.AppendRecordResponse]  # type: ignore[assignment]
     """Appends one record; acknowledged only once it is durable."""
+    AppendRecords: _aio.UnaryUnaryMultiCallable[_audit_service_pb2.AppendRecordsRequest, _audit_service_pb2.AppendRecordsResponse]  # type: ignore[assignment]
+    """Appends up to 1000 records at consecutive indexes, all or nothing, in one
+    durable write; for callers that record in bulk.
+    """
     QueryRecords: _aio.UnaryStreamMultiCallable[_audit_service_pb2.QueryRecordsRequest, _audit_service_pb2.QueryRecordsResponse]  # type: ignore[assignment]
     """Streams records matching a filter, one page at a time."""
     GetCheckpoint: _aio.UnaryUnaryMultiCallable[_audit_service_pb2.GetCheckpointRequest, _audit_service_pb2.GetCheckpointResponse]  # type: ignore[assignment]
@@ -76,6 +84,16 @@ class AuditServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_audit_service_pb2.AppendRecordResponse, _abc.Awaitable[_audit_service_pb2.AppendRecordResponse]]:
         """Appends one record; acknowledged only once it is durable."""
+
+    @_abc_1.abstractmethod
+    def AppendRecords(
+        self,
+        request: _audit_service_pb2.AppendRecordsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_audit_service_pb2.AppendRecordsResponse, _abc.Awaitable[_audit_service_pb2.AppendRecordsResponse]]:
+        """Appends up to 1000 records at consecutive indexes, all or nothing, in one
+        durable write; for callers that record in bulk.
+        """
 
     @_abc_1.abstractmethod
     def QueryRecords(
