@@ -37,7 +37,7 @@ from agentmesh.v1 import common_pb2
 from agentmesh.v1 import policy_service_pb2 as policy_pb2
 from capability_svc import errors as cap_errors
 from capability_svc.executor import PreparedCall
-from capability_svc.idempotency import IdempotencyConflict, IdempotencyInFlight, IdempotencyStore
+from capability_svc.idempotency import IdempotencyConflict, IdempotencyFailed, IdempotencyInFlight, IdempotencyStore
 from capability_svc.invocation import InvocationContext
 from capability_svc.runtime import CapabilityRuntime
 
@@ -82,6 +82,7 @@ ERRORS: errors.ErrorTable = [
     (cap_errors.VerificationFailed, errors.Aborted),
     (IdempotencyConflict, errors.Aborted),
     (IdempotencyInFlight, errors.Aborted),
+    (IdempotencyFailed, errors.Aborted),
     (cap_errors.DeadlineExceeded, errors.DeadlineExceeded),
     (cap_errors.ExternalTimeout, errors.DeadlineExceeded),
     (cap_errors.ExternalError, errors.Unavailable),
@@ -324,6 +325,9 @@ class GovernedInvoker:
                 verified = True
         except cap_errors.CapabilityError as err:
             failure = mesh_error(err)
+            if call.mutates:
+                # The effect may have happened: a replay must not run it again.
+                self._idem.fail(grant.tenant_id, m.id, req.idempotency_key, err.reason)
             outcome = (audit_pb2.AUDIT_OUTCOME_TIMEOUT if isinstance(failure, errors.DeadlineExceeded)
                        else audit_pb2.AUDIT_OUTCOME_FAILURE)
             self._audit.wait(sent)

@@ -21,6 +21,12 @@ class IdempotencyConflict(CapabilityError):
     default_reason = "IDEMPOTENCY_KEY_REUSED"
 
 
+class IdempotencyFailed(CapabilityError):
+    """The first call with this key failed once its effect had been attempted; it is not run again."""
+
+    default_reason = "IDEMPOTENCY_KEY_FAILED"
+
+
 class IdempotencyInFlight(CapabilityError):
     """The first call with this key has not finished yet."""
 
@@ -44,7 +50,7 @@ class IdempotencyStore:
         self._conn.execute("PRAGMA synchronous=FULL")
         self._conn.execute(
             "CREATE TABLE IF NOT EXISTS idempotency (tenant_id TEXT NOT NULL, capability_id TEXT NOT NULL,"
-            " idem_key TEXT NOT NULL, payload_digest TEXT NOT NULL, response BLOB,"
+            " idem_key TEXT NOT NULL, payload_digest TEXT NOT NULL, response BLOB, failure TEXT,"
             " PRIMARY KEY (tenant_id, capability_id, idem_key))")
         self._lock = threading.Lock()
 
@@ -52,16 +58,21 @@ class IdempotencyStore:
         """Claims a key for a payload, or returns the first call's outcome."""
         with self._lock:
             row = self._conn.execute(
-                "SELECT payload_digest, response FROM idempotency WHERE tenant_id=? AND capability_id=? AND idem_key=?",
+                "SELECT payload_digest, response, failure FROM idempotency"
+                " WHERE tenant_id=? AND capability_id=? AND idem_key=?",
                 (tenant_id, capability_id, key)).fetchone()
             if row is None:
-                self._conn.execute("INSERT INTO idempotency VALUES (?, ?, ?, ?, NULL)",
+                self._conn.execute("INSERT INTO idempotency VALUES (?, ?, ?, ?, NULL, NULL)",
                                    (tenant_id, capability_id, key, payload_digest))
                 return Claim(True)
         if row[0] != payload_digest:
             raise IdempotencyConflict(
                 f"idempotency key {key!r} was already used for {capability_id} with a different payload",
                 field="idempotency_key")
+        if row[2] is not None:
+            raise IdempotencyFailed(f"the first call with idempotency key {key!r} failed after its effect was "
+                                    f"attempted ({row[2]}); check the resource and use a new key",
+                                    field="idempotency_key")
         if row[1] is None:
             raise IdempotencyInFlight(f"the first call with idempotency key {key!r} is still running",
                                       field="idempotency_key")
@@ -73,11 +84,18 @@ class IdempotencyStore:
             self._conn.execute("UPDATE idempotency SET response=? WHERE tenant_id=? AND capability_id=? AND idem_key=?",
                                (response, tenant_id, capability_id, key))
 
+    def fail(self, tenant_id: str, capability_id: str, key: str, reason: str) -> None:
+        """Records that the first call failed after its effect was attempted: replays get that failure."""
+        with self._lock:
+            self._conn.execute("UPDATE idempotency SET failure=? WHERE tenant_id=? AND capability_id=? AND idem_key=?",
+                               (reason, tenant_id, capability_id, key))
+
     def release(self, tenant_id: str, capability_id: str, key: str) -> None:
         """Forgets a claim whose call failed before any effect, so it may be retried."""
         with self._lock:
             self._conn.execute(
-                "DELETE FROM idempotency WHERE tenant_id=? AND capability_id=? AND idem_key=? AND response IS NULL",
+                "DELETE FROM idempotency WHERE tenant_id=? AND capability_id=? AND idem_key=?"
+                " AND response IS NULL AND failure IS NULL",
                 (tenant_id, capability_id, key))
 
     def close(self) -> None:

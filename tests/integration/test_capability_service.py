@@ -278,6 +278,13 @@ def test_failed_read_back_is_reported_as_a_failure(cap_mesh: CapabilityMesh) -> 
                if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME]
     assert [(r.outcome, list(r.reason_codes)) for r in outcome] == [
         (audit_pb2.AUDIT_OUTCOME_FAILURE, ["VERIFICATION_FAILED"])]
+    # Its effect was attempted: the same key never runs it a second time.
+    again = _refused(lambda: _invoke(cap_mesh, WORK_PERMIT, grant, "workPermit.updateValidity", idempotency_key="v1",
+                                     permit_id="WP-10241", valid_until="2026-12-24", reason="holiday shift"))
+    assert again[:2] == (grpc.StatusCode.ABORTED, "IDEMPOTENCY_KEY_FAILED")
+    runs = [r for r in cap_mesh.audit_records(grants.decode(grant).execution_id)
+            if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_INVOKED]
+    assert len(runs) == 1
 
 
 @pytest.mark.parametrize("fault, code, reason", [
