@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from importlib import resources
 from pathlib import Path
 
 import grpc
@@ -19,11 +18,6 @@ from capability_svc.runtime import open_runtime
 from capability_svc.servicer import CapabilityServicer, PolicyClient
 
 SERVICES = ("agentmesh.v1.CapabilityService",)
-
-
-def demo_world() -> Path:
-    """The demo world shipped with agentmesh."""
-    return Path(str(resources.files("agentmesh"))) / "data" / "demo_world.yaml"
 
 
 def register(server: grpc.Server, ctx: ServiceContext) -> None:
