@@ -24,6 +24,7 @@ class OperationKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OPERATION_KIND_UNSPECIFIED: _ClassVar[OperationKind]
     OPERATION_KIND_INVOKE: _ClassVar[OperationKind]
     OPERATION_KIND_OVERRIDE: _ClassVar[OperationKind]
+    OPERATION_KIND_REVIEW: _ClassVar[OperationKind]
 KILL_SWITCH_SCOPE_UNSPECIFIED: KillSwitchScope
 KILL_SWITCH_SCOPE_AGENT: KillSwitchScope
 KILL_SWITCH_SCOPE_CAPABILITY: KillSwitchScope
@@ -32,6 +33,7 @@ KILL_SWITCH_SCOPE_PLATFORM: KillSwitchScope
 OPERATION_KIND_UNSPECIFIED: OperationKind
 OPERATION_KIND_INVOKE: OperationKind
 OPERATION_KIND_OVERRIDE: OperationKind
+OPERATION_KIND_REVIEW: OperationKind
 
 class ResourceRef(_message.Message):
     __slots__ = ("type", "id", "tenant_id")
@@ -44,18 +46,20 @@ class ResourceRef(_message.Message):
     def __init__(self, type: _Optional[str] = ..., id: _Optional[str] = ..., tenant_id: _Optional[str] = ...) -> None: ...
 
 class OperationContext(_message.Message):
-    __slots__ = ("confirmation_given", "human_approval_id", "human_approver_id", "risk_profile", "override_reason")
+    __slots__ = ("confirmation_given", "human_approval_id", "human_approver_id", "risk_profile", "override_reason", "subject_requester_id")
     CONFIRMATION_GIVEN_FIELD_NUMBER: _ClassVar[int]
     HUMAN_APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
     HUMAN_APPROVER_ID_FIELD_NUMBER: _ClassVar[int]
     RISK_PROFILE_FIELD_NUMBER: _ClassVar[int]
     OVERRIDE_REASON_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_REQUESTER_ID_FIELD_NUMBER: _ClassVar[int]
     confirmation_given: bool
     human_approval_id: str
     human_approver_id: str
     risk_profile: _common_pb2.RiskProfile
     override_reason: str
-    def __init__(self, confirmation_given: _Optional[bool] = ..., human_approval_id: _Optional[str] = ..., human_approver_id: _Optional[str] = ..., risk_profile: _Optional[_Union[_common_pb2.RiskProfile, _Mapping]] = ..., override_reason: _Optional[str] = ...) -> None: ...
+    subject_requester_id: str
+    def __init__(self, confirmation_given: _Optional[bool] = ..., human_approval_id: _Optional[str] = ..., human_approver_id: _Optional[str] = ..., risk_profile: _Optional[_Union[_common_pb2.RiskProfile, _Mapping]] = ..., override_reason: _Optional[str] = ..., subject_requester_id: _Optional[str] = ...) -> None: ...
 
 class AuthorizeRequest(_message.Message):
     __slots__ = ("user", "actor_type", "system_actor", "agent", "delegation_depth", "capability_id", "capability_version", "resource", "context", "operation", "trace")

@@ -23,38 +23,53 @@ _sym_db = _symbol_database.Default()
 
 
 from agentmesh.v1 import common_pb2 as agentmesh_dot_v1_dot_common__pb2
+from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%agentmesh/v1/supervisor_service.proto\x12\x0c\x61gentmesh.v1\x1a\x19\x61gentmesh/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe8\x01\n\x08\x43onflict\x12\x0f\n\x07subject\x18\x01 \x01(\t\x12\x0f\n\x07\x61gent_a\x18\x02 \x01(\t\x12\x0f\n\x07\x61gent_b\x18\x03 \x01(\t\x12\x33\n\nevidence_a\x18\x04 \x03(\x0b\x32\x1f.agentmesh.v1.EvidenceReference\x12\x33\n\nevidence_b\x18\x05 \x03(\x0b\x32\x1f.agentmesh.v1.EvidenceReference\x12\x18\n\x10\x61pplicable_rules\x18\x06 \x03(\t\x12\x12\n\nresolution\x18\x07 \x01(\t\x12\x11\n\treview_id\x18\x08 \x01(\t\"\xcb\x04\n\tExecution\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12-\n\x06status\x18\x02 \x01(\x0e\x32\x1d.agentmesh.v1.ExecutionStatus\x12\x30\n\x08\x64\x65\x63ision\x18\x03 \x01(\x0e\x32\x1e.agentmesh.v1.AnalysisDecision\x12\x14\n\x0crequest_text\x18\x04 \x01(\t\x12\x0e\n\x06intent\x18\x05 \x01(\t\x12\x11\n\ttenant_id\x18\x06 \x01(\t\x12\x0f\n\x07user_id\x18\x07 \x01(\t\x12+\n\x05graph\x18\x08 \x01(\x0b\x32\x1c.agentmesh.v1.AgentTaskGraph\x12*\n\x07results\x18\t \x03(\x0b\x32\x19.agentmesh.v1.AgentResult\x12;\n\x10selection_scores\x18\n \x03(\x0b\x32!.agentmesh.v1.AgentSelectionScore\x12)\n\tconflicts\x18\x0b \x03(\x0b\x32\x16.agentmesh.v1.Conflict\x12\x0f\n\x07missing\x18\x0c \x03(\t\x12\x0e\n\x06reason\x18\r \x01(\t\x12)\n\x05trace\x18\x0e \x01(\x0b\x32\x1a.agentmesh.v1.TraceContext\x12.\n\nstarted_at\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07summary\x18\x11 \x01(\t\"\xa4\x01\n\x0e\x41nalyzeRequest\x12\x16\n\x0euser_assertion\x18\x01 \x01(\t\x12\x14\n\x0crequest_text\x18\x02 \x01(\t\x12\x11\n\ttenant_id\x18\x03 \x01(\t\x12\x16\n\x0e\x63orrelation_id\x18\x04 \x01(\t\x12)\n\x06\x62udget\x18\x05 \x01(\x0b\x32\x19.agentmesh.v1.AgentBudget\x12\x0e\n\x06\x64\x65tach\x18\x06 \x01(\x08\"=\n\x0f\x41nalyzeResponse\x12*\n\texecution\x18\x01 \x01(\x0b\x32\x17.agentmesh.v1.Execution\"C\n\x13GetExecutionRequest\x12\x16\n\x0euser_assertion\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\"B\n\x14GetExecutionResponse\x12*\n\texecution\x18\x01 \x01(\x0b\x32\x17.agentmesh.v1.Execution\"E\n\x15WatchExecutionRequest\x12\x16\n\x0euser_assertion\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\"\xa5\x01\n\x16WatchExecutionResponse\x12\r\n\x05\x65vent\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x03 \x01(\t\x12-\n\x0btask_status\x18\x04 \x01(\x0e\x32\x18.agentmesh.v1.TaskStatus\x12*\n\texecution\x18\x05 \x01(\x0b\x32\x17.agentmesh.v1.Execution\"V\n\x16\x43\x61ncelExecutionRequest\x12\x16\n\x0euser_assertion\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"E\n\x17\x43\x61ncelExecutionResponse\x12*\n\texecution\x18\x01 \x01(\x0b\x32\x17.agentmesh.v1.Execution*\x90\x02\n\x0f\x45xecutionStatus\x12 \n\x1c\x45XECUTION_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x45XECUTION_STATUS_RUNNING\x10\x01\x12\x1e\n\x1a\x45XECUTION_STATUS_SUCCEEDED\x10\x02\x12\x1c\n\x18\x45XECUTION_STATUS_PARTIAL\x10\x03\x12\x1b\n\x17\x45XECUTION_STATUS_FAILED\x10\x04\x12\x1e\n\x1a\x45XECUTION_STATUS_CANCELLED\x10\x05\x12\x1c\n\x18\x45XECUTION_STATUS_STOPPED\x10\x06\x12$\n EXECUTION_STATUS_AWAITING_REVIEW\x10\x07\x32\xf1\x02\n\x11SupervisorService\x12\x46\n\x07\x41nalyze\x12\x1c.agentmesh.v1.AnalyzeRequest\x1a\x1d.agentmesh.v1.AnalyzeResponse\x12U\n\x0cGetExecution\x12!.agentmesh.v1.GetExecutionRequest\x1a\".agentmesh.v1.GetExecutionResponse\x12]\n\x0eWatchExecution\x12#.agentmesh.v1.WatchExecutionRequest\x1a$.agentmesh.v1.WatchExecutionResponse0\x01\x12^\n\x0f\x43\x61ncelExecution\x12$.agentmesh.v1.CancelExecutionRequest\x1a%.agentmesh.v1.CancelExecutionResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%agentmesh/v1/supervisor_service.proto\x12\x0c\x61gentmesh.v1\x1a\x19\x61gentmesh/v1/common.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe4\x03\n\x0eProposedAction\x12\x11\n\taction_id\x18\x01 \x01(\t\x12\x15\n\rcapability_id\x18\x02 \x01(\t\x12\x13\n\x0bresource_id\x18\x03 \x01(\t\x12*\n\targuments\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x15\n\raction_digest\x18\x05 \x01(\t\x12(\n\x05state\x18\x06 \x01(\x0e\x32\x19.agentmesh.v1.ActionState\x12\x1a\n\x12\x63onfirmation_token\x18\x07 \x01(\t\x12;\n\x17\x63onfirmation_expires_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x35\n\x0fpolicy_decision\x18\t \x01(\x0b\x32\x1c.agentmesh.v1.PolicyDecision\x12\x1a\n\x12\x61pproval_review_id\x18\n \x01(\t\x12\x13\n\x0b\x61pproved_by\x18\x0b \x01(\t\x12\x0e\n\x06reason\x18\x0c \x01(\t\x12\x10\n\x08verified\x18\r \x01(\x08\x12\x13\n\x0b\x63ompensated\x18\x0e \x01(\x08\x12.\n\nupdated_at\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xe8\x01\n\x08\x43onflict\x12\x0f\n\x07subject\x18\x01 \x01(\t\x12\x0f\n\x07\x61gent_a\x18\x02 \x01(\t\x12\x0f\n\x07\x61gent_b\x18\x03 \x01(\t\x12\x33\n\nevidence_a\x18\x04 \x03(\x0b\x32\x1f.agentmesh.v1.EvidenceReference\x12\x33\n\nevidence_b\x18\x05 \x03(\x0b\x32\x1f.agentmesh.v1.EvidenceReference\x12\x18\n\x10\x61pplicable_rules\x18\x06 \x03(\t\x12\x12\n\nresolution\x18\x07 \x01(\t\x12\x11\n\treview_id\x18\x08 \x01(\t\"\xdb\x05\n\tExecution\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12-\n\x06status\x18\x02 \x01(\x0e\x32\x1d.agentmesh.v1.ExecutionStatus\x12\x30\n\x08\x64\x65\x63ision\x18\x03 \x01(\x0e\x32\x1e.agentmesh.v1.AnalysisDecision\x12\x14\n\x0crequest_text\x18\x04 \x01(\t\x12\x0e\n\x06intent\x18\x05 \x01(\t\x12\x11\n\ttenant_id\x18\x06 \x01(\t\x12\x0f\n\x07user_id\x18\x07 \x01(\t\x12+\n\x05graph\x18\x08 \x01(\x0b\x32\x1c.agentmesh.v1.AgentTaskGraph\x12*\n\x07results\x18\t \x03(\x0b\x32\x19.agentmesh.v1.AgentResult\x12;\n\x10selection_scores\x18\n \x03(\x0b\x32!.agentmesh.v1.AgentSelectionScore\x12)\n\tconflicts\x18\x0b \x03(\x0b\x32\x16.agentmesh.v1.Conflict\x12\x0f\n\x07missing\x18\x0c \x03(\t\x12\x0e\n\x06reason\x18\r \x01(\t\x12)\n\x05trace\x18\x0e \x01(\x0b\x32\x1a.agentmesh.v1.TraceContext\x12.\n\nstarted_at\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07summary\x18\x11 \x01(\t\x12,\n\x06\x61\x63tion\x18\x12 \x01(\x0b\x32\x1c.agentmesh.v1.ProposedAction\x12+\n\nactor_type\x18\x13 \x01(\x0e\x32\x17.agentmesh.v1.ActorType\x12\x14\n\x0csystem_actor\x18\x14 \x01(\t\x12\x1d\n\x15recommended_resources\x18\x15 \x03(\t\"\xdf\x01\n\x0e\x41nalyzeRequest\x12\x16\n\x0euser_assertion\x18\x01 \x01(\t\x12\x14\n\x0crequest_text\x18\x02 \x01(\t\x12\x11\n\ttenant_id\x18\x03 \x01(\t\x12\x16\n\x0e\x63orrelation_id\x18\x04 \x01(\t\x12)\n\x06\x62udget\x18\x05 \x01(\x0b\x32\x19.agentmesh.v1.AgentBudget\x12\x0e\n\x06\x64\x65tach\x18\x06 \x01(\x08\x12\x17\n\x0frequest_release\x18\x07 \x01(\x08\x12 \n\x18\x63onfirmation_ttl_seconds\x18\x08 \x01(\x05\"=\n\x0f\x41nalyzeResponse\x12*\n\texecution\x18\x01 \x01(\x0b\x32\x17.agentmesh.v1.Execution\"C\n\x13GetExecutionRequest\x12\x16\n\x0euser_assertion\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\"B\n\x14GetExecutionResponse\x12*\n\texecution\x18\x01 \x01(\x0b\x32\x17.agentmesh.v1.Execution\"E\n\x15WatchExecutionRequest\x12\x16\n\x0euser_assertion\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\"\xa5\x01\n\x16WatchExecutionResponse\x12\r\n\x05\x65vent\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x03 \x01(\t\x12-\n\x0btask_status\x18\x04 \x01(\x0e\x32\x18.agentmesh.v1.TaskStatus\x12*\n\texecution\x18\x05 \x01(\x0b\x32\x17.agentmesh.v1.Execution\"V\n\x16\x43\x61ncelExecutionRequest\x12\x16\n\x0euser_assertion\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"E\n\x17\x43\x61ncelExecutionResponse\x12*\n\texecution\x18\x01 \x01(\x0b\x32\x17.agentmesh.v1.Execution\"\x9d\x01\n\x14\x43onfirmActionRequest\x12\x16\n\x0euser_assertion\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\x12\x1a\n\x12\x63onfirmation_token\x18\x03 \x01(\t\x12\x15\n\rcapability_id\x18\x04 \x01(\t\x12\x13\n\x0bresource_id\x18\x05 \x01(\t\x12\x0f\n\x07\x64\x65\x63line\x18\x06 \x01(\x08\"C\n\x15\x43onfirmActionResponse\x12*\n\texecution\x18\x01 \x01(\x0b\x32\x17.agentmesh.v1.Execution\"O\n\x0fTrainingExpired\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x15\n\rtraining_code\x18\x02 \x01(\t\x12\x12\n\nexpired_on\x18\x03 \x01(\t\"\x95\x01\n\x12HandleEventRequest\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x11\n\ttenant_id\x18\x02 \x01(\t\x12\x16\n\x0e\x63orrelation_id\x18\x03 \x01(\t\x12\x39\n\x10training_expired\x18\n \x01(\x0b\x32\x1d.agentmesh.v1.TrainingExpiredH\x00\x42\x07\n\x05\x65vent\"T\n\x13HandleEventResponse\x12*\n\texecution\x18\x01 \x01(\x0b\x32\x17.agentmesh.v1.Execution\x12\x11\n\tduplicate\x18\x02 \x01(\x08*\xbc\x02\n\x0f\x45xecutionStatus\x12 \n\x1c\x45XECUTION_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x45XECUTION_STATUS_RUNNING\x10\x01\x12\x1e\n\x1a\x45XECUTION_STATUS_SUCCEEDED\x10\x02\x12\x1c\n\x18\x45XECUTION_STATUS_PARTIAL\x10\x03\x12\x1b\n\x17\x45XECUTION_STATUS_FAILED\x10\x04\x12\x1e\n\x1a\x45XECUTION_STATUS_CANCELLED\x10\x05\x12\x1c\n\x18\x45XECUTION_STATUS_STOPPED\x10\x06\x12$\n EXECUTION_STATUS_AWAITING_REVIEW\x10\x07\x12*\n&EXECUTION_STATUS_AWAITING_CONFIRMATION\x10\x08*\xd0\x02\n\x0b\x41\x63tionState\x12\x1c\n\x18\x41\x43TION_STATE_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x41\x43TION_STATE_NOT_ELIGIBLE\x10\x01\x12\x17\n\x13\x41\x43TION_STATE_DENIED\x10\x02\x12\"\n\x1e\x41\x43TION_STATE_AWAITING_APPROVAL\x10\x03\x12&\n\"ACTION_STATE_AWAITING_CONFIRMATION\x10\x04\x12\x1a\n\x16\x41\x43TION_STATE_EXECUTING\x10\x05\x12\x1a\n\x16\x41\x43TION_STATE_SUCCEEDED\x10\x06\x12\x17\n\x13\x41\x43TION_STATE_FAILED\x10\x07\x12\x19\n\x15\x41\x43TION_STATE_DECLINED\x10\x08\x12\x18\n\x14\x41\x43TION_STATE_EXPIRED\x10\t\x12\x19\n\x15\x41\x43TION_STATE_REJECTED\x10\n2\x9f\x04\n\x11SupervisorService\x12\x46\n\x07\x41nalyze\x12\x1c.agentmesh.v1.AnalyzeRequest\x1a\x1d.agentmesh.v1.AnalyzeResponse\x12U\n\x0cGetExecution\x12!.agentmesh.v1.GetExecutionRequest\x1a\".agentmesh.v1.GetExecutionResponse\x12]\n\x0eWatchExecution\x12#.agentmesh.v1.WatchExecutionRequest\x1a$.agentmesh.v1.WatchExecutionResponse0\x01\x12^\n\x0f\x43\x61ncelExecution\x12$.agentmesh.v1.CancelExecutionRequest\x1a%.agentmesh.v1.CancelExecutionResponse\x12X\n\rConfirmAction\x12\".agentmesh.v1.ConfirmActionRequest\x1a#.agentmesh.v1.ConfirmActionResponse\x12R\n\x0bHandleEvent\x12 .agentmesh.v1.HandleEventRequest\x1a!.agentmesh.v1.HandleEventResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agentmesh.v1.supervisor_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_EXECUTIONSTATUS']._serialized_start=1706
-  _globals['_EXECUTIONSTATUS']._serialized_end=1978
-  _globals['_CONFLICT']._serialized_start=116
-  _globals['_CONFLICT']._serialized_end=348
-  _globals['_EXECUTION']._serialized_start=351
-  _globals['_EXECUTION']._serialized_end=938
-  _globals['_ANALYZEREQUEST']._serialized_start=941
-  _globals['_ANALYZEREQUEST']._serialized_end=1105
-  _globals['_ANALYZERESPONSE']._serialized_start=1107
-  _globals['_ANALYZERESPONSE']._serialized_end=1168
-  _globals['_GETEXECUTIONREQUEST']._serialized_start=1170
-  _globals['_GETEXECUTIONREQUEST']._serialized_end=1237
-  _globals['_GETEXECUTIONRESPONSE']._serialized_start=1239
-  _globals['_GETEXECUTIONRESPONSE']._serialized_end=1305
-  _globals['_WATCHEXECUTIONREQUEST']._serialized_start=1307
-  _globals['_WATCHEXECUTIONREQUEST']._serialized_end=1376
-  _globals['_WATCHEXECUTIONRESPONSE']._serialized_start=1379
-  _globals['_WATCHEXECUTIONRESPONSE']._serialized_end=1544
-  _globals['_CANCELEXECUTIONREQUEST']._serialized_start=1546
-  _globals['_CANCELEXECUTIONREQUEST']._serialized_end=1632
-  _globals['_CANCELEXECUTIONRESPONSE']._serialized_start=1634
-  _globals['_CANCELEXECUTIONRESPONSE']._serialized_end=1703
-  _globals['_SUPERVISORSERVICE']._serialized_start=1981
-  _globals['_SUPERVISORSERVICE']._serialized_end=2350
+  _globals['_EXECUTIONSTATUS']._serialized_start=2974
+  _globals['_EXECUTIONSTATUS']._serialized_end=3290
+  _globals['_ACTIONSTATE']._serialized_start=3293
+  _globals['_ACTIONSTATE']._serialized_end=3629
+  _globals['_PROPOSEDACTION']._serialized_start=146
+  _globals['_PROPOSEDACTION']._serialized_end=630
+  _globals['_CONFLICT']._serialized_start=633
+  _globals['_CONFLICT']._serialized_end=865
+  _globals['_EXECUTION']._serialized_start=868
+  _globals['_EXECUTION']._serialized_end=1599
+  _globals['_ANALYZEREQUEST']._serialized_start=1602
+  _globals['_ANALYZEREQUEST']._serialized_end=1825
+  _globals['_ANALYZERESPONSE']._serialized_start=1827
+  _globals['_ANALYZERESPONSE']._serialized_end=1888
+  _globals['_GETEXECUTIONREQUEST']._serialized_start=1890
+  _globals['_GETEXECUTIONREQUEST']._serialized_end=1957
+  _globals['_GETEXECUTIONRESPONSE']._serialized_start=1959
+  _globals['_GETEXECUTIONRESPONSE']._serialized_end=2025
+  _globals['_WATCHEXECUTIONREQUEST']._serialized_start=2027
+  _globals['_WATCHEXECUTIONREQUEST']._serialized_end=2096
+  _globals['_WATCHEXECUTIONRESPONSE']._serialized_start=2099
+  _globals['_WATCHEXECUTIONRESPONSE']._serialized_end=2264
+  _globals['_CANCELEXECUTIONREQUEST']._serialized_start=2266
+  _globals['_CANCELEXECUTIONREQUEST']._serialized_end=2352
+  _globals['_CANCELEXECUTIONRESPONSE']._serialized_start=2354
+  _globals['_CANCELEXECUTIONRESPONSE']._serialized_end=2423
+  _globals['_CONFIRMACTIONREQUEST']._serialized_start=2426
+  _globals['_CONFIRMACTIONREQUEST']._serialized_end=2583
+  _globals['_CONFIRMACTIONRESPONSE']._serialized_start=2585
+  _globals['_CONFIRMACTIONRESPONSE']._serialized_end=2652
+  _globals['_TRAININGEXPIRED']._serialized_start=2654
+  _globals['_TRAININGEXPIRED']._serialized_end=2733
+  _globals['_HANDLEEVENTREQUEST']._serialized_start=2736
+  _globals['_HANDLEEVENTREQUEST']._serialized_end=2885
+  _globals['_HANDLEEVENTRESPONSE']._serialized_start=2887
+  _globals['_HANDLEEVENTRESPONSE']._serialized_end=2971
+  _globals['_SUPERVISORSERVICE']._serialized_start=3632
+  _globals['_SUPERVISORSERVICE']._serialized_end=4175
 # @@protoc_insertion_point(module_scope)

@@ -1,6 +1,7 @@
 import datetime
 
 from agentmesh.v1 import common_pb2 as _common_pb2
+from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -21,6 +22,21 @@ class ExecutionStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EXECUTION_STATUS_CANCELLED: _ClassVar[ExecutionStatus]
     EXECUTION_STATUS_STOPPED: _ClassVar[ExecutionStatus]
     EXECUTION_STATUS_AWAITING_REVIEW: _ClassVar[ExecutionStatus]
+    EXECUTION_STATUS_AWAITING_CONFIRMATION: _ClassVar[ExecutionStatus]
+
+class ActionState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ACTION_STATE_UNSPECIFIED: _ClassVar[ActionState]
+    ACTION_STATE_NOT_ELIGIBLE: _ClassVar[ActionState]
+    ACTION_STATE_DENIED: _ClassVar[ActionState]
+    ACTION_STATE_AWAITING_APPROVAL: _ClassVar[ActionState]
+    ACTION_STATE_AWAITING_CONFIRMATION: _ClassVar[ActionState]
+    ACTION_STATE_EXECUTING: _ClassVar[ActionState]
+    ACTION_STATE_SUCCEEDED: _ClassVar[ActionState]
+    ACTION_STATE_FAILED: _ClassVar[ActionState]
+    ACTION_STATE_DECLINED: _ClassVar[ActionState]
+    ACTION_STATE_EXPIRED: _ClassVar[ActionState]
+    ACTION_STATE_REJECTED: _ClassVar[ActionState]
 EXECUTION_STATUS_UNSPECIFIED: ExecutionStatus
 EXECUTION_STATUS_RUNNING: ExecutionStatus
 EXECUTION_STATUS_SUCCEEDED: ExecutionStatus
@@ -29,6 +45,52 @@ EXECUTION_STATUS_FAILED: ExecutionStatus
 EXECUTION_STATUS_CANCELLED: ExecutionStatus
 EXECUTION_STATUS_STOPPED: ExecutionStatus
 EXECUTION_STATUS_AWAITING_REVIEW: ExecutionStatus
+EXECUTION_STATUS_AWAITING_CONFIRMATION: ExecutionStatus
+ACTION_STATE_UNSPECIFIED: ActionState
+ACTION_STATE_NOT_ELIGIBLE: ActionState
+ACTION_STATE_DENIED: ActionState
+ACTION_STATE_AWAITING_APPROVAL: ActionState
+ACTION_STATE_AWAITING_CONFIRMATION: ActionState
+ACTION_STATE_EXECUTING: ActionState
+ACTION_STATE_SUCCEEDED: ActionState
+ACTION_STATE_FAILED: ActionState
+ACTION_STATE_DECLINED: ActionState
+ACTION_STATE_EXPIRED: ActionState
+ACTION_STATE_REJECTED: ActionState
+
+class ProposedAction(_message.Message):
+    __slots__ = ("action_id", "capability_id", "resource_id", "arguments", "action_digest", "state", "confirmation_token", "confirmation_expires_at", "policy_decision", "approval_review_id", "approved_by", "reason", "verified", "compensated", "updated_at")
+    ACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITY_ID_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_ID_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    ACTION_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    CONFIRMATION_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CONFIRMATION_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    POLICY_DECISION_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_REVIEW_ID_FIELD_NUMBER: _ClassVar[int]
+    APPROVED_BY_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    VERIFIED_FIELD_NUMBER: _ClassVar[int]
+    COMPENSATED_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    action_id: str
+    capability_id: str
+    resource_id: str
+    arguments: _struct_pb2.Struct
+    action_digest: str
+    state: ActionState
+    confirmation_token: str
+    confirmation_expires_at: _timestamp_pb2.Timestamp
+    policy_decision: _common_pb2.PolicyDecision
+    approval_review_id: str
+    approved_by: str
+    reason: str
+    verified: bool
+    compensated: bool
+    updated_at: _timestamp_pb2.Timestamp
+    def __init__(self, action_id: _Optional[str] = ..., capability_id: _Optional[str] = ..., resource_id: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., action_digest: _Optional[str] = ..., state: _Optional[_Union[ActionState, str]] = ..., confirmation_token: _Optional[str] = ..., confirmation_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., policy_decision: _Optional[_Union[_common_pb2.PolicyDecision, _Mapping]] = ..., approval_review_id: _Optional[str] = ..., approved_by: _Optional[str] = ..., reason: _Optional[str] = ..., verified: _Optional[bool] = ..., compensated: _Optional[bool] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Conflict(_message.Message):
     __slots__ = ("subject", "agent_a", "agent_b", "evidence_a", "evidence_b", "applicable_rules", "resolution", "review_id")
@@ -51,7 +113,7 @@ class Conflict(_message.Message):
     def __init__(self, subject: _Optional[str] = ..., agent_a: _Optional[str] = ..., agent_b: _Optional[str] = ..., evidence_a: _Optional[_Iterable[_Union[_common_pb2.EvidenceReference, _Mapping]]] = ..., evidence_b: _Optional[_Iterable[_Union[_common_pb2.EvidenceReference, _Mapping]]] = ..., applicable_rules: _Optional[_Iterable[str]] = ..., resolution: _Optional[str] = ..., review_id: _Optional[str] = ...) -> None: ...
 
 class Execution(_message.Message):
-    __slots__ = ("execution_id", "status", "decision", "request_text", "intent", "tenant_id", "user_id", "graph", "results", "selection_scores", "conflicts", "missing", "reason", "trace", "started_at", "finished_at", "summary")
+    __slots__ = ("execution_id", "status", "decision", "request_text", "intent", "tenant_id", "user_id", "graph", "results", "selection_scores", "conflicts", "missing", "reason", "trace", "started_at", "finished_at", "summary", "action", "actor_type", "system_actor", "recommended_resources")
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     DECISION_FIELD_NUMBER: _ClassVar[int]
@@ -69,6 +131,10 @@ class Execution(_message.Message):
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_TYPE_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_ACTOR_FIELD_NUMBER: _ClassVar[int]
+    RECOMMENDED_RESOURCES_FIELD_NUMBER: _ClassVar[int]
     execution_id: str
     status: ExecutionStatus
     decision: _common_pb2.AnalysisDecision
@@ -86,23 +152,31 @@ class Execution(_message.Message):
     started_at: _timestamp_pb2.Timestamp
     finished_at: _timestamp_pb2.Timestamp
     summary: str
-    def __init__(self, execution_id: _Optional[str] = ..., status: _Optional[_Union[ExecutionStatus, str]] = ..., decision: _Optional[_Union[_common_pb2.AnalysisDecision, str]] = ..., request_text: _Optional[str] = ..., intent: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., graph: _Optional[_Union[_common_pb2.AgentTaskGraph, _Mapping]] = ..., results: _Optional[_Iterable[_Union[_common_pb2.AgentResult, _Mapping]]] = ..., selection_scores: _Optional[_Iterable[_Union[_common_pb2.AgentSelectionScore, _Mapping]]] = ..., conflicts: _Optional[_Iterable[_Union[Conflict, _Mapping]]] = ..., missing: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ..., trace: _Optional[_Union[_common_pb2.TraceContext, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., summary: _Optional[str] = ...) -> None: ...
+    action: ProposedAction
+    actor_type: _common_pb2.ActorType
+    system_actor: str
+    recommended_resources: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, execution_id: _Optional[str] = ..., status: _Optional[_Union[ExecutionStatus, str]] = ..., decision: _Optional[_Union[_common_pb2.AnalysisDecision, str]] = ..., request_text: _Optional[str] = ..., intent: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., graph: _Optional[_Union[_common_pb2.AgentTaskGraph, _Mapping]] = ..., results: _Optional[_Iterable[_Union[_common_pb2.AgentResult, _Mapping]]] = ..., selection_scores: _Optional[_Iterable[_Union[_common_pb2.AgentSelectionScore, _Mapping]]] = ..., conflicts: _Optional[_Iterable[_Union[Conflict, _Mapping]]] = ..., missing: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ..., trace: _Optional[_Union[_common_pb2.TraceContext, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., summary: _Optional[str] = ..., action: _Optional[_Union[ProposedAction, _Mapping]] = ..., actor_type: _Optional[_Union[_common_pb2.ActorType, str]] = ..., system_actor: _Optional[str] = ..., recommended_resources: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class AnalyzeRequest(_message.Message):
-    __slots__ = ("user_assertion", "request_text", "tenant_id", "correlation_id", "budget", "detach")
+    __slots__ = ("user_assertion", "request_text", "tenant_id", "correlation_id", "budget", "detach", "request_release", "confirmation_ttl_seconds")
     USER_ASSERTION_FIELD_NUMBER: _ClassVar[int]
     REQUEST_TEXT_FIELD_NUMBER: _ClassVar[int]
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
     DETACH_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_RELEASE_FIELD_NUMBER: _ClassVar[int]
+    CONFIRMATION_TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
     user_assertion: str
     request_text: str
     tenant_id: str
     correlation_id: str
     budget: _common_pb2.AgentBudget
     detach: bool
-    def __init__(self, user_assertion: _Optional[str] = ..., request_text: _Optional[str] = ..., tenant_id: _Optional[str] = ..., correlation_id: _Optional[str] = ..., budget: _Optional[_Union[_common_pb2.AgentBudget, _Mapping]] = ..., detach: _Optional[bool] = ...) -> None: ...
+    request_release: bool
+    confirmation_ttl_seconds: int
+    def __init__(self, user_assertion: _Optional[str] = ..., request_text: _Optional[str] = ..., tenant_id: _Optional[str] = ..., correlation_id: _Optional[str] = ..., budget: _Optional[_Union[_common_pb2.AgentBudget, _Mapping]] = ..., detach: _Optional[bool] = ..., request_release: _Optional[bool] = ..., confirmation_ttl_seconds: _Optional[int] = ...) -> None: ...
 
 class AnalyzeResponse(_message.Message):
     __slots__ = ("execution",)
@@ -161,3 +235,55 @@ class CancelExecutionResponse(_message.Message):
     EXECUTION_FIELD_NUMBER: _ClassVar[int]
     execution: Execution
     def __init__(self, execution: _Optional[_Union[Execution, _Mapping]] = ...) -> None: ...
+
+class ConfirmActionRequest(_message.Message):
+    __slots__ = ("user_assertion", "execution_id", "confirmation_token", "capability_id", "resource_id", "decline")
+    USER_ASSERTION_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    CONFIRMATION_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITY_ID_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_ID_FIELD_NUMBER: _ClassVar[int]
+    DECLINE_FIELD_NUMBER: _ClassVar[int]
+    user_assertion: str
+    execution_id: str
+    confirmation_token: str
+    capability_id: str
+    resource_id: str
+    decline: bool
+    def __init__(self, user_assertion: _Optional[str] = ..., execution_id: _Optional[str] = ..., confirmation_token: _Optional[str] = ..., capability_id: _Optional[str] = ..., resource_id: _Optional[str] = ..., decline: _Optional[bool] = ...) -> None: ...
+
+class ConfirmActionResponse(_message.Message):
+    __slots__ = ("execution",)
+    EXECUTION_FIELD_NUMBER: _ClassVar[int]
+    execution: Execution
+    def __init__(self, execution: _Optional[_Union[Execution, _Mapping]] = ...) -> None: ...
+
+class TrainingExpired(_message.Message):
+    __slots__ = ("worker_id", "training_code", "expired_on")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    TRAINING_CODE_FIELD_NUMBER: _ClassVar[int]
+    EXPIRED_ON_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    training_code: str
+    expired_on: str
+    def __init__(self, worker_id: _Optional[str] = ..., training_code: _Optional[str] = ..., expired_on: _Optional[str] = ...) -> None: ...
+
+class HandleEventRequest(_message.Message):
+    __slots__ = ("event_id", "tenant_id", "correlation_id", "training_expired")
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
+    TRAINING_EXPIRED_FIELD_NUMBER: _ClassVar[int]
+    event_id: str
+    tenant_id: str
+    correlation_id: str
+    training_expired: TrainingExpired
+    def __init__(self, event_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., correlation_id: _Optional[str] = ..., training_expired: _Optional[_Union[TrainingExpired, _Mapping]] = ...) -> None: ...
+
+class HandleEventResponse(_message.Message):
+    __slots__ = ("execution", "duplicate")
+    EXECUTION_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    execution: Execution
+    duplicate: bool
+    def __init__(self, execution: _Optional[_Union[Execution, _Mapping]] = ..., duplicate: _Optional[bool] = ...) -> None: ...

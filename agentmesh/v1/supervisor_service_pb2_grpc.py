@@ -56,6 +56,16 @@ class SupervisorServiceStub:
                 request_serializer=agentmesh_dot_v1_dot_supervisor__service__pb2.CancelExecutionRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_v1_dot_supervisor__service__pb2.CancelExecutionResponse.FromString,
                 _registered_method=True)
+        self.ConfirmAction = channel.unary_unary(
+                '/agentmesh.v1.SupervisorService/ConfirmAction',
+                request_serializer=agentmesh_dot_v1_dot_supervisor__service__pb2.ConfirmActionRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_v1_dot_supervisor__service__pb2.ConfirmActionResponse.FromString,
+                _registered_method=True)
+        self.HandleEvent = channel.unary_unary(
+                '/agentmesh.v1.SupervisorService/HandleEvent',
+                request_serializer=agentmesh_dot_v1_dot_supervisor__service__pb2.HandleEventRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_v1_dot_supervisor__service__pb2.HandleEventResponse.FromString,
+                _registered_method=True)
 
 
 class SupervisorServiceServicer:
@@ -91,6 +101,22 @@ class SupervisorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ConfirmAction(self, request, context):
+        """Confirms (or declines) the action an execution waits for, with the
+        single-use token it issued. Only the user who asked may confirm.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def HandleEvent(self, request, context):
+        """Starts a SYSTEM-actor execution for a platform event (the stand-in for
+        the event fabric, PRD §44). Reads only; changes nothing without a human.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SupervisorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -113,6 +139,16 @@ def add_SupervisorServiceServicer_to_server(servicer, server):
                     servicer.CancelExecution,
                     request_deserializer=agentmesh_dot_v1_dot_supervisor__service__pb2.CancelExecutionRequest.FromString,
                     response_serializer=agentmesh_dot_v1_dot_supervisor__service__pb2.CancelExecutionResponse.SerializeToString,
+            ),
+            'ConfirmAction': grpc.unary_unary_rpc_method_handler(
+                    servicer.ConfirmAction,
+                    request_deserializer=agentmesh_dot_v1_dot_supervisor__service__pb2.ConfirmActionRequest.FromString,
+                    response_serializer=agentmesh_dot_v1_dot_supervisor__service__pb2.ConfirmActionResponse.SerializeToString,
+            ),
+            'HandleEvent': grpc.unary_unary_rpc_method_handler(
+                    servicer.HandleEvent,
+                    request_deserializer=agentmesh_dot_v1_dot_supervisor__service__pb2.HandleEventRequest.FromString,
+                    response_serializer=agentmesh_dot_v1_dot_supervisor__service__pb2.HandleEventResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -225,6 +261,60 @@ class SupervisorService:
             '/agentmesh.v1.SupervisorService/CancelExecution',
             agentmesh_dot_v1_dot_supervisor__service__pb2.CancelExecutionRequest.SerializeToString,
             agentmesh_dot_v1_dot_supervisor__service__pb2.CancelExecutionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConfirmAction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.v1.SupervisorService/ConfirmAction',
+            agentmesh_dot_v1_dot_supervisor__service__pb2.ConfirmActionRequest.SerializeToString,
+            agentmesh_dot_v1_dot_supervisor__service__pb2.ConfirmActionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HandleEvent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.v1.SupervisorService/HandleEvent',
+            agentmesh_dot_v1_dot_supervisor__service__pb2.HandleEventRequest.SerializeToString,
+            agentmesh_dot_v1_dot_supervisor__service__pb2.HandleEventResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -43,6 +43,14 @@ class SupervisorServiceStub:
     """Streams an execution's progress until it ends."""
     CancelExecution: _grpc.UnaryUnaryMultiCallable[_supervisor_service_pb2.CancelExecutionRequest, _supervisor_service_pb2.CancelExecutionResponse]
     """Cancels a running execution and its running tasks."""
+    ConfirmAction: _grpc.UnaryUnaryMultiCallable[_supervisor_service_pb2.ConfirmActionRequest, _supervisor_service_pb2.ConfirmActionResponse]
+    """Confirms (or declines) the action an execution waits for, with the
+    single-use token it issued. Only the user who asked may confirm.
+    """
+    HandleEvent: _grpc.UnaryUnaryMultiCallable[_supervisor_service_pb2.HandleEventRequest, _supervisor_service_pb2.HandleEventResponse]
+    """Starts a SYSTEM-actor execution for a platform event (the stand-in for
+    the event fabric, PRD §44). Reads only; changes nothing without a human.
+    """
 
 @_typing.type_check_only
 class SupervisorServiceAsyncStub(SupervisorServiceStub):
@@ -59,6 +67,14 @@ class SupervisorServiceAsyncStub(SupervisorServiceStub):
     """Streams an execution's progress until it ends."""
     CancelExecution: _aio.UnaryUnaryMultiCallable[_supervisor_service_pb2.CancelExecutionRequest, _supervisor_service_pb2.CancelExecutionResponse]  # type: ignore[assignment]
     """Cancels a running execution and its running tasks."""
+    ConfirmAction: _aio.UnaryUnaryMultiCallable[_supervisor_service_pb2.ConfirmActionRequest, _supervisor_service_pb2.ConfirmActionResponse]  # type: ignore[assignment]
+    """Confirms (or declines) the action an execution waits for, with the
+    single-use token it issued. Only the user who asked may confirm.
+    """
+    HandleEvent: _aio.UnaryUnaryMultiCallable[_supervisor_service_pb2.HandleEventRequest, _supervisor_service_pb2.HandleEventResponse]  # type: ignore[assignment]
+    """Starts a SYSTEM-actor execution for a platform event (the stand-in for
+    the event fabric, PRD §44). Reads only; changes nothing without a human.
+    """
 
 class SupervisorServiceServicer(metaclass=_abc_1.ABCMeta):
     """Entry point for platform services: turns a request into a governed,
@@ -96,5 +112,25 @@ class SupervisorServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_supervisor_service_pb2.CancelExecutionResponse, _abc.Awaitable[_supervisor_service_pb2.CancelExecutionResponse]]:
         """Cancels a running execution and its running tasks."""
+
+    @_abc_1.abstractmethod
+    def ConfirmAction(
+        self,
+        request: _supervisor_service_pb2.ConfirmActionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_supervisor_service_pb2.ConfirmActionResponse, _abc.Awaitable[_supervisor_service_pb2.ConfirmActionResponse]]:
+        """Confirms (or declines) the action an execution waits for, with the
+        single-use token it issued. Only the user who asked may confirm.
+        """
+
+    @_abc_1.abstractmethod
+    def HandleEvent(
+        self,
+        request: _supervisor_service_pb2.HandleEventRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_supervisor_service_pb2.HandleEventResponse, _abc.Awaitable[_supervisor_service_pb2.HandleEventResponse]]:
+        """Starts a SYSTEM-actor execution for a platform event (the stand-in for
+        the event fabric, PRD §44). Reads only; changes nothing without a human.
+        """
 
 def add_SupervisorServiceServicer_to_server(servicer: SupervisorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
