@@ -97,7 +97,14 @@ ENGINE_REASONS: Mapping[str, str] = {
 }
 
 ACTION_TYPE = entity_type("Action")
-_ACTIONS = {OperationKind.INVOKE: "invoke", OperationKind.OVERRIDE: "override"}
+_ACTIONS = {
+    OperationKind.INVOKE: "invoke",
+    OperationKind.OVERRIDE: "override",
+    OperationKind.REVIEW: "review",
+}
+# Human decisions about someone's work: each must say whose work it is, or the
+# own-request forbids would compare against "" and never fire.
+_DECISIONS_ON_A_REQUEST = frozenset({OperationKind.OVERRIDE, OperationKind.REVIEW})
 # Proto int32 bounds; Cedar Longs are i64, so anything larger is a caller bug.
 _MAX_DEPTH_VALUE = 2**31 - 1
 
@@ -568,6 +575,8 @@ def _validate(request: AuthorizationRequest) -> None:
         raise InvalidRequestError.missing("resource.tenant_id")
     if request.operation not in _ACTIONS:
         raise InvalidRequestError.missing("operation")
+    if request.operation in _DECISIONS_ON_A_REQUEST and not request.context.subject_requester_id:
+        raise InvalidRequestError.missing("context.subject_requester_id")
 
 
 def _cedar_request(request: AuthorizationRequest) -> JsonObject:
@@ -610,6 +619,7 @@ def _cedar_request(request: AuthorizationRequest) -> JsonObject:
             "can_bulk_operate": ctx.risk_profile.can_bulk_operate,
         },
         "override_reason": ctx.override_reason,
+        "subject_requester_id": ctx.subject_requester_id,
     }
     return {
         "principal": principal,

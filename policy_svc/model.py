@@ -29,6 +29,8 @@ class OperationKind(enum.Enum):
     UNSPECIFIED = "UNSPECIFIED"
     INVOKE = "INVOKE"
     OVERRIDE = "OVERRIDE"
+    #: Deciding a review in the Decision Center (PRD §41).
+    REVIEW = "REVIEW"
 
 
 class RiskLevel(enum.Enum):
@@ -132,6 +134,10 @@ class OperationContext:
     risk_profile: RiskProfile = field(default_factory=RiskProfile)
     #: Reason given for an override; required for OVERRIDE.
     override_reason: str = ""
+    #: For REVIEW and OVERRIDE: who asked for the work under review (user id,
+    #: or the system actor), so nobody decides on their own request. Required
+    #: for both; ignored for INVOKE.
+    subject_requester_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)

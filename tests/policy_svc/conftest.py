@@ -81,6 +81,7 @@ def build_request(
     approval_id: str = "",
     approver_id: str = "",
     override_reason: str = "",
+    subject_requester_id: str = "",
 ) -> AuthorizationRequest:
     """A well-formed request; every keyword changes one aspect of it."""
     chain = delegation_chain
@@ -121,6 +122,7 @@ def build_request(
                 can_bulk_operate=can_bulk_operate,
             ),
             override_reason=override_reason,
+            subject_requester_id=subject_requester_id,
         ),
         operation=operation,
     )

@@ -62,6 +62,9 @@ BAD_REQUESTS = [
     ("resource.id", "MISSING_FIELD", _resource(id="")),
     ("resource.tenant_id", "MISSING_FIELD", _resource(tenant_id="")),
     ("operation", "MISSING_FIELD", _set(operation=OperationKind.UNSPECIFIED)),
+    # Without it the own-request forbids would compare against "" and never fire.
+    ("context.subject_requester_id", "MISSING_FIELD", _set(operation=OperationKind.REVIEW)),
+    ("context.subject_requester_id", "MISSING_FIELD", _set(operation=OperationKind.OVERRIDE)),
 ]
 
 
@@ -92,6 +95,29 @@ def test_system_actor_needs_no_user_id(engine: PolicyEngine, make_request: Any) 
         capability="training.getStatus",
     )
     assert engine.authorize(request, kill_switches=()).allowed
+
+
+@pytest.mark.parametrize("operation", [OperationKind.REVIEW, OperationKind.OVERRIDE])
+def test_decision_by_an_agent_without_capabilities_is_well_formed(
+    engine: PolicyEngine, make_request: Any, operation: OperationKind
+) -> None:
+    # The Decision Center asks as the supervisor, which registers no capability.
+    request = make_request(
+        operation=operation,
+        roles=("admin",),
+        agent_id="supervisor",
+        agent_capabilities=(),
+        delegation_chain=("user:acme/alice", "svc:supervisor"),
+        delegation_depth=1,
+        capability="workPermit.release",
+        subject_requester_id="bob",
+        override_reason="checked on site",
+    )
+    assert engine.authorize(request, kill_switches=()).allowed
+
+
+def test_subject_requester_is_not_required_for_invoke(engine: PolicyEngine, make_request: Any) -> None:
+    assert engine.authorize(make_request(subject_requester_id=""), kill_switches=()).allowed
 
 
 def test_bad_request_is_refused_even_under_a_kill_switch(engine: PolicyEngine, make_request: Any) -> None:

@@ -29,7 +29,21 @@ SCANNER = {
 }
 MUTATE = {"can_mutate": True}
 HIGH = {"max_risk": RiskLevel.HIGH}
-OVERRIDE = {"operation": OperationKind.OVERRIDE}
+# Overrides and reviews decide on someone's request: alice decides on bob's.
+OVERRIDE = {"operation": OperationKind.OVERRIDE, "subject_requester_id": "bob"}
+# A review as the supervisor's Decision Center asks for it: the reviewing user,
+# the supervisor as the agent (no capabilities), the capability of the action
+# under review.
+REVIEW = {
+    "operation": OperationKind.REVIEW,
+    "subject_requester_id": "bob",
+    "agent_id": "supervisor",
+    "agent_capabilities": (),
+    "delegation_chain": ("user:acme/alice", "svc:supervisor"),
+    "delegation_depth": 1,
+    "capability": "workPermit.release",
+    "roles": ("reviewer",),
+}
 
 
 @dataclass(frozen=True)
@@ -349,6 +363,112 @@ CASES = [
         DENY,
         ("tenant.isolation",),
     ),
+    Case(
+        "override of one's own request -> deny",
+        {**OVERRIDE, "roles": ("admin",), "override_reason": "x", "subject_requester_id": "alice"},
+        DENY,
+        ("override.own_request",),
+    ),
+    Case(
+        "override of a system actor's request -> allow",
+        {**OVERRIDE, "roles": ("admin",), "override_reason": "x", "subject_requester_id": "TrainingExpirationScanner"},
+        ALLOW,
+        ("admin.override",),
+    ),
+    # -- review (Decision Center) ------------------------------------------------
+    Case("reviewer decides a review -> allow", REVIEW, ALLOW, ("reviewer.review",)),
+    Case(
+        "acme admin reviews through role inclusion -> allow",
+        {**REVIEW, "roles": ("admin",)},
+        ALLOW,
+        ("reviewer.review",),
+    ),
+    Case(
+        "globex reviewer -> allow",
+        {**REVIEW, "tenant": "globex", "delegation_chain": ("user:globex/alice", "svc:supervisor")},
+        ALLOW,
+        ("reviewer.review",),
+    ),
+    Case(
+        "globex admin -> allow",
+        {
+            **REVIEW,
+            "tenant": "globex",
+            "roles": ("admin",),
+            "delegation_chain": ("user:globex/alice", "svc:supervisor"),
+        },
+        ALLOW,
+        ("reviewer.review",),
+    ),
+    Case(
+        "review of a read capability (a conflict review) -> allow",
+        {**REVIEW, "capability": "workPermit.get"},
+        ALLOW,
+        ("reviewer.review",),
+    ),
+    Case("analyst may not review", {**REVIEW, "roles": ("analyst",)}, DENY, ("review.requires_reviewer",)),
+    Case(
+        "permit-manager may release but not review",
+        {**REVIEW, "roles": ("permit-manager",)},
+        DENY,
+        ("review.requires_reviewer",),
+    ),
+    Case("no roles -> deny", {**REVIEW, "roles": ()}, DENY, ("review.requires_reviewer",)),
+    Case(
+        "reviewer role of acme grants nothing in globex",
+        {**REVIEW, "tenant": "globex", "roles": ("training-coordinator",)},
+        DENY,
+        ("review.requires_reviewer",),
+    ),
+    Case("reviewer on own request -> deny", {**REVIEW, "subject_requester_id": "alice"}, DENY, ("review.own_request",)),
+    Case(
+        "analyst on own request -> deny naming both",
+        {**REVIEW, "roles": ("analyst",), "subject_requester_id": "alice"},
+        DENY,
+        ("review.own_request", "review.requires_reviewer"),
+    ),
+    Case(
+        "review by a SYSTEM actor -> deny",
+        {**REVIEW, **SCANNER, "agent_id": "supervisor", "capability": "workPermit.get"},
+        DENY,
+        ("review.system_actor",),
+    ),
+    Case(
+        "review across tenants -> deny",
+        {**REVIEW, "resource_tenant": "globex"},
+        DENY,
+        ("tenant.isolation",),
+    ),
+    Case(
+        "review of an unknown capability -> deny",
+        {**REVIEW, "capability": "payroll.export"},
+        DENY,
+        ("capability.unknown",),
+    ),
+    Case(
+        "review is not an invoke: no confirmation, approval or agent registration asked",
+        {**REVIEW, **MUTATE, **HIGH, "agent_capabilities": ()},
+        ALLOW,
+        ("reviewer.review",),
+    ),
+    Case(
+        "a review grants no invoke: the reviewer still cannot release",
+        {**REVIEW, "operation": OperationKind.INVOKE, "confirmation_given": True},
+        DENY,
+        ("agent.capability_not_registered", "user.capability_not_permitted"),
+    ),
+    Case(
+        "review privilege grants no override",
+        {**OVERRIDE, "roles": ("reviewer",), "override_reason": "x"},
+        DENY,
+        ("override.requires_admin",),
+    ),
+    Case(
+        "review depth beyond the maximum -> deny",
+        {**REVIEW, "delegation_depth": 6},
+        DENY,
+        ("delegation.max_depth_exceeded",),
+    ),
     # -- kill switches ---------------------------------------------------------
     Case(
         "platform switch stops everything", {}, DENY, ("kill_switch.platform",), kill_switches=frozenset({"platform"})
@@ -410,6 +530,27 @@ CASES = [
         DENY,
         ("kill_switch.tenant",),
         kill_switches=frozenset({"tenant:acme"}),
+    ),
+    Case(
+        "tenant switch stops a review",
+        REVIEW,
+        DENY,
+        ("kill_switch.tenant",),
+        kill_switches=frozenset({"tenant:acme"}),
+    ),
+    Case(
+        "capability switch stops a review of that capability",
+        REVIEW,
+        DENY,
+        ("kill_switch.capability",),
+        kill_switches=frozenset({"capability:workPermit.release"}),
+    ),
+    Case(
+        "supervisor switch stops the Decision Center",
+        REVIEW,
+        DENY,
+        ("kill_switch.agent",),
+        kill_switches=frozenset({"agent:supervisor"}),
     ),
     Case(
         "kill switch turns an obligation into a deny",
