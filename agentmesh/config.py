@@ -63,6 +63,8 @@ class MeshConfig(BaseModel):
     """A fixed delay every specialist adds to each task: for parallelism tests and benchmarks only."""
     task_timeout_s: float = Field(default=10.0, gt=0, le=600)
     """Deadline the supervisor gives each specialist task."""
+    confirmation_ttl_s: int = Field(default=300, ge=5, le=86_400)
+    """How long a confirmation token stays valid (also the most a request may ask for)."""
 
     @field_validator("ports")
     @classmethod
@@ -92,7 +94,8 @@ class MeshConfig(BaseModel):
 
 
 _ENV_FIELDS = {"host": str, "call_timeout_s": float, "lms_url": str, "access_file": Path,
-               "startup_timeout_s": float, "specialist_delay_ms": int, "task_timeout_s": float}
+               "startup_timeout_s": float, "specialist_delay_ms": int, "task_timeout_s": float,
+               "confirmation_ttl_s": int}
 
 
 def load(

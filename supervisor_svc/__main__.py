@@ -1,4 +1,4 @@
-"""``python -m supervisor_svc``: runs the supervisor role (SupervisorService + AgentRegistryService)."""
+"""``python -m supervisor_svc``: the supervisor role (Supervisor, AgentRegistry and DecisionCenter services)."""
 
 from __future__ import annotations
 
@@ -13,18 +13,31 @@ from agentmesh.service import ServiceContext, ServiceSpec, StartupError, base_pa
 from agentmesh.v1 import agent_registry_service_pb2_grpc as registry_grpc
 from agentmesh.v1 import capability_service_pb2 as cap_pb2
 from agentmesh.v1 import capability_service_pb2_grpc as cap_grpc
+from agentmesh.v1 import decision_center_service_pb2_grpc as dc_grpc
 from agentmesh.v1 import supervisor_service_pb2_grpc as supervisor_grpc
+from supervisor_svc.actions import ReleaseActions
 from supervisor_svc.aggregation import EvidencePolicy
+from supervisor_svc.decision_center import DecisionCenter
+from supervisor_svc.dispatch import TaskDispatcher
 from supervisor_svc.errors import SupervisorError
+from supervisor_svc.events import EventHandler
 from supervisor_svc.executions import ExecutionStore
 from supervisor_svc.orchestrator import Orchestrator
 from supervisor_svc.projection import ProjectionConfig, Projector
 from supervisor_svc.registry import AgentRegistry
 from supervisor_svc.selection import AgentSelector
-from supervisor_svc.servicer import AgentRegistryServicer, GrpcSpecialists, SupervisorServicer, dependency_checker
+from supervisor_svc.servicer import (
+    AgentRegistryServicer,
+    DecisionCenterServicer,
+    GrpcAuthorizer,
+    GrpcSpecialists,
+    SupervisorServicer,
+    dependency_checker,
+)
 from supervisor_svc.tenants import TenantDirectory
 
-SERVICES = ("agentmesh.v1.SupervisorService", "agentmesh.v1.AgentRegistryService")
+SERVICES = ("agentmesh.v1.SupervisorService", "agentmesh.v1.AgentRegistryService",
+            "agentmesh.v1.DecisionCenterService")
 
 
 def register(server: grpc.Server, ctx: ServiceContext) -> None:
@@ -52,16 +65,27 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
     store = ExecutionStore(ctx.data_dir / "supervisor.db")
     audit = ctx.audit()
     selector = AgentSelector(registry, tenants)
+    specialists = GrpcSpecialists(ctx.channel)
+    authorize = GrpcAuthorizer(ctx.channel("policy"), ctx.config.call_timeout_s)
+    dispatcher = TaskDispatcher(identity=ctx.identity, registry=registry, signer=signer, specialists=specialists,
+                                audit=audit, store=store, task_timeout_s=ctx.config.task_timeout_s)
+    actions = ReleaseActions(store=store, dispatcher=dispatcher, authorize=authorize,
+                             capabilities={c.capability_id: c for c in caps},
+                             confirmation_ttl_s=ctx.config.confirmation_ttl_s)
     orchestrator = Orchestrator(
         identity=ctx.identity, registry=registry, selector=selector, tenants=tenants, projector=projector,
-        evidence=evidence, store=store, signer=signer, specialists=GrpcSpecialists(ctx.channel), audit=audit,
+        evidence=evidence, store=store, signer=signer, specialists=specialists, audit=audit,
         verify_assertion=functools.partial(assertion.verify, key=idp_key),
-        task_timeout_s=ctx.config.task_timeout_s)
+        task_timeout_s=ctx.config.task_timeout_s, actions=actions)
+    center = DecisionCenter(store=store, actions=actions, authorize=authorize, dispatcher=dispatcher,
+                            visible=orchestrator.visible)
+    events = EventHandler(store=store, dispatcher=dispatcher, tenants=tenants)
     orchestrator.end_interrupted()
     ctx.on_stop(orchestrator.close)
     ctx.on_stop(store.close)
     ctx.on_stop(registry.close)
-    supervisor_grpc.add_SupervisorServiceServicer_to_server(SupervisorServicer(orchestrator), server)
+    supervisor_grpc.add_SupervisorServiceServicer_to_server(SupervisorServicer(orchestrator, actions, events), server)
+    dc_grpc.add_DecisionCenterServiceServicer_to_server(DecisionCenterServicer(orchestrator, center), server)
     registry_grpc.add_AgentRegistryServiceServicer_to_server(AgentRegistryServicer(registry, selector, audit), server)
 
 

@@ -1,9 +1,12 @@
-"""Durable executions and review items (SQLite under the mesh home).
+"""Durable executions, review items, proposed actions and handled events (SQLite under the mesh home).
 
 An execution is stored whole, as its protobuf, after every change (planned,
 each task started / finished, decided), so a supervisor restart never loses
 one: on start, executions still RUNNING are ended truthfully (see
-:meth:`ExecutionStore.end_interrupted`).
+:meth:`Orchestrator.end_interrupted`). Review items are stored whole as
+``ReviewItem`` protobufs. A proposed action keeps the requester's user context
+(for deciding it later, after a review) and the digest of its single-use
+confirmation token, never the token itself.
 """
 
 from __future__ import annotations
@@ -12,8 +15,11 @@ import datetime as dt
 import sqlite3
 import threading
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
+from agentmesh.v1 import common_pb2
+from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
 from agentmesh.v1 import supervisor_service_pb2 as pb
 
 _SCHEMA = """
@@ -26,16 +32,60 @@ CREATE TABLE IF NOT EXISTS executions (
     body BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS executions_status ON executions (status);
-CREATE TABLE IF NOT EXISTS review_items (
+CREATE TABLE IF NOT EXISTS reviews (
     review_id TEXT PRIMARY KEY,
     execution_id TEXT NOT NULL,
     tenant_id TEXT NOT NULL,
-    status TEXT NOT NULL,
+    status INTEGER NOT NULL,
     created_at TEXT NOT NULL,
-    conflict BLOB NOT NULL
+    body BLOB NOT NULL
 );
-CREATE INDEX IF NOT EXISTS review_items_tenant ON review_items (tenant_id, status);
+CREATE INDEX IF NOT EXISTS reviews_tenant ON reviews (tenant_id, status);
+CREATE INDEX IF NOT EXISTS reviews_execution ON reviews (execution_id);
+CREATE TABLE IF NOT EXISTS actions (
+    action_id TEXT PRIMARY KEY,
+    execution_id TEXT NOT NULL UNIQUE,
+    tenant_id TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    requester BLOB NOT NULL,
+    state TEXT NOT NULL,
+    ttl_s INTEGER NOT NULL,
+    token_digest TEXT,
+    expires_at TEXT,
+    updated_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+    tenant_id TEXT NOT NULL,
+    event_id TEXT NOT NULL,
+    execution_id TEXT NOT NULL,
+    received_at TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, event_id)
+);
 """
+
+# States of a proposed action's confirmation (the ``actions.state`` column).
+PENDING_APPROVAL = "PENDING_APPROVAL"
+PENDING_CONFIRMATION = "PENDING_CONFIRMATION"
+USED = "USED"
+DECLINED = "DECLINED"
+EXPIRED = "EXPIRED"
+CLOSED = "CLOSED"
+
+
+@dataclass(frozen=True)
+class ActionRecord:
+    """A proposed action's durable part: who asked, and its confirmation state."""
+
+    action_id: str
+    execution_id: str
+    tenant_id: str
+    user_id: str
+    requester: common_pb2.UserContext
+    state: str
+    ttl_s: int
+    """How long a confirmation token may stay unused (0: the supervisor's default)."""
+    token_digest: str | None
+    expires_at: dt.datetime | None
 
 
 def _now() -> str:
@@ -43,7 +93,7 @@ def _now() -> str:
 
 
 class ExecutionStore:
-    """Executions (whole protobufs) and review items, durable on every save."""
+    """Executions (whole protobufs), review items, proposed actions and events, durable on every save."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -86,28 +136,105 @@ class ExecutionStore:
             out.append(execution)
         return out
 
-    def add_review(self, execution_id: str, tenant_id: str, conflict: pb.Conflict) -> str:
-        """Persists a review item for a conflict; returns its id."""
-        review_id = f"rev-{uuid.uuid4().hex[:12]}"
+    def add_review(self, item: dc_pb2.ReviewItem) -> str:
+        """Persists a new review item (its id is made when empty); returns its id."""
+        if not item.review_id:
+            item.review_id = f"rev-{uuid.uuid4().hex[:12]}"
         with self._lock:
-            self._conn.execute("INSERT INTO review_items VALUES (?, ?, ?, ?, ?, ?)",
-                               (review_id, execution_id, tenant_id, "OPEN", _now(),
-                                conflict.SerializeToString(deterministic=True)))
-        return review_id
+            self._conn.execute("INSERT INTO reviews VALUES (?, ?, ?, ?, ?, ?)",
+                               (item.review_id, item.execution_id, item.tenant_id, int(item.status), _now(),
+                                item.SerializeToString(deterministic=True)))
+        return item.review_id
 
-    def reviews(self, tenant_id: str) -> list[tuple[str, str, str, pb.Conflict]]:
-        """(review_id, execution_id, status, conflict) of a tenant, oldest first."""
+    def save_review(self, item: dc_pb2.ReviewItem) -> None:
+        """Stores a review item as it is now."""
         with self._lock:
-            rows = self._conn.execute(
-                "SELECT review_id, execution_id, status, conflict FROM review_items WHERE tenant_id = ?"
-                " ORDER BY created_at", (tenant_id,)).fetchall()
-        out = []
-        for review_id, execution_id, status, blob in rows:
-            conflict = pb.Conflict()
-            conflict.ParseFromString(blob)
-            out.append((review_id, execution_id, status, conflict))
-        return out
+            self._conn.execute("UPDATE reviews SET status = ?, body = ? WHERE review_id = ?",
+                               (int(item.status), item.SerializeToString(deterministic=True), item.review_id))
+
+    def review(self, review_id: str) -> dc_pb2.ReviewItem | None:
+        """One review item, or None."""
+        with self._lock:
+            row = self._conn.execute("SELECT body FROM reviews WHERE review_id = ?", (review_id,)).fetchone()
+        return _review(row[0]) if row else None
+
+    def reviews(self, tenant_id: str, *, statuses: tuple[int, ...] = (), execution_id: str = "") -> list[
+            dc_pb2.ReviewItem]:
+        """Review items of a tenant, oldest first, optionally only in ``statuses`` / of one execution."""
+        sql = "SELECT body FROM reviews WHERE tenant_id = ?"
+        params: list[object] = [tenant_id]
+        if statuses:
+            sql += f" AND status IN ({', '.join('?' * len(statuses))})"
+            params.extend(int(s) for s in statuses)
+        if execution_id:
+            sql += " AND execution_id = ?"
+            params.append(execution_id)
+        with self._lock:
+            rows = self._conn.execute(sql + " ORDER BY created_at, review_id", params).fetchall()
+        return [_review(body) for (body,) in rows]
+
+    # -- proposed actions ------------------------------------------------------
+
+    def add_action(self, action_id: str, execution_id: str, requester: common_pb2.UserContext,
+                   ttl_s: int = 0) -> None:
+        """Records a proposed action and who asked for it (state PENDING_APPROVAL until a token exists)."""
+        with self._lock:
+            self._conn.execute(
+                "INSERT INTO actions VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?)",
+                (action_id, execution_id, requester.tenant_id, requester.user_id,
+                 requester.SerializeToString(deterministic=True), PENDING_APPROVAL, ttl_s, _now()))
+
+    def action(self, execution_id: str) -> ActionRecord | None:
+        """The action proposed by an execution, or None."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT action_id, execution_id, tenant_id, user_id, requester, state, ttl_s, token_digest, expires_at"
+                " FROM actions WHERE execution_id = ?", (execution_id,)).fetchone()
+        if row is None:
+            return None
+        requester = common_pb2.UserContext()
+        requester.ParseFromString(row[4])
+        return ActionRecord(row[0], row[1], row[2], row[3], requester, row[5], int(row[6]), row[7],
+                            dt.datetime.fromisoformat(row[8]) if row[8] else None)
+
+    def await_confirmation(self, action_id: str, token_digest: str, expires_at: dt.datetime) -> None:
+        """Stores the digest of a fresh confirmation token (replacing none: one token per action)."""
+        with self._lock:
+            self._conn.execute(
+                "UPDATE actions SET state = ?, token_digest = ?, expires_at = ?, updated_at = ? WHERE action_id = ?",
+                (PENDING_CONFIRMATION, token_digest, expires_at.isoformat(), _now(), action_id))
+
+    def spend(self, action_id: str, new_state: str) -> bool:
+        """Moves a PENDING_CONFIRMATION action to ``new_state`` atomically; False if it was not pending."""
+        with self._lock:
+            changed = self._conn.execute(
+                "UPDATE actions SET state = ?, updated_at = ? WHERE action_id = ? AND state = ?",
+                (new_state, _now(), action_id, PENDING_CONFIRMATION)).rowcount
+        return changed == 1
+
+    def set_action_state(self, action_id: str, state: str) -> None:
+        """Sets an action's state unconditionally (approval refused, action closed, ...)."""
+        with self._lock:
+            self._conn.execute("UPDATE actions SET state = ?, updated_at = ? WHERE action_id = ?",
+                               (state, _now(), action_id))
+
+    # -- events ------------------------------------------------------------------
+
+    def claim_event(self, tenant_id: str, event_id: str, execution_id: str) -> str:
+        """Records that ``event_id`` starts ``execution_id``; returns the execution that owns the event."""
+        with self._lock:
+            self._conn.execute("INSERT OR IGNORE INTO events VALUES (?, ?, ?, ?)",
+                               (tenant_id, event_id, execution_id, _now()))
+            row = self._conn.execute("SELECT execution_id FROM events WHERE tenant_id = ? AND event_id = ?",
+                                     (tenant_id, event_id)).fetchone()
+        return str(row[0])
 
     def close(self) -> None:
         """Closes the database."""
         self._conn.close()
+
+
+def _review(body: bytes) -> dc_pb2.ReviewItem:
+    item = dc_pb2.ReviewItem()
+    item.ParseFromString(body)
+    return item

@@ -32,9 +32,11 @@ from opentelemetry import metrics
 from agentmesh import assertion, errors, grants, spiffe, telemetry
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import common_pb2
+from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
 from agentmesh.v1 import specialist_service_pb2 as spec_pb2
 from agentmesh.v1 import supervisor_service_pb2 as pb
 from supervisor_svc import errors as sup_errors
+from supervisor_svc.actions import ReleaseActions
 from supervisor_svc.aggregation import (
     Assessment,
     EvidencePolicy,
@@ -118,6 +120,9 @@ class _Live:
     """Audit records sent without waiting; all are durable before the execution's last record."""
     done: threading.Event = field(default_factory=threading.Event)
     lock: threading.RLock = field(default_factory=threading.RLock)
+    release_requested: bool = False
+    """The user asked for the release too (phase two): proposed once the analysis is decided."""
+    confirmation_ttl_s: int = 0
 
 
 class Orchestrator:
@@ -139,6 +144,7 @@ class Orchestrator:
         verify_assertion: Callable[[str], assertion.UserIdentity],
         task_timeout_s: float = DEFAULT_TASK_TIMEOUT_S,
         max_parallel: int = 16,
+        actions: ReleaseActions | None = None,
     ) -> None:
         self._id = identity
         self._registry = registry
@@ -152,6 +158,7 @@ class Orchestrator:
         self._audit = audit
         self._verify = verify_assertion
         self._task_timeout_s = task_timeout_s
+        self._actions = actions
         self._pool = futures.ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="task")
         self._live: dict[str, _Live] = {}
         self._live_lock = threading.Lock()
@@ -202,6 +209,10 @@ class Orchestrator:
                 snapshot.CopyFrom(live.execution)
         else:
             snapshot.CopyFrom(execution)
+        if snapshot.action.confirmation_token and (
+                user.user_id != snapshot.user_id or snapshot.action.state != pb.ACTION_STATE_AWAITING_CONFIRMATION):
+            # The token is for the requester's eyes only.
+            snapshot.action.confirmation_token = ""
         return snapshot
 
     # -- start: verify, parse, plan --------------------------------------------
@@ -244,7 +255,10 @@ class Orchestrator:
             except sup_errors.SupervisorError as err:
                 raise errors.InvalidArgument(err.message, reason=err.reason,
                                              metadata={"field": err.field or "budget"}) from err
-            live = _Live(execution, None, user, budget, intent.language if intent.language != "unknown" else "en")
+            live = _Live(execution, None, user, budget, intent.language if intent.language != "unknown" else "en",
+                         release_requested=(intent.release_requested or request.request_release)
+                         and intent.kind is IntentKind.ANALYZE_PERMIT,
+                         confirmation_ttl_s=max(0, request.confirmation_ttl_seconds))
             self._audit_later(live, audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_STARTED,
                               outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
                              tenant_id=user.tenant_id, user_id=user.user_id,
@@ -311,6 +325,7 @@ class Orchestrator:
         with telemetry.mesh_ids(execution_id=execution_id, correlation_id=ex.trace.correlation_id):
             try:
                 self._run_stages(live)
+                self._propose_release(live)
             except Exception:  # noqa: BLE001 - an execution never vanishes: it ends FAILED, with the reason
                 log.exception("execution %s failed", execution_id)
                 with live.lock:
@@ -321,6 +336,24 @@ class Orchestrator:
         live.done.set()
         self._notify(live, "execution_finished")
         self._close_watchers(live)
+
+    def _propose_release(self, live: _Live) -> None:
+        """After the decision, the release the user asked for starts on its way (see supervisor_svc.actions)."""
+        ex = live.execution
+        if not live.release_requested or self._actions is None or live.plan is None or live.cancelled.is_set():
+            return
+        if ex.status not in (pb.EXECUTION_STATUS_SUCCEEDED, pb.EXECUTION_STATUS_PARTIAL,
+                             pb.EXECUTION_STATUS_AWAITING_REVIEW):
+            return
+        with live.lock, self._actions.lock:
+            self._actions.propose(ex, live.user, live.plan.intent.permit_id or "", live.confirmation_ttl_s)
+            if ex.HasField("action"):
+                for conflict in ex.conflicts:
+                    if conflict.review_id:
+                        item = self._store.review(conflict.review_id)
+                        if item is not None:
+                            item.action.CopyFrom(ex.action)
+                            self._store.save_review(item)
 
     def run_async(self, execution_id: str) -> None:
         """Runs the execution in the background (for detached requests)."""
@@ -563,7 +596,15 @@ class Orchestrator:
                 _escalations.add(1)
                 for conflict in ex.conflicts:
                     if not conflict.resolution:
-                        conflict.review_id = self._store.add_review(ex.execution_id, ex.tenant_id, conflict)
+                        item = dc_pb2.ReviewItem(
+                            execution_id=ex.execution_id, tenant_id=ex.tenant_id, kind=dc_pb2.REVIEW_KIND_CONFLICT,
+                            status=dc_pb2.REVIEW_STATUS_OPEN, requester=ex.user_id, conflict=conflict,
+                            summary=f"{conflict.agent_a} and {conflict.agent_b} disagree on {conflict.subject}; "
+                                    "no rule decides it",
+                            analysis_decision=ex.decision, created_at=_ts(), updated_at=_ts())
+                        conflict.review_id = self._store.add_review(item)
+                        item.conflict.review_id = conflict.review_id
+                        self._store.save_review(item)
                         self._audit_later(live, audit_pb2.AUDIT_EVENT_TYPE_REVIEW_CREATED,
                                          outcome=audit_pb2.AUDIT_OUTCOME_PENDING, tenant_id=ex.tenant_id,
                                          user_id=ex.user_id, reason_codes=[conflict.review_id, conflict.subject],

@@ -14,6 +14,10 @@ from agentmesh.v1 import agent_registry_service_pb2_grpc as reg_grpc
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import capability_service_pb2 as cap_pb2
 from agentmesh.v1 import common_pb2
+from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
+from agentmesh.v1 import decision_center_service_pb2_grpc as dc_grpc
+from agentmesh.v1 import policy_service_pb2 as policy_pb2
+from agentmesh.v1 import policy_service_pb2_grpc as policy_grpc
 from agentmesh.v1 import specialist_service_pb2 as spec_pb2
 from agentmesh.v1 import specialist_service_pb2_grpc as spec_grpc
 from agentmesh.v1 import supervisor_service_pb2 as pb
@@ -21,6 +25,9 @@ from agentmesh.v1 import supervisor_service_pb2_grpc as pb_grpc
 from capability_svc.errors import DependencyError
 from capability_svc.semver import Version, parse_dependency
 from supervisor_svc import errors as sup_errors
+from supervisor_svc.actions import ReleaseActions
+from supervisor_svc.decision_center import DecisionCenter
+from supervisor_svc.events import EventHandler
 from supervisor_svc.orchestrator import Orchestrator
 from supervisor_svc.registry import AgentRegistry, status_from_proto
 from supervisor_svc.selection import AgentSelector, Requirement
@@ -75,6 +82,21 @@ class GrpcSpecialists:
         return _GrpcTaskCall(stub.RunTask.future(request, timeout=timeout_s))
 
 
+class GrpcAuthorizer:
+    """PolicyService.Authorize over the supervisor's mTLS channel; failures are MeshErrors."""
+
+    def __init__(self, channel: grpc.Channel, timeout_s: float) -> None:
+        self._stub = policy_grpc.PolicyServiceStub(channel)
+        self._timeout_s = timeout_s
+
+    def __call__(self, request: policy_pb2.AuthorizeRequest) -> policy_pb2.AuthorizeResponse:
+        try:
+            response: policy_pb2.AuthorizeResponse = self._stub.Authorize(request, timeout=self._timeout_s)
+        except grpc.RpcError as err:
+            raise errors.from_rpc_error(err) from err
+        return response
+
+
 def dependency_checker(capabilities: Sequence[cap_pb2.CapabilityDefinition]) -> Callable[[str], None]:
     """A checker of declared capability dependencies against the capability service's registry (PRD §59)."""
     versions: dict[str, list[tuple[Version, int]]] = {}
@@ -100,10 +122,12 @@ def dependency_checker(capabilities: Sequence[cap_pb2.CapabilityDefinition]) -> 
 
 
 class SupervisorServicer(pb_grpc.SupervisorServiceServicer):
-    """Analyze, GetExecution, WatchExecution, CancelExecution."""
+    """Analyze, GetExecution, WatchExecution, CancelExecution, ConfirmAction, HandleEvent."""
 
-    def __init__(self, orchestrator: Orchestrator) -> None:
+    def __init__(self, orchestrator: Orchestrator, actions: ReleaseActions, events: EventHandler) -> None:
         self._orch = orchestrator
+        self._actions = actions
+        self._events = events
 
     def Analyze(self, request: pb.AnalyzeRequest, context: grpc.ServicerContext) -> pb.AnalyzeResponse:
         try:
@@ -131,6 +155,43 @@ class SupervisorServicer(pb_grpc.SupervisorServiceServicer):
     ) -> pb.CancelExecutionResponse:
         user = self._orch.authenticate(request.user_assertion)
         return pb.CancelExecutionResponse(execution=self._orch.cancel(user, request.execution_id, request.reason))
+
+    def ConfirmAction(
+        self, request: pb.ConfirmActionRequest, context: grpc.ServicerContext
+    ) -> pb.ConfirmActionResponse:
+        user = self._orch.authenticate(request.user_assertion)
+        self._actions.confirm(user, request)
+        return pb.ConfirmActionResponse(execution=self._orch.visible(user, request.execution_id))
+
+    def HandleEvent(self, request: pb.HandleEventRequest, context: grpc.ServicerContext) -> pb.HandleEventResponse:
+        execution, duplicate = self._events.handle(request, transport.caller_id(context))
+        return pb.HandleEventResponse(execution=execution, duplicate=duplicate)
+
+
+class DecisionCenterServicer(dc_grpc.DecisionCenterServiceServicer):
+    """ListReviews, GetReview, SubmitReviewDecision: thin over :class:`DecisionCenter`."""
+
+    def __init__(self, orchestrator: Orchestrator, center: DecisionCenter) -> None:
+        self._orch = orchestrator
+        self._center = center
+
+    def ListReviews(
+        self, request: dc_pb2.ListReviewsRequest, context: grpc.ServicerContext
+    ) -> dc_pb2.ListReviewsResponse:
+        user = self._orch.authenticate(request.user_assertion)
+        return dc_pb2.ListReviewsResponse(reviews=self._center.list(user, request))
+
+    def GetReview(self, request: dc_pb2.GetReviewRequest, context: grpc.ServicerContext) -> dc_pb2.GetReviewResponse:
+        user = self._orch.authenticate(request.user_assertion)
+        review, execution = self._center.get(user, request.review_id)
+        return dc_pb2.GetReviewResponse(review=review, execution=execution)
+
+    def SubmitReviewDecision(
+        self, request: dc_pb2.SubmitReviewDecisionRequest, context: grpc.ServicerContext
+    ) -> dc_pb2.SubmitReviewDecisionResponse:
+        user = self._orch.authenticate(request.user_assertion)
+        review, execution = self._center.submit(user, request)
+        return dc_pb2.SubmitReviewDecisionResponse(review=review, execution=execution)
 
 
 class AgentRegistryServicer(reg_grpc.AgentRegistryServiceServicer):

@@ -1,0 +1,383 @@
+"""The release (PRD §67, §73): decision → policy → human approval → the user's confirmation → release → verification.
+
+When the user asks for the release ("... e libere se estiver tudo correto",
+or ``request_release``), the finished analysis proposes ``workPermit.release``
+as a :class:`ProposedAction`; nothing is released unless, in this order:
+
+1. the decision is RECOMMENDED_FOR_RELEASE (otherwise NOT_ELIGIBLE, and a
+   REQUIRES_REVIEW decision waits for the conflict's review first);
+2. the policy engine, asked about the exact action on the user's authority,
+   does not deny it. HUMAN_APPROVAL_REQUIRED opens an ACTION_APPROVAL review in
+   the Decision Center; an approval counts only if the policy engine, asked
+   again with it, no longer requires one (a human other than the requester);
+3. the requester confirms with the single-use token (bound to user, tenant,
+   execution and the action's digest; it expires). The supervisor asks for
+   this confirmation before any mutation even if a policy would ALLOW it
+   without one: it never acts for a user more freely than the policy, only
+   more carefully;
+4. the work-permit agent releases under a fresh grant that carries the
+   confirmation and the approval, bound to the action's digest — the
+   capability service asks the policy engine again and verifies the effect by
+   reading it back; it compensates (restores the previous state) if that fails.
+
+Every step is audited with the execution id: the policy decision, the review,
+the confirmation (issued, used, refused, declined, expired), the release task.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import logging
+import secrets
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from agentmesh import assertion, errors, grants, telemetry
+from agentmesh.v1 import audit_service_pb2 as audit_pb2
+from agentmesh.v1 import capability_service_pb2 as cap_pb2
+from agentmesh.v1 import common_pb2
+from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
+from agentmesh.v1 import policy_service_pb2 as policy_pb2
+from agentmesh.v1 import supervisor_service_pb2 as pb
+from supervisor_svc import executions
+from supervisor_svc.dispatch import Actor, TaskDispatcher, now_ts
+from supervisor_svc.executions import ExecutionStore
+
+log = logging.getLogger(__name__)
+
+RELEASE_CAPABILITY = "workPermit.release"
+RELEASE_AGENT = "work-permit-agent"
+DEFAULT_CONFIRMATION_TTL_S = 300
+
+Authorizer = Callable[[policy_pb2.AuthorizeRequest], policy_pb2.AuthorizeResponse]
+
+
+class ApprovalNotCounted(Exception):
+    """The policy engine still requires a human approval after this one: it does not count."""
+
+    def __init__(self, decision: common_pb2.PolicyDecision) -> None:
+        super().__init__(", ".join(decision.reason_codes))
+        self.decision = decision
+
+
+def token_digest(token: str) -> str:
+    """How a confirmation token is stored and compared."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _ts(moment: dt.datetime) -> Timestamp:
+    ts = Timestamp()
+    ts.FromDatetime(moment)
+    return ts
+
+
+def requester_of(user: assertion.UserIdentity) -> common_pb2.UserContext:
+    """The user context kept with a proposed action."""
+    return common_pb2.UserContext(tenant_id=user.tenant_id, user_id=user.user_id, session_id=user.session_id,
+                                  conversation_id=user.conversation_id, roles=list(user.roles),
+                                  assertion_digest=user.digest)
+
+
+class ReleaseActions:
+    """Proposes, gates, confirms and executes the release of a permit (see the module docstring)."""
+
+    def __init__(self, *, store: ExecutionStore, dispatcher: TaskDispatcher, authorize: Authorizer,
+                 capabilities: Mapping[str, cap_pb2.CapabilityDefinition],
+                 confirmation_ttl_s: float = DEFAULT_CONFIRMATION_TTL_S,
+                 clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)) -> None:
+        self._store = store
+        self._dispatch = dispatcher
+        self._authorize = authorize
+        self._capabilities = dict(capabilities)
+        self._ttl_s = confirmation_ttl_s
+        self._clock = clock
+        self.lock = threading.RLock()
+        """Held while an execution's action or reviews change: one decision at a time."""
+
+    # -- proposing -------------------------------------------------------------
+
+    def propose(self, ex: pb.Execution, user: assertion.UserIdentity, permit_id: str, ttl_s: int = 0) -> None:
+        """Attaches the release to a decided execution and moves it as far as it can go without a human."""
+        arguments = {"permit_id": permit_id,
+                     "reason": f"Release asked by {user.tenant_id}/{user.user_id} in execution {ex.execution_id}, "
+                               "after the team analysis recommended it"}
+        action = pb.ProposedAction(action_id=f"act-{uuid.uuid4().hex[:16]}", capability_id=RELEASE_CAPABILITY,
+                                   resource_id=permit_id,
+                                   action_digest=grants.action_digest(RELEASE_CAPABILITY, arguments))
+        action.arguments.update(arguments)
+        ex.action.CopyFrom(action)
+        self._store.add_action(action.action_id, ex.execution_id, requester_of(user), max(0, ttl_s))
+        decision = ex.decision
+        if (decision == common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW
+                and ex.status == pb.EXECUTION_STATUS_AWAITING_REVIEW):
+            reviews = [c.review_id for c in ex.conflicts if c.review_id]
+            self._set(ex, pb.ACTION_STATE_AWAITING_APPROVAL,
+                      f"REVIEW_REQUIRED: the analysis needs a human review first ({', '.join(reviews)}); "
+                      "its approval by a reviewer other than you is the human approval of the release")
+            return
+        if decision != common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE:
+            self._close(ex, pb.ACTION_STATE_NOT_ELIGIBLE,
+                        f"DECISION_NOT_RECOMMENDED: the decision is "
+                        f"{common_pb2.AnalysisDecision.Name(decision).removeprefix('ANALYSIS_DECISION_')}; "
+                        "a release needs RECOMMENDED_FOR_RELEASE")
+            return
+        self.gate(ex)
+
+    def gate(self, ex: pb.Execution, *, approval_review_id: str = "", approver: str = "") -> None:
+        """Asks the policy engine about the action (with the approval, if any) and moves it on.
+
+        Raises:
+            ApprovalNotCounted: an approval was given and the policy engine still requires one.
+        """
+        record = self._store.action(ex.execution_id)
+        assert record is not None, "gate() on an execution without a proposed action"
+        try:
+            decision = self._policy(ex, record.requester, approval_review_id, approver)
+        except errors.MeshError as err:
+            if approval_review_id:
+                raise
+            self._close(ex, pb.ACTION_STATE_DENIED, f"POLICY_UNAVAILABLE: no policy decision, so no release "
+                                                    f"({err.message})")
+            return
+        ex.action.policy_decision.CopyFrom(decision)
+        effect = decision.effect
+        if effect == common_pb2.POLICY_EFFECT_HUMAN_APPROVAL_REQUIRED:
+            if approval_review_id:
+                raise ApprovalNotCounted(decision)
+            review = dc_pb2.ReviewItem(
+                execution_id=ex.execution_id, tenant_id=ex.tenant_id, kind=dc_pb2.REVIEW_KIND_ACTION_APPROVAL,
+                status=dc_pb2.REVIEW_STATUS_OPEN, requester=record.user_id,
+                summary=f"Approve the release of permit {ex.action.resource_id}, asked by {record.user_id} "
+                        f"and recommended by the team analysis ({', '.join(decision.reason_codes)})",
+                analysis_decision=ex.decision, created_at=now_ts(), updated_at=now_ts())
+            review.action.CopyFrom(ex.action)
+            review.action.state = pb.ACTION_STATE_AWAITING_APPROVAL
+            review_id = self._store.add_review(review)
+            self._set(ex, pb.ACTION_STATE_AWAITING_APPROVAL,
+                      f"HUMAN_APPROVAL_REQUIRED: a human other than the requester must approve review {review_id}")
+            ex.status = pb.EXECUTION_STATUS_AWAITING_REVIEW
+            self._dispatch.audit(audit_pb2.AUDIT_EVENT_TYPE_REVIEW_CREATED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
+                                 execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=ex.user_id,
+                                 reason_codes=[review_id, "ACTION_APPROVAL", f"{RELEASE_CAPABILITY}:"
+                                               f"{ex.action.resource_id}"], analysis_decision=ex.decision,
+                                 policy_decision=decision)
+            return
+        if effect in (common_pb2.POLICY_EFFECT_CONFIRMATION_REQUIRED, common_pb2.POLICY_EFFECT_ALLOW):
+            ex.action.approval_review_id = approval_review_id
+            ex.action.approved_by = approver
+            self._issue_token(ex, record)
+            return
+        self._close(ex, pb.ACTION_STATE_DENIED, "POLICY_DENIED: " + ", ".join(decision.reason_codes))
+
+    def _policy(self, ex: pb.Execution, requester: common_pb2.UserContext, approval_review_id: str,
+                approver: str) -> common_pb2.PolicyDecision:
+        definition = self._capabilities.get(RELEASE_CAPABILITY)
+        chain = [f"user:{requester.tenant_id}/{requester.user_id}", "svc:supervisor", f"agent:{RELEASE_AGENT}"]
+        request = policy_pb2.AuthorizeRequest(
+            user=requester, actor_type=common_pb2.ACTOR_TYPE_USER,
+            agent=common_pb2.AgentPrincipal(agent_id=RELEASE_AGENT, execution_id=ex.execution_id,
+                                            delegation_chain=chain),
+            delegation_depth=2, capability_id=RELEASE_CAPABILITY,
+            capability_version=definition.version if definition else "",
+            resource=policy_pb2.ResourceRef(type="WorkPermit", id=ex.action.resource_id, tenant_id=ex.tenant_id),
+            context=policy_pb2.OperationContext(
+                confirmation_given=False, human_approval_id=approval_review_id, human_approver_id=approver,
+                # Unknown risk is treated as high by the policies (fail closed).
+                risk_profile=definition.risk_profile if definition else common_pb2.RiskProfile()),
+            operation=policy_pb2.OPERATION_KIND_INVOKE, trace=ex.trace)
+        with telemetry.tracer().start_as_current_span("Policy") as span:
+            decision = self._authorize(request).decision
+            span.set_attribute("agentmesh.policy_effect", common_pb2.PolicyEffect.Name(decision.effect))
+        allowed = decision.effect in (common_pb2.POLICY_EFFECT_ALLOW, common_pb2.POLICY_EFFECT_CONFIRMATION_REQUIRED)
+        self._dispatch.audit(
+            audit_pb2.AUDIT_EVENT_TYPE_POLICY_DECISION,
+            outcome=audit_pb2.AUDIT_OUTCOME_PENDING if allowed or decision.effect ==
+            common_pb2.POLICY_EFFECT_HUMAN_APPROVAL_REQUIRED else audit_pb2.AUDIT_OUTCOME_DENIED,
+            execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=requester.user_id, agent_id=RELEASE_AGENT,
+            capability_id=RELEASE_CAPABILITY, resource=f"permit:{ex.action.resource_id}", policy_decision=decision,
+            reason_codes=[common_pb2.PolicyEffect.Name(decision.effect), *decision.reason_codes,
+                          *([f"approval={approval_review_id}", f"approver={approver}"] if approval_review_id else [])],
+            input_digest=ex.action.action_digest)
+        return decision
+
+    def _issue_token(self, ex: pb.Execution, record: executions.ActionRecord) -> None:
+        ttl = min(record.ttl_s or self._ttl_s, self._ttl_s)
+        token = secrets.token_urlsafe(32)
+        expires = self._clock() + dt.timedelta(seconds=ttl)
+        self._store.await_confirmation(record.action_id, token_digest(token), expires)
+        ex.action.confirmation_token = token
+        ex.action.confirmation_expires_at.CopyFrom(_ts(expires))
+        self._set(ex, pb.ACTION_STATE_AWAITING_CONFIRMATION,
+                  f"CONFIRMATION_REQUIRED: {record.user_id} must confirm the release of {ex.action.resource_id} "
+                  f"before {expires.isoformat(timespec='seconds')}")
+        ex.status = pb.EXECUTION_STATUS_AWAITING_CONFIRMATION
+        self._dispatch.audit(audit_pb2.AUDIT_EVENT_TYPE_CONFIRMATION, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
+                             execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=record.user_id,
+                             resource=f"permit:{ex.action.resource_id}",
+                             reason_codes=["CONFIRMATION_REQUESTED", record.action_id,
+                                           f"expires={expires.isoformat(timespec='seconds')}",
+                                           *([f"approval={ex.action.approval_review_id}",
+                                              f"approver={ex.action.approved_by}"]
+                                             if ex.action.approval_review_id else [])],
+                             input_digest=ex.action.action_digest)
+
+    def _set(self, ex: pb.Execution, state: int, reason: str) -> None:
+        ex.action.state = state  # type: ignore[assignment]
+        ex.action.reason = reason
+        ex.action.updated_at.CopyFrom(now_ts())
+
+    def _close(self, ex: pb.Execution, state: int, reason: str) -> None:
+        """Ends the action without executing it; the execution is done."""
+        self._set(ex, state, reason)
+        ex.action.confirmation_token = ""
+        record = self._store.action(ex.execution_id)
+        if record is not None and record.state not in (executions.USED,):
+            self._store.set_action_state(record.action_id, executions.CLOSED)
+        if ex.status in (pb.EXECUTION_STATUS_AWAITING_REVIEW, pb.EXECUTION_STATUS_AWAITING_CONFIRMATION):
+            ex.status = pb.EXECUTION_STATUS_SUCCEEDED
+
+    def reject(self, ex: pb.Execution, reason: str) -> None:
+        """A reviewer rejected the action (or the decision behind it)."""
+        self._close(ex, pb.ACTION_STATE_REJECTED, reason)
+
+    # -- confirming ------------------------------------------------------------
+
+    def _refuse(self, err: errors.MeshError, user: assertion.UserIdentity, execution_id: str,
+                resource_id: str) -> errors.MeshError:
+        self._dispatch.audit(audit_pb2.AUDIT_EVENT_TYPE_CONFIRMATION, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
+                             execution_id=execution_id, tenant_id=user.tenant_id, user_id=user.user_id,
+                             resource=f"permit:{resource_id}", reason_codes=[err.reason, err.message])
+        return err
+
+    def confirm(self, user: assertion.UserIdentity, req: pb.ConfirmActionRequest) -> pb.Execution:
+        """Checks the confirmation and, if it holds, runs the release; every refusal is audited."""
+        for name in ("execution_id", "confirmation_token", "capability_id", "resource_id"):
+            if not getattr(req, name):
+                raise errors.InvalidArgument(f"{name} is required", reason="MISSING_FIELD", field=name)
+        with self.lock:
+            ex = self._store.get(req.execution_id)
+            if ex is None or ex.tenant_id != user.tenant_id:
+                raise self._refuse(errors.NotFound(f"execution {req.execution_id!r} not found",
+                                                   reason="EXECUTION_NOT_FOUND", field="execution_id"),
+                                   user, req.execution_id, req.resource_id)
+            record = self._store.action(ex.execution_id)
+            if record is None or not ex.HasField("action"):
+                raise self._refuse(errors.FailedPrecondition("the execution proposes no action",
+                                                             reason="NO_PROPOSED_ACTION", field="execution_id"),
+                                   user, ex.execution_id, req.resource_id)
+            if not record.token_digest or not hmac.compare_digest(record.token_digest,
+                                                                   token_digest(req.confirmation_token)):
+                raise self._refuse(errors.PermissionDenied(
+                    "the confirmation token is not the one issued for this execution's action",
+                    reason="CONFIRMATION_TOKEN_INVALID", field="confirmation_token"),
+                    user, ex.execution_id, req.resource_id)
+            if user.user_id != record.user_id:
+                raise self._refuse(errors.PermissionDenied(
+                    "only the user who asked for the action may confirm it", reason="CONFIRMATION_USER_MISMATCH",
+                    field="user_assertion"), user, ex.execution_id, req.resource_id)
+            for name, wanted in (("capability_id", ex.action.capability_id), ("resource_id", ex.action.resource_id)):
+                if getattr(req, name) != wanted:
+                    raise self._refuse(errors.PermissionDenied(
+                        f"the token confirms {ex.action.capability_id} on {ex.action.resource_id}, not "
+                        f"{req.capability_id} on {req.resource_id}", reason="CONFIRMATION_ACTION_MISMATCH",
+                        field=name), user, ex.execution_id, req.resource_id)
+            if record.state == executions.USED:
+                raise self._refuse(errors.FailedPrecondition("this confirmation token was already used",
+                                                             reason="CONFIRMATION_ALREADY_USED",
+                                                             field="confirmation_token"),
+                                   user, ex.execution_id, req.resource_id)
+            if record.state != executions.PENDING_CONFIRMATION:
+                raise self._refuse(errors.FailedPrecondition(
+                    f"the action no longer waits for a confirmation ({record.state})",
+                    reason="CONFIRMATION_NOT_PENDING", field="confirmation_token"),
+                    user, ex.execution_id, req.resource_id)
+            if record.expires_at is None or self._clock() >= record.expires_at:
+                self._store.spend(record.action_id, executions.EXPIRED)
+                self._close(ex, pb.ACTION_STATE_EXPIRED, "CONFIRMATION_EXPIRED: the confirmation was not given "
+                                                         "in time; nothing was changed")
+                self._store.save(ex)
+                raise self._refuse(errors.FailedPrecondition(
+                    "the confirmation expired; ask for the release again", reason="CONFIRMATION_EXPIRED",
+                    field="confirmation_token"), user, ex.execution_id, req.resource_id)
+            if not self._store.spend(record.action_id, executions.DECLINED if req.decline else executions.USED):
+                raise self._refuse(errors.FailedPrecondition("this confirmation token was already used",
+                                                             reason="CONFIRMATION_ALREADY_USED",
+                                                             field="confirmation_token"),
+                                   user, ex.execution_id, req.resource_id)
+            with telemetry.mesh_ids(execution_id=ex.execution_id, correlation_id=ex.trace.correlation_id):
+                if req.decline:
+                    self._close(ex, pb.ACTION_STATE_DECLINED, f"DECLINED: {user.user_id} said no; nothing was changed")
+                    self._dispatch.audit(audit_pb2.AUDIT_EVENT_TYPE_CONFIRMATION,
+                                         outcome=audit_pb2.AUDIT_OUTCOME_FAILURE, execution_id=ex.execution_id,
+                                         tenant_id=ex.tenant_id, user_id=user.user_id,
+                                         resource=f"permit:{req.resource_id}",
+                                         reason_codes=["CONFIRMATION_DECLINED", record.action_id])
+                    self._finish(ex, "ACTION_DECLINED")
+                    return ex
+                self._dispatch.audit(audit_pb2.AUDIT_EVENT_TYPE_CONFIRMATION, outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS,
+                                     execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=user.user_id,
+                                     resource=f"permit:{req.resource_id}",
+                                     reason_codes=["CONFIRMATION_GIVEN", record.action_id,
+                                                   *([f"approval={ex.action.approval_review_id}",
+                                                      f"approver={ex.action.approved_by}"]
+                                                     if ex.action.approval_review_id else [])],
+                                     input_digest=ex.action.action_digest)
+                self._execute(ex, user)
+        return ex
+
+    def _execute(self, ex: pb.Execution, user: assertion.UserIdentity) -> None:
+        action = ex.action
+        action.confirmation_token = ""
+        self._set(ex, pb.ACTION_STATE_EXECUTING, "EXECUTING: confirmed by the requester")
+        ex.status = pb.EXECUTION_STATUS_RUNNING
+        self._store.save(ex)
+        arguments = json_format.MessageToDict(action.arguments)
+        actor = Actor(tenant_id=user.tenant_id, user_id=user.user_id, roles=tuple(user.roles),
+                      session_id=user.session_id, conversation_id=user.conversation_id, assertion_digest=user.digest)
+        done = self._dispatch.run(
+            ex, agent_id=RELEASE_AGENT, objective=f"Release permit {action.resource_id} (confirmed by the user)",
+            input={"operation": "release", "permit_id": arguments["permit_id"], "reason": arguments["reason"],
+                   "idempotency_key": action.action_id},
+            capabilities=[RELEASE_CAPABILITY, "workPermit.get"], actor=actor,
+            confirmed_action_digest=action.action_digest, confirmation_id=action.action_id,
+            human_approval_id=action.approval_review_id, human_approver_id=action.approved_by)
+        result = done.result
+        release: dict[str, Any] = {}
+        if result is not None and "release" in result.result.fields:
+            release = json_format.MessageToDict(result.result.fields["release"].struct_value)
+        if result is not None and result.status != common_pb2.RESULT_STATUS_FAILED and release.get("verified") is True:
+            action.verified = True
+            self._set(ex, pb.ACTION_STATE_SUCCEEDED,
+                      f"RELEASED: permit {action.resource_id} is RELEASED, verified by reading it back")
+            ex.status = pb.EXECUTION_STATUS_SUCCEEDED
+            ex.summary = f"{ex.summary}\nReleased: permit {action.resource_id} is RELEASED (verified).".strip()
+            self._finish(ex, "ACTION_SUCCEEDED")
+            return
+        why = done.failure if result is None else (result.error_reason or "the release was not verified")
+        action.compensated = bool(release.get("compensated") is True or "compensated: true" in why)
+        if done.timed_out:
+            why = f"{why}; the outcome of the release is unknown (timeout): check the permit before retrying"
+        self._set(ex, pb.ACTION_STATE_FAILED, why)
+        ex.status = pb.EXECUTION_STATUS_FAILED
+        ex.reason = f"RELEASE_FAILED: {why}"
+        ex.summary = (f"{ex.summary}\nThe release of permit {action.resource_id} FAILED: {why}"
+                      + (" The permit was restored to its previous state." if action.compensated else "")).strip()
+        self._finish(ex, "ACTION_FAILED")
+
+    def _finish(self, ex: pb.Execution, code: str) -> None:
+        ex.finished_at.CopyFrom(now_ts())
+        self._store.save(ex)
+        self._dispatch.audit(
+            audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED,
+            outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS if ex.status == pb.EXECUTION_STATUS_SUCCEEDED
+            else audit_pb2.AUDIT_OUTCOME_FAILURE,
+            execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=ex.user_id, analysis_decision=ex.decision,
+            resource=f"permit:{ex.action.resource_id}",
+            reason_codes=[pb.ExecutionStatus.Name(ex.status), code, ex.action.reason])

@@ -1,0 +1,300 @@
+"""The Decision Center (PRD §40–42, §66): humans decide what agents may not.
+
+Reviews are opened by executions: a conflict no rule resolves, a high-risk
+action needing a human approver, a system execution's recommendation. Every
+call needs a verified user assertion; what the user may do is decided by the
+policy engine (operation REVIEW, or OVERRIDE for an override), never here:
+reviewer role in the tenant, never on one's own request, overrides only for
+administrators with a reason. A review of another tenant does not exist for
+the caller (NOT_FOUND).
+
+Decisions resume the execution under review:
+
+* APPROVE — a conflict review's approval resolves that conflict; when no
+  conflict of the execution is left open the decision becomes
+  RECOMMENDED_FOR_RELEASE (by a human, recorded as such). If the user asked for
+  the release, the approval is also the human approval of it: the policy
+  engine is asked again with it, and only if it counts (a human other than the
+  requester) does the release move on to the requester's confirmation —
+  otherwise the APPROVE is refused and nothing changes. An ACTION_APPROVAL
+  review's approval works the same way. A RECOMMENDATION review's approval
+  records that a human accepted it; nothing is executed.
+* REJECT — the decision becomes NOT_RECOMMENDED (conflict), the action is
+  REJECTED; the execution ends.
+* REQUEST_INFORMATION — the review waits (INFORMATION_REQUESTED) with what is
+  asked added to the execution's ``missing``; it can still be decided later.
+* OVERRIDE — an administrator sets the decision (RECOMMENDED_FOR_RELEASE or
+  NOT_RECOMMENDED) with a reason; as APPROVE / REJECT from there. An override
+  changes the analysis decision, never the policy: the release still needs the
+  policy engine and the requester's confirmation.
+* ASSIGN — records who should decide; nothing else changes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from agentmesh import assertion, errors, telemetry
+from agentmesh.v1 import audit_service_pb2 as audit_pb2
+from agentmesh.v1 import common_pb2
+from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
+from agentmesh.v1 import policy_service_pb2 as policy_pb2
+from agentmesh.v1 import supervisor_service_pb2 as pb
+from supervisor_svc.actions import RELEASE_CAPABILITY, ApprovalNotCounted, Authorizer, ReleaseActions
+from supervisor_svc.dispatch import TaskDispatcher, now_ts
+from supervisor_svc.executions import ExecutionStore
+
+log = logging.getLogger(__name__)
+
+UNDECIDED = (dc_pb2.REVIEW_STATUS_OPEN, dc_pb2.REVIEW_STATUS_INFORMATION_REQUESTED)
+
+# Policy reason codes → the ErrorInfo reason a refused reviewer sees.
+_REFUSALS = {
+    "review.requires_reviewer": "REVIEWER_ROLE_REQUIRED",
+    "review.own_request": "OWN_REQUEST",
+    "override.own_request": "OWN_REQUEST",
+    "override.requires_admin": "ADMIN_ROLE_REQUIRED",
+    "override.requires_reason": "OVERRIDE_REASON_REQUIRED",
+}
+
+
+def _decision_name(value: int) -> str:
+    return str(dc_pb2.ReviewDecision.Name(value)).removeprefix("REVIEW_DECISION_")
+
+
+class DecisionCenter:
+    """List, show and decide reviews (see the module docstring)."""
+
+    def __init__(self, *, store: ExecutionStore, actions: ReleaseActions, authorize: Authorizer,
+                 dispatcher: TaskDispatcher, visible: Callable[[assertion.UserIdentity, str], pb.Execution]) -> None:
+        self._store = store
+        self._actions = actions
+        self._authorize = authorize
+        self._dispatch = dispatcher
+        self._visible = visible
+
+    # -- authority ---------------------------------------------------------------
+
+    def _check(self, user: assertion.UserIdentity, *, operation: int, resource: str, requester: str = "",
+               capability_id: str = RELEASE_CAPABILITY, reason: str = "", execution_id: str = "",
+               review_id: str = "") -> common_pb2.PolicyDecision:
+        """The policy engine's decision on a review operation; PERMISSION_DENIED (audited) unless ALLOW."""
+        request = policy_pb2.AuthorizeRequest(
+            user=common_pb2.UserContext(tenant_id=user.tenant_id, user_id=user.user_id, roles=list(user.roles),
+                                        session_id=user.session_id, conversation_id=user.conversation_id,
+                                        assertion_digest=user.digest),
+            actor_type=common_pb2.ACTOR_TYPE_USER,
+            agent=common_pb2.AgentPrincipal(agent_id="supervisor", execution_id=execution_id,
+                                            delegation_chain=[f"user:{user.tenant_id}/{user.user_id}",
+                                                              "svc:supervisor"]),
+            delegation_depth=1, capability_id=capability_id,
+            resource=policy_pb2.ResourceRef(type="WorkPermit", id=resource or "-", tenant_id=user.tenant_id),
+            # Reading the queue decides nothing about anyone's request: "-" names no requester.
+            context=policy_pb2.OperationContext(subject_requester_id=requester or "-", override_reason=reason),
+            operation=operation)  # type: ignore[arg-type]
+        try:
+            decision = self._authorize(request).decision
+        except errors.MeshError as err:
+            raise errors.Unavailable(f"no policy decision, so no review: {err.message}",
+                                     reason="POLICY_UNAVAILABLE") from err
+        if decision.effect != common_pb2.POLICY_EFFECT_ALLOW:
+            reason = next((_REFUSALS[c] for c in decision.reason_codes if c in _REFUSALS), "POLICY_DENIED")
+            self._dispatch.audit(audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
+                                 execution_id=execution_id, tenant_id=user.tenant_id, user_id=user.user_id,
+                                 resource=f"review:{review_id}" if review_id else "decision-center",
+                                 policy_decision=decision,
+                                 reason_codes=[reason, policy_pb2.OperationKind.Name(operation),
+                                               *decision.reason_codes])
+            raise errors.PermissionDenied(
+                f"the policy engine refused: {', '.join(decision.reason_codes)}", reason=reason,
+                metadata={"decision_id": decision.decision_id, "reason_codes": ",".join(decision.reason_codes),
+                          "field": "user_assertion"})
+        return decision
+
+    def _review(self, user: assertion.UserIdentity, review_id: str) -> dc_pb2.ReviewItem:
+        if not review_id:
+            raise errors.InvalidArgument("review_id is required", reason="MISSING_FIELD", field="review_id")
+        item = self._store.review(review_id)
+        if item is None or item.tenant_id != user.tenant_id:
+            raise errors.NotFound(f"review {review_id!r} not found", reason="REVIEW_NOT_FOUND", field="review_id")
+        return item
+
+    # -- reading -----------------------------------------------------------------
+
+    def list(self, user: assertion.UserIdentity, req: dc_pb2.ListReviewsRequest) -> list[dc_pb2.ReviewItem]:
+        """Reviews of the user's tenant (undecided ones unless a status is asked)."""
+        self._check(user, operation=policy_pb2.OPERATION_KIND_REVIEW, resource="review-queue")
+        statuses = (req.status,) if req.status else UNDECIDED
+        return self._store.reviews(user.tenant_id, statuses=statuses, execution_id=req.execution_id)
+
+    def get(self, user: assertion.UserIdentity, review_id: str) -> tuple[dc_pb2.ReviewItem, pb.Execution]:
+        """One review and its execution, evidence included."""
+        item = self._review(user, review_id)
+        self._check(user, operation=policy_pb2.OPERATION_KIND_REVIEW, resource="review-queue",
+                    execution_id=item.execution_id, review_id=review_id)
+        return item, self._visible(user, item.execution_id)
+
+    # -- deciding ------------------------------------------------------------------
+
+    def submit(self, user: assertion.UserIdentity,
+               req: dc_pb2.SubmitReviewDecisionRequest) -> tuple[dc_pb2.ReviewItem, pb.Execution]:
+        """Validates, authorises (policy), applies and audits one human decision."""
+        decision = req.decision
+        if decision == dc_pb2.REVIEW_DECISION_UNSPECIFIED:
+            raise errors.InvalidArgument("decision is required", reason="MISSING_FIELD", field="decision")
+        if decision not in dc_pb2.ReviewDecision.values():
+            raise errors.InvalidArgument(f"unknown decision {decision}", reason="INVALID_DECISION", field="decision")
+        if decision in (dc_pb2.REVIEW_DECISION_REJECT, dc_pb2.REVIEW_DECISION_REQUEST_INFORMATION,
+                        dc_pb2.REVIEW_DECISION_OVERRIDE) and not req.reason.strip():
+            raise errors.InvalidArgument(f"{_decision_name(decision)} needs a reason", reason="MISSING_FIELD",
+                                         field="reason")
+        if decision == dc_pb2.REVIEW_DECISION_ASSIGN and not req.assignee.strip():
+            raise errors.InvalidArgument("ASSIGN needs an assignee", reason="MISSING_FIELD", field="assignee")
+        if decision == dc_pb2.REVIEW_DECISION_OVERRIDE and req.override_decision not in (
+                common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE, common_pb2.ANALYSIS_DECISION_NOT_RECOMMENDED):
+            raise errors.InvalidArgument("OVERRIDE needs override_decision RECOMMENDED_FOR_RELEASE or NOT_RECOMMENDED",
+                                         reason="INVALID_OVERRIDE_DECISION", field="override_decision")
+        with self._actions.lock:
+            item = self._review(user, req.review_id)
+            ex = self._store.get(item.execution_id)
+            if ex is None:
+                raise errors.NotFound(f"review {req.review_id!r} not found", reason="REVIEW_NOT_FOUND",
+                                      field="review_id")
+            with telemetry.mesh_ids(execution_id=ex.execution_id, correlation_id=ex.trace.correlation_id):
+                return self._submit(user, req, item, ex)
+
+    def _submit(self, user: assertion.UserIdentity, req: dc_pb2.SubmitReviewDecisionRequest,
+                item: dc_pb2.ReviewItem, ex: pb.Execution) -> tuple[dc_pb2.ReviewItem, pb.Execution]:
+        decision = req.decision
+        if item.status not in UNDECIDED:
+            raise errors.FailedPrecondition(
+                f"review {item.review_id} is already {dc_pb2.ReviewStatus.Name(item.status)}",
+                reason="REVIEW_CLOSED", field="review_id")
+        override = decision == dc_pb2.REVIEW_DECISION_OVERRIDE
+        policy_decision = self._check(
+            user, operation=policy_pb2.OPERATION_KIND_OVERRIDE if override else policy_pb2.OPERATION_KIND_REVIEW,
+            resource=item.action.resource_id or _permit_of(ex), requester=item.requester,
+            capability_id=item.action.capability_id or RELEASE_CAPABILITY,
+            reason=req.reason if override else "", execution_id=ex.execution_id, review_id=item.review_id)
+        approve = decision == dc_pb2.REVIEW_DECISION_APPROVE or (
+            override and req.override_decision == common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE)
+        reject = decision == dc_pb2.REVIEW_DECISION_REJECT or (
+            override and req.override_decision == common_pb2.ANALYSIS_DECISION_NOT_RECOMMENDED)
+        if (approve or reject) and ex.status != pb.EXECUTION_STATUS_AWAITING_REVIEW:
+            raise errors.FailedPrecondition("the execution no longer waits for this review",
+                                            reason="EXECUTION_NOT_AWAITING_REVIEW", field="review_id")
+        reviewer = f"{user.tenant_id}/{user.user_id}"
+        event = dc_pb2.ReviewEvent(decision=decision, reviewer=reviewer, reason=req.reason,
+                                   assignee=req.assignee.strip(), override_decision=req.override_decision,
+                                   policy_decision_id=policy_decision.decision_id, at=now_ts())
+        before = pb.Execution()
+        before.CopyFrom(ex)
+        if decision == dc_pb2.REVIEW_DECISION_ASSIGN:
+            item.assignee = req.assignee.strip()
+        elif decision == dc_pb2.REVIEW_DECISION_REQUEST_INFORMATION:
+            item.status = dc_pb2.REVIEW_STATUS_INFORMATION_REQUESTED
+            ex.missing.append(f"information requested by {reviewer} ({item.review_id}): {req.reason}")
+        elif approve:
+            try:
+                self._approve(user, item, ex, override=override, reason=req.reason)
+            except ApprovalNotCounted as refused:
+                ex.CopyFrom(before)
+                self._dispatch.audit(
+                    audit_pb2.AUDIT_EVENT_TYPE_REVIEW_DECIDED, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
+                    execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=user.user_id,
+                    resource=f"review:{item.review_id}", policy_decision=refused.decision,
+                    reason_codes=["APPROVAL_NOT_INDEPENDENT", _decision_name(decision), *refused.decision.reason_codes])
+                raise errors.PermissionDenied(
+                    "this approval does not count: a high-risk action needs a human approver other than the "
+                    f"requester ({', '.join(refused.decision.reason_codes)})", reason="APPROVAL_NOT_INDEPENDENT",
+                    metadata={"field": "user_assertion", "reason_codes": ",".join(refused.decision.reason_codes)}) \
+                    from refused
+            item.status = dc_pb2.REVIEW_STATUS_OVERRIDDEN if override else dc_pb2.REVIEW_STATUS_APPROVED
+        elif reject:
+            self._reject(item, ex, reviewer, req.reason, override=override)
+            item.status = dc_pb2.REVIEW_STATUS_OVERRIDDEN if override else dc_pb2.REVIEW_STATUS_REJECTED
+        item.history.append(event)
+        item.updated_at.CopyFrom(now_ts())
+        if ex.HasField("action"):
+            item.action.CopyFrom(ex.action)
+            item.action.confirmation_token = ""
+        self._store.save_review(item)
+        if approve or reject:
+            ex.finished_at.CopyFrom(now_ts())
+        self._store.save(ex)
+        self._dispatch.audit(
+            audit_pb2.AUDIT_EVENT_TYPE_REVIEW_DECIDED, outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS,
+            execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=user.user_id,
+            resource=f"review:{item.review_id}", policy_decision=policy_decision, analysis_decision=ex.decision,
+            reason_codes=[_decision_name(decision), item.review_id,
+                          f"kind={dc_pb2.ReviewKind.Name(item.kind).removeprefix('REVIEW_KIND_')}",
+                          f"requester={item.requester}", f"reviewer={reviewer}",
+                          *([f"assignee={item.assignee}"] if decision == dc_pb2.REVIEW_DECISION_ASSIGN else []),
+                          *([req.reason] if req.reason else [])])
+        if approve or reject:
+            self._dispatch.audit(
+                audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED if ex.status != pb.EXECUTION_STATUS_AWAITING_REVIEW
+                and ex.status != pb.EXECUTION_STATUS_AWAITING_CONFIRMATION
+                else audit_pb2.AUDIT_EVENT_TYPE_STATUS_CHANGED,
+                outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS, execution_id=ex.execution_id, tenant_id=ex.tenant_id,
+                user_id=ex.user_id, analysis_decision=ex.decision,
+                reason_codes=[pb.ExecutionStatus.Name(ex.status), f"after review {item.review_id}",
+                              *([ex.action.reason] if ex.HasField("action") else [])])
+        out = self._visible(user, ex.execution_id)
+        return item, out
+
+    def _approve(self, user: assertion.UserIdentity, item: dc_pb2.ReviewItem, ex: pb.Execution, *, override: bool,
+                 reason: str) -> None:
+        who = f"{user.tenant_id}/{user.user_id}"
+        how = "overridden" if override else "approved"
+        if item.kind == dc_pb2.REVIEW_KIND_RECOMMENDATION:
+            ex.status = pb.EXECUTION_STATUS_SUCCEEDED
+            ex.summary = f"{ex.summary}\nRecommendation accepted by {who}" + (f": {reason}" if reason else ".")
+            return
+        if item.kind == dc_pb2.REVIEW_KIND_CONFLICT:
+            for c in ex.conflicts:
+                if c.review_id == item.review_id:
+                    c.resolution = f"human: {how} by {who}" + (f" ({reason})" if reason else "")
+            still_open = [r.review_id for r in self._store.reviews(ex.tenant_id, statuses=UNDECIDED,
+                                                                  execution_id=ex.execution_id)
+                          if r.review_id != item.review_id and r.kind == dc_pb2.REVIEW_KIND_CONFLICT]
+            if still_open:
+                return
+            ex.decision = common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE
+            ex.reason = f"HUMAN_REVIEW: {how} by {who}"
+            ex.summary = f"{ex.summary}\nRecommended for release after human review ({how} by {who})."
+        if ex.HasField("action") and ex.action.state == pb.ACTION_STATE_AWAITING_APPROVAL:
+            # The approval of the review is the human approval of the release — if the policy says it counts.
+            self._actions.gate(ex, approval_review_id=item.review_id, approver=user.user_id)
+        elif item.kind == dc_pb2.REVIEW_KIND_CONFLICT:
+            ex.status = pb.EXECUTION_STATUS_SUCCEEDED
+
+    def _reject(self, item: dc_pb2.ReviewItem, ex: pb.Execution, reviewer: str, reason: str, *,
+                override: bool) -> None:
+        how = "overridden" if override else "rejected"
+        if item.kind == dc_pb2.REVIEW_KIND_CONFLICT or override:
+            ex.decision = common_pb2.ANALYSIS_DECISION_NOT_RECOMMENDED
+            ex.reason = f"HUMAN_REVIEW: {how} by {reviewer}: {reason}"
+            for c in ex.conflicts:
+                if c.review_id == item.review_id:
+                    c.resolution = f"human: {how} by {reviewer} ({reason})"
+        ex.summary = f"{ex.summary}\n{how.capitalize()} by {reviewer}: {reason}"
+        if ex.HasField("action"):
+            self._actions.reject(ex, f"REJECTED: {how} by {reviewer} in review {item.review_id}: {reason}")
+        ex.status = pb.EXECUTION_STATUS_SUCCEEDED
+        # The execution is decided: its other undecided reviews close with it.
+        for other in self._store.reviews(ex.tenant_id, statuses=UNDECIDED, execution_id=ex.execution_id):
+            if other.review_id != item.review_id:
+                other.status = dc_pb2.REVIEW_STATUS_REJECTED
+                other.history.append(dc_pb2.ReviewEvent(decision=dc_pb2.REVIEW_DECISION_REJECT, reviewer=reviewer,
+                                                        reason=f"closed with review {item.review_id}", at=now_ts()))
+                self._store.save_review(other)
+
+
+def _permit_of(ex: pb.Execution) -> str:
+    """The permit an execution is about (from its intent's first task input)."""
+    for node in ex.graph.nodes:
+        if "permit_id" in node.input.fields:
+            return node.input.fields["permit_id"].string_value
+    return "-"

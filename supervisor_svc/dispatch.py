@@ -1,0 +1,173 @@
+"""One task outside a planned analysis: a confirmed release, or a step of an event-triggered execution.
+
+:class:`TaskDispatcher` does for a single task what the orchestrator does for
+each planned one: checks the agent is ACTIVE, signs a fresh grant carrying only
+the task's capabilities that the agent registered (plus, for a confirmed
+action, the confirmation and human approval bound to it), adds the task to the
+execution's graph, audits the delegation, runs it within a deadline and
+audits the outcome. A timeout is reported as a timeout, never as a result.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from agentmesh import errors, grants, spiffe, telemetry
+from agentmesh.v1 import audit_service_pb2 as audit_pb2
+from agentmesh.v1 import common_pb2
+from agentmesh.v1 import specialist_service_pb2 as spec_pb2
+from agentmesh.v1 import supervisor_service_pb2 as pb
+from supervisor_svc import errors as sup_errors
+from supervisor_svc.executions import ExecutionStore
+from supervisor_svc.registry import AgentRegistry
+
+log = logging.getLogger(__name__)
+
+
+class TaskCall(Protocol):
+    def result(self) -> common_pb2.AgentResult: ...
+
+    def cancel(self) -> None: ...
+
+
+class SpecialistPort(Protocol):
+    def start(self, agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float) -> TaskCall: ...
+
+
+class Recorder(Protocol):
+    def record(self, event_type: int, **fields: Any) -> audit_pb2.AppendRecordResponse: ...
+
+
+def now_ts() -> Timestamp:
+    ts = Timestamp()
+    ts.FromDatetime(dt.datetime.now(dt.UTC))
+    return ts
+
+
+@dataclass(frozen=True)
+class Actor:
+    """On whose authority a task runs: a user (with the assertion digest) or a system actor."""
+
+    tenant_id: str
+    user_id: str
+    roles: tuple[str, ...] = ()
+    session_id: str = ""
+    conversation_id: str = ""
+    assertion_digest: str = ""
+    actor_type: int = common_pb2.ACTOR_TYPE_USER
+
+    @property
+    def chain_head(self) -> str:
+        """First link of the delegation chain."""
+        kind = "user" if self.actor_type == common_pb2.ACTOR_TYPE_USER else "system"
+        return f"{kind}:{self.tenant_id}/{self.user_id}"
+
+
+@dataclass(frozen=True)
+class Dispatched:
+    """What came back: the agent's result, or why there is none."""
+
+    result: common_pb2.AgentResult | None
+    failure: str = ""
+    timed_out: bool = False
+
+
+class TaskDispatcher:
+    """Runs single tasks for the supervisor (see the module docstring)."""
+
+    def __init__(self, *, identity: spiffe.SpiffeId, registry: AgentRegistry, signer: grants.GrantSigner,
+                 specialists: SpecialistPort, audit: Recorder, store: ExecutionStore,
+                 task_timeout_s: float) -> None:
+        self._id = identity
+        self._registry = registry
+        self._signer = signer
+        self._specialists = specialists
+        self._audit = audit
+        self._store = store
+        self._timeout_s = task_timeout_s
+
+    def audit(self, event_type: int, **fields: Any) -> None:
+        """A durable audit record; a failure to write it is logged loudly (the caller's effect already stands)."""
+        try:
+            self._audit.record(event_type, **fields)
+        except errors.MeshError:
+            log.exception("audit record %s not written", audit_pb2.AuditEventType.Name(event_type))
+
+    def run(self, ex: pb.Execution, *, agent_id: str, objective: str, input: dict[str, Any],
+            capabilities: list[str], actor: Actor, confirmed_action_digest: str = "", confirmation_id: str = "",
+            human_approval_id: str = "", human_approver_id: str = "") -> Dispatched:
+        """Runs one task of ``ex`` on ``agent_id``; ``ex`` gets the task node and the result, and is saved."""
+        task_id = f"task-{agent_id.removesuffix('-agent')}-{uuid.uuid4().hex[:8]}"
+        try:
+            entry = self._registry.ensure_active(agent_id)
+        except sup_errors.SupervisorError as err:
+            return Dispatched(None, f"{err.reason}: {err.message}")
+        node = common_pb2.AgentTask(
+            task_id=task_id, execution_id=ex.execution_id, source_agent_id="supervisor", target_agent_id=agent_id,
+            tenant_id=actor.tenant_id, user_id=actor.user_id, session_id=actor.session_id,
+            conversation_id=actor.conversation_id, objective=objective, required_capabilities=capabilities,
+            priority=common_pb2.TASK_PRIORITY_HIGH, status=common_pb2.TASK_STATUS_RUNNING, depth=1,
+            correlation_id=ex.trace.correlation_id)
+        node.input.update(input)
+        deadline = Timestamp()
+        deadline.FromDatetime(dt.datetime.now(dt.UTC) + dt.timedelta(seconds=self._timeout_s))
+        node.deadline.CopyFrom(deadline)
+        node.started_at.CopyFrom(now_ts())
+        allowed = [c for c in capabilities if c in entry.manifest.capabilities]
+        grant = self._signer.issue(
+            issuer=str(self._id), audience=str(spiffe.agent(agent_id)), execution_id=ex.execution_id,
+            task_id=task_id, tenant_id=actor.tenant_id, user_id=actor.user_id,
+            assertion_digest=actor.assertion_digest, capabilities=allowed, depth=1, roles=actor.roles,
+            actor_type=actor.actor_type, session_id=actor.session_id, conversation_id=actor.conversation_id,
+            confirmed_action_digest=confirmed_action_digest, confirmation_id=confirmation_id,
+            human_approval_id=human_approval_id, human_approver_id=human_approver_id,
+            ttl=dt.timedelta(seconds=self._timeout_s + 30))
+        principal = common_pb2.AgentPrincipal(
+            agent_id=agent_id, agent_version=entry.manifest.version, execution_id=ex.execution_id,
+            parent_agent_id="supervisor",
+            delegation_chain=[actor.chain_head, f"svc:{self._id.name}", f"agent:{agent_id}"], grants=[grant])
+        ex.graph.nodes.append(node)
+        self._store.save(ex)
+        self.audit(audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
+                   execution_id=ex.execution_id, tenant_id=actor.tenant_id, user_id=actor.user_id, task_id=task_id,
+                   agent_id=agent_id, principal=principal, reason_codes=[objective],
+                   versions=common_pb2.VersionStamp(agent_version=entry.manifest.version))
+        request = spec_pb2.RunTaskRequest(task=node, grant=grant, principal=principal, trace=ex.trace)
+        started = time.monotonic()
+        outcome = Dispatched(None)
+        with telemetry.tracer().start_as_current_span(f"AgentTask {agent_id}") as span:
+            span.set_attribute("agentmesh.task_id", task_id)
+            try:
+                outcome = Dispatched(self._specialists.start(agent_id, request, self._timeout_s).result())
+            except errors.DeadlineExceeded as err:
+                outcome = Dispatched(None, f"DEADLINE_EXCEEDED after {self._timeout_s * 1000:.0f} ms: {err.message}",
+                                     timed_out=True)
+            except errors.MeshError as err:
+                outcome = Dispatched(None, f"{err.code.name} {err.reason}: {err.message}")
+        result = outcome.result
+        failed = result is None or result.status == common_pb2.RESULT_STATUS_FAILED
+        for n in ex.graph.nodes:
+            if n.task_id == task_id:
+                n.status = common_pb2.TASK_STATUS_FAILED if result is None else common_pb2.TASK_STATUS_COMPLETED
+                n.finished_at.CopyFrom(now_ts())
+        if result is not None:
+            ex.results.append(result)
+        self._store.save(ex)
+        reasons = [outcome.failure] if result is None else [
+            common_pb2.ResultStatus.Name(result.status), *([result.error_reason] if result.error_reason else []),
+            *(s.code for s in result.statements if s.code)]
+        self.audit(audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED,
+                   outcome=(audit_pb2.AUDIT_OUTCOME_TIMEOUT if outcome.timed_out else
+                            audit_pb2.AUDIT_OUTCOME_FAILURE if failed else audit_pb2.AUDIT_OUTCOME_SUCCESS),
+                   execution_id=ex.execution_id, tenant_id=actor.tenant_id, user_id=actor.user_id, task_id=task_id,
+                   agent_id=agent_id, reason_codes=reasons, evidence=list(result.evidence) if result else [],
+                   confidence=result.confidence if result else 0.0, versions=result.versions if result else None)
+        log.info("task %s on %s: %s in %.0f ms", task_id, agent_id, reasons[0], (time.monotonic() - started) * 1000)
+        return outcome

@@ -1,0 +1,214 @@
+"""The release gate without a mesh: policy effects, confirmation checks, single use, expiry, durability."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentmesh import assertion, errors
+from agentmesh.v1 import common_pb2
+from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
+from agentmesh.v1 import policy_service_pb2 as policy_pb2
+from agentmesh.v1 import supervisor_service_pb2 as pb
+from supervisor_svc import executions
+from supervisor_svc.actions import ApprovalNotCounted, ReleaseActions
+from supervisor_svc.dispatch import Dispatched
+from supervisor_svc.executions import ExecutionStore
+
+ALICE = assertion.UserIdentity("acme", "alice", ("permit-manager",), "s1", "c1", "digest-a")
+CAROL = assertion.UserIdentity("acme", "carol", ("permit-manager",), "s2", "c2", "digest-c")
+
+
+class FakePolicy:
+    def __init__(self, *effects: int) -> None:
+        self.effects = list(effects)
+        self.requests: list[policy_pb2.AuthorizeRequest] = []
+
+    def __call__(self, request: policy_pb2.AuthorizeRequest) -> policy_pb2.AuthorizeResponse:
+        self.requests.append(request)
+        effect = self.effects.pop(0)
+        return policy_pb2.AuthorizeResponse(decision=common_pb2.PolicyDecision(
+            decision_id=f"d{len(self.requests)}", effect=effect, reason_codes=["rule"]))  # type: ignore[arg-type]
+
+
+class FakeDispatcher:
+    def __init__(self, release: dict[str, Any] | None = None, error: str = "") -> None:
+        self.release, self.error = release, error
+        self.runs: list[dict[str, Any]] = []
+        self.records: list[tuple[int, dict[str, Any]]] = []
+
+    def audit(self, event_type: int, **fields: Any) -> None:
+        self.records.append((event_type, fields))
+
+    def run(self, ex: pb.Execution, **kw: Any) -> Dispatched:
+        self.runs.append(kw)
+        result = common_pb2.AgentResult(agent_id="work-permit-agent", status=common_pb2.RESULT_STATUS_SUCCESS)
+        if self.error:
+            result.status = common_pb2.RESULT_STATUS_FAILED
+            result.error_reason = self.error
+        if self.release is not None:
+            result.result.update({"release": self.release})
+        ex.results.append(result)
+        return Dispatched(result)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = dt.datetime(2026, 11, 30, 9, 0, tzinfo=dt.UTC)
+
+    def __call__(self) -> dt.datetime:
+        return self.now
+
+
+def make(tmp_path: Path, policy: FakePolicy, dispatcher: FakeDispatcher | None = None,
+         clock: Clock | None = None) -> tuple[ReleaseActions, ExecutionStore, FakeDispatcher]:
+    store = ExecutionStore(tmp_path / "supervisor.db")
+    dispatcher = dispatcher or FakeDispatcher({"verified": True})
+    actions = ReleaseActions(store=store, dispatcher=dispatcher, authorize=policy, capabilities={},  # type: ignore[arg-type]
+                             confirmation_ttl_s=60, clock=clock or Clock())
+    return actions, store, dispatcher
+
+
+def decided(store: ExecutionStore,
+            decision: int = common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE) -> pb.Execution:
+    ex = pb.Execution(execution_id="exe-1", tenant_id="acme", user_id="alice", decision=decision,  # type: ignore[arg-type]
+                      status=pb.EXECUTION_STATUS_SUCCEEDED)
+    store.save(ex)
+    return ex
+
+
+def confirmation(ex: pb.Execution, **kw: Any) -> pb.ConfirmActionRequest:
+    fields = dict(execution_id=ex.execution_id, confirmation_token=ex.action.confirmation_token,
+                  capability_id="workPermit.release", resource_id="WP-10231")
+    fields.update(kw)
+    return pb.ConfirmActionRequest(**fields)
+
+
+def awaiting_confirmation(tmp_path: Path, **kw: Any) -> tuple[ReleaseActions, ExecutionStore, FakeDispatcher,
+                                                            pb.Execution]:
+    actions, store, dispatcher = make(tmp_path, FakePolicy(common_pb2.POLICY_EFFECT_CONFIRMATION_REQUIRED), **kw)
+    ex = decided(store)
+    actions.propose(ex, ALICE, "WP-10231")
+    store.save(ex)
+    assert ex.status == pb.EXECUTION_STATUS_AWAITING_CONFIRMATION and ex.action.confirmation_token
+    return actions, store, dispatcher, ex
+
+
+def test_a_decision_other_than_recommended_never_reaches_the_policy_engine(tmp_path: Path) -> None:
+    policy = FakePolicy()
+    actions, store, _ = make(tmp_path, policy)
+    ex = decided(store, common_pb2.ANALYSIS_DECISION_NOT_RECOMMENDED)
+    actions.propose(ex, ALICE, "WP-10231")
+    assert ex.action.state == pb.ACTION_STATE_NOT_ELIGIBLE and not policy.requests
+
+
+def test_human_approval_required_opens_an_approval_review(tmp_path: Path) -> None:
+    policy = FakePolicy(common_pb2.POLICY_EFFECT_HUMAN_APPROVAL_REQUIRED)
+    actions, store, _ = make(tmp_path, policy)
+    ex = decided(store)
+    actions.propose(ex, ALICE, "WP-10231")
+    assert ex.status == pb.EXECUTION_STATUS_AWAITING_REVIEW and ex.action.state == pb.ACTION_STATE_AWAITING_APPROVAL
+    (review,) = store.reviews("acme")
+    assert review.kind == dc_pb2.REVIEW_KIND_ACTION_APPROVAL and review.requester == "alice"
+    assert policy.requests[0].context.confirmation_given is False
+    assert policy.requests[0].user.roles == ["permit-manager"]
+
+
+def test_an_approval_the_policy_does_not_count_is_refused(tmp_path: Path) -> None:
+    policy = FakePolicy(common_pb2.POLICY_EFFECT_HUMAN_APPROVAL_REQUIRED,
+                        common_pb2.POLICY_EFFECT_HUMAN_APPROVAL_REQUIRED)
+    actions, store, _ = make(tmp_path, policy)
+    ex = decided(store)
+    actions.propose(ex, ALICE, "WP-10231")
+    with pytest.raises(ApprovalNotCounted):
+        actions.gate(ex, approval_review_id="rev-1", approver="alice")
+    assert policy.requests[1].context.human_approver_id == "alice"
+
+
+def test_policy_deny_and_unavailable_close_the_action(tmp_path: Path) -> None:
+    actions, store, _ = make(tmp_path, FakePolicy(common_pb2.POLICY_EFFECT_DENY))
+    ex = decided(store)
+    actions.propose(ex, ALICE, "WP-10231")
+    assert ex.action.state == pb.ACTION_STATE_DENIED and not ex.action.confirmation_token
+
+    def down(request: policy_pb2.AuthorizeRequest) -> policy_pb2.AuthorizeResponse:
+        raise errors.Unavailable("policy down")
+
+    actions2, store2, _ = make(tmp_path / "b", FakePolicy())
+    actions2._authorize = down
+    ex2 = decided(store2)
+    actions2.propose(ex2, ALICE, "WP-10231")
+    assert ex2.action.state == pb.ACTION_STATE_DENIED and "POLICY_UNAVAILABLE" in ex2.action.reason
+
+
+def test_confirmation_runs_the_release_once_with_the_digest_in_the_grant(tmp_path: Path) -> None:
+    actions, store, dispatcher, ex = awaiting_confirmation(tmp_path)
+    done = actions.confirm(ALICE, confirmation(ex))
+    assert done.action.state == pb.ACTION_STATE_SUCCEEDED and done.status == pb.EXECUTION_STATUS_SUCCEEDED
+    (run,) = dispatcher.runs
+    assert run["confirmed_action_digest"] == ex.action.action_digest
+    assert run["input"]["idempotency_key"] == ex.action.action_id
+    with pytest.raises(errors.FailedPrecondition) as replay:
+        actions.confirm(ALICE, confirmation(ex))
+    assert replay.value.reason == "CONFIRMATION_ALREADY_USED"
+    assert len(dispatcher.runs) == 1
+    assert store.action("exe-1").state == executions.USED  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("user", "kw", "reason", "field"), [
+    (CAROL, {}, "CONFIRMATION_USER_MISMATCH", "user_assertion"),
+    (ALICE, {"resource_id": "WP-10232"}, "CONFIRMATION_ACTION_MISMATCH", "resource_id"),
+    (ALICE, {"capability_id": "workPermit.updateValidity"}, "CONFIRMATION_ACTION_MISMATCH", "capability_id"),
+    (ALICE, {"confirmation_token": "guess"}, "CONFIRMATION_TOKEN_INVALID", "confirmation_token"),
+    (ALICE, {"confirmation_token": ""}, "MISSING_FIELD", "confirmation_token"),
+])
+def test_a_wrong_confirmation_is_refused_audited_and_changes_nothing(
+        tmp_path: Path, user: assertion.UserIdentity, kw: dict[str, str], reason: str, field: str) -> None:
+    actions, store, dispatcher, ex = awaiting_confirmation(tmp_path)
+    with pytest.raises(errors.MeshError) as refused:
+        actions.confirm(user, confirmation(ex, **kw))
+    assert (refused.value.reason, refused.value.field) == (reason, field)
+    assert not dispatcher.runs
+    assert store.action("exe-1").state == executions.PENDING_CONFIRMATION  # type: ignore[union-attr]
+    if reason != "MISSING_FIELD":
+        assert dispatcher.records[-1][1]["reason_codes"][0] == reason
+    # The rightful confirmation still works afterwards.
+    assert actions.confirm(ALICE, confirmation(ex)).action.state == pb.ACTION_STATE_SUCCEEDED
+
+
+def test_an_expired_token_is_refused_and_ends_the_action(tmp_path: Path) -> None:
+    clock = Clock()
+    actions, store, dispatcher, ex = awaiting_confirmation(tmp_path, clock=clock)
+    clock.now += dt.timedelta(seconds=61)
+    with pytest.raises(errors.FailedPrecondition) as expired:
+        actions.confirm(ALICE, confirmation(ex))
+    assert expired.value.reason == "CONFIRMATION_EXPIRED" and not dispatcher.runs
+    stored = store.get("exe-1")
+    assert stored is not None and stored.action.state == pb.ACTION_STATE_EXPIRED
+    assert not stored.action.confirmation_token
+
+
+def test_a_failed_release_is_reported_failed_with_its_compensation(tmp_path: Path) -> None:
+    failing = FakeDispatcher({"verified": False, "compensated": True},
+                             error="RELEASE_VERIFICATION_FAILED: not visible; compensated: true")
+    actions, store, _, ex = awaiting_confirmation(tmp_path, dispatcher=failing)
+    done = actions.confirm(ALICE, confirmation(ex))
+    assert done.status == pb.EXECUTION_STATUS_FAILED
+    assert done.action.state == pb.ACTION_STATE_FAILED and done.action.compensated and not done.action.verified
+    assert "RELEASE_VERIFICATION_FAILED" in done.reason
+
+
+def test_a_result_without_verification_is_never_success(tmp_path: Path) -> None:
+    actions, _, _, ex = awaiting_confirmation(tmp_path, dispatcher=FakeDispatcher({}))
+    assert actions.confirm(ALICE, confirmation(ex)).action.state == pb.ACTION_STATE_FAILED
+
+
+def test_a_requested_ttl_is_capped_by_the_supervisors(tmp_path: Path) -> None:
+    clock = Clock()
+    actions, store, _ = make(tmp_path, FakePolicy(common_pb2.POLICY_EFFECT_CONFIRMATION_REQUIRED), clock=clock)
+    ex = decided(store)
+    actions.propose(ex, ALICE, "WP-10231", ttl_s=10_000)
+    assert ex.action.confirmation_expires_at.ToDatetime(dt.UTC) == clock.now + dt.timedelta(seconds=60)
