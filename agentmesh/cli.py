@@ -11,8 +11,10 @@ import argparse
 import datetime as dt
 import json
 import sys
+import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TextIO
 
 import grpc
 
@@ -22,6 +24,9 @@ from agentmesh.identities import OPERATOR, client_paths, init_identities
 from agentmesh.pki import CertificateAuthority, PkiError
 from agentmesh.service import address_file
 from agentmesh.signing import SigningKeyError, load_private_key
+
+if TYPE_CHECKING:
+    from agentmesh.v1 import supervisor_service_pb2 as sup_pb2
 
 Handler = Callable[[argparse.Namespace, MeshConfig], int]
 
@@ -172,8 +177,10 @@ def cmd_policy_check(args: argparse.Namespace, cfg: MeshConfig) -> int:
         context=policy_pb2.OperationContext(
             confirmation_given=args.confirmed, human_approval_id=args.human_approval or "",
             human_approver_id=args.approver or "", override_reason=args.override_reason or "",
+            subject_requester_id=args.subject_requester or ("-" if args.override or args.review else ""),
             risk_profile=common_pb2.RiskProfile(max_risk=f"RISK_LEVEL_{risk}", can_mutate=args.mutates)),
-        operation="OPERATION_KIND_OVERRIDE" if args.override else "OPERATION_KIND_INVOKE",
+        operation=("OPERATION_KIND_OVERRIDE" if args.override else
+                   "OPERATION_KIND_REVIEW" if args.review else "OPERATION_KIND_INVOKE"),
     )
     try:
         with mesh_channel(cfg, "policy") as channel:
@@ -234,17 +241,101 @@ def cmd_policy_switches(args: argparse.Namespace, cfg: MeshConfig) -> int:
 
 # --- analyze ---------------------------------------------------------------
 
+POLL_INTERVAL_S = 1.0
+"""How often a waiting command asks the supervisor for the execution again."""
+
+
 def _name(enum: Any, value: int, prefix: str) -> str:
     return str(enum.Name(value)).removeprefix(prefix)
 
 
+def when(ts: Any) -> str:
+    """A protobuf Timestamp as ISO 8601 UTC, or ``-`` when unset."""
+    if not ts.seconds and not ts.nanos:
+        return "-"
+    return str(ts.ToDatetime(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z"))
+
+
+def _expires_in(ts: Any) -> str:
+    if not ts.seconds:
+        return ""
+    left = int(ts.ToDatetime(dt.UTC).timestamp() - dt.datetime.now(dt.UTC).timestamp())
+    return " (expired)" if left <= 0 else f" (in {left // 60}m {left % 60:02d}s)"
+
+
+def _released(action: sup_pb2.ProposedAction) -> str:
+    """'released' for the release, else '<capability> done'."""
+    return "released" if "release" in action.capability_id.lower() else f"{action.capability_id} done"
+
+
+def action_outcome(action: sup_pb2.ProposedAction) -> str:
+    """Where a proposed action stands, in one plain sentence."""
+    from agentmesh.v1 import supervisor_service_pb2 as sup_pb2
+
+    reason = f": {action.reason}" if action.reason else ""
+    state = action.state
+    if state == sup_pb2.ACTION_STATE_SUCCEEDED:
+        return f"{_released(action)} and verified" if action.verified else f"{_released(action)}, NOT verified"
+    if state == sup_pb2.ACTION_STATE_FAILED:
+        restored = ("compensated: previous state restored" if action.compensated
+                    else "NOT compensated: the previous state could not be restored")
+        return f"FAILED{reason or ': no reason given'} ({restored})"
+    if state == sup_pb2.ACTION_STATE_NOT_ELIGIBLE:
+        return f"not {_released(action)}: not eligible{reason}"
+    if state == sup_pb2.ACTION_STATE_DENIED:
+        return f"not {_released(action)}: DENIED by policy{reason}"
+    if state == sup_pb2.ACTION_STATE_DECLINED:
+        return f"not {_released(action)}: declined by the requester"
+    if state == sup_pb2.ACTION_STATE_EXPIRED:
+        return f"not {_released(action)}: the confirmation was not given in time"
+    if state == sup_pb2.ACTION_STATE_REJECTED:
+        return f"not {_released(action)}: rejected by a reviewer{reason}"
+    if state == sup_pb2.ACTION_STATE_AWAITING_APPROVAL:
+        review = f" in review {action.approval_review_id}" if action.approval_review_id else ""
+        return f"pending: awaits a reviewer's approval{review}"
+    if state == sup_pb2.ACTION_STATE_AWAITING_CONFIRMATION:
+        return f"pending: awaits the requester's confirmation until {when(action.confirmation_expires_at)}"
+    if state == sup_pb2.ACTION_STATE_EXECUTING:
+        return "executing"
+    return "pending"
+
+
+def print_action(action: sup_pb2.ProposedAction, out: TextIO | None = None) -> None:
+    """The action block of a report: what, on what, its state and why."""
+    from agentmesh.v1 import common_pb2
+    from agentmesh.v1 import supervisor_service_pb2 as sup_pb2
+
+    out = out or sys.stdout
+    state = _name(sup_pb2.ActionState, action.state, "ACTION_STATE_")
+    print(f"\naction    {action.capability_id} on {action.resource_id or '-'}  ({state})", file=out)
+    print(f"          {action_outcome(action)}", file=out)
+    if action.reason and action.state not in (sup_pb2.ACTION_STATE_FAILED, sup_pb2.ACTION_STATE_NOT_ELIGIBLE,
+                                              sup_pb2.ACTION_STATE_DENIED, sup_pb2.ACTION_STATE_REJECTED):
+        print(f"  reason        {action.reason}", file=out)
+    decision = action.policy_decision
+    if decision.effect:
+        codes = f" [{', '.join(decision.reason_codes)}]" if decision.reason_codes else ""
+        print(f"  policy        {_name(common_pb2.PolicyEffect, decision.effect, 'POLICY_EFFECT_')}{codes}"
+              f" (policy {decision.policy_version or '-'}, decision {decision.decision_id or '-'})", file=out)
+    if action.approval_review_id and action.state != sup_pb2.ACTION_STATE_AWAITING_APPROVAL:
+        by = f", approved by {action.approved_by}" if action.approved_by else ""
+        print(f"  approval      review {action.approval_review_id}{by}", file=out)
+    if action.state in (sup_pb2.ACTION_STATE_SUCCEEDED, sup_pb2.ACTION_STATE_FAILED):
+        print(f"  verified      {'yes' if action.verified else 'no'}"
+              f"   compensated {'yes' if action.compensated else 'no'}", file=out)
+
+
 def print_execution(ex: Any) -> None:
-    """The human report of an execution: decision, results with evidence, conflicts, scores."""
+    """The human report of an execution: decision, results with evidence, conflicts, scores, action."""
     from agentmesh.v1 import common_pb2
     from agentmesh.v1 import supervisor_service_pb2 as sup_pb2
 
     print(f"execution {ex.execution_id}  ({_name(sup_pb2.ExecutionStatus, ex.status, 'EXECUTION_STATUS_')})")
     print(f"decision  {_name(common_pb2.AnalysisDecision, ex.decision, 'ANALYSIS_DECISION_')}")
+    if ex.actor_type == common_pb2.ACTOR_TYPE_SYSTEM:
+        print(f"actor     SYSTEM {ex.system_actor or '-'}")
+    elif ex.HasField("action"):
+        print(f"actor     user {ex.tenant_id}/{ex.user_id}")
     if ex.reason:
         print(f"reason    {ex.reason}")
     print()
@@ -270,32 +361,232 @@ def print_execution(ex: Any) -> None:
         print("\nmissing:")
         for m in ex.missing:
             print(f"  - {m}")
+    if ex.recommended_resources:
+        print("\nrecommended resources:")
+        for r in ex.recommended_resources:
+            print(f"  - {r}")
     if ex.selection_scores:
         print("\nselection scores:")
         for sc in ex.selection_scores:
             print(f"  {sc.agent_id:<18} final {sc.final_score:.3f}  domain {sc.domain_score:.2f}  capability "
                   f"{sc.capability_score:.2f}  knowledge {sc.knowledge_score:.2f}  availability "
                   f"{sc.availability_score:.2f}  cost {sc.cost_score:.2f}  history {sc.history_score:.2f}")
+    if ex.HasField("action"):
+        print_action(ex.action)
     print(f"\ntrace {ex.trace.trace_id or '-'}  correlation {ex.trace.correlation_id}")
 
 
-def cmd_analyze(args: argparse.Namespace, cfg: MeshConfig) -> int:
+def execution_dict(ex: Any) -> dict[str, Any]:
+    """An execution (or any message) as the JSON the CLI prints."""
     from google.protobuf import json_format
 
+    return dict(json_format.MessageToDict(ex, preserving_proto_field_name=True))
+
+
+def add_user_options(p: argparse.ArgumentParser, default_role: str, *, required: bool = False) -> None:
+    """--tenant/--user/--role/--assertion: who the command acts for."""
+    need = "" if required else "; not needed with --assertion"
+    p.add_argument("--tenant", required=required, help=f"the user's tenant (goes into the signed assertion{need})")
+    p.add_argument("--user", required=required, help="the user id" + (f" ({need[2:]})" if need else ""))
+    p.add_argument("--role", action="append", help=f"a role of the user (repeatable; default {default_role})")
+    p.add_argument("--assertion", help="use this signed user assertion instead of minting one with the dev IdP key")
+
+
+def user_assertion(args: argparse.Namespace, cfg: MeshConfig, default_role: str) -> str:
+    """The command's signed user assertion: --assertion, else one minted with the dev IdP key."""
+    if getattr(args, "assertion", None):
+        return str(args.assertion)
+    if not (getattr(args, "tenant", None) and getattr(args, "user", None)):
+        raise CliError("--tenant and --user are required (or --assertion)")
+    try:
+        key = load_private_key(cfg.mesh_home.keys / "idp.key")
+    except SigningKeyError as err:
+        raise CliError(f"{err} (run 'agentmesh certs init' or 'agentmesh up' first)") from err
+    return assertion.issue(key, tenant_id=args.tenant, user_id=args.user, roles=args.role or [default_role])
+
+
+def pending_reviews(ex: sup_pb2.Execution) -> list[str]:
+    """The review ids an execution waits for: the action's approval, unresolved conflicts."""
+    from agentmesh.v1 import supervisor_service_pb2 as sup_pb2
+
+    ids = []
+    if ex.HasField("action") and ex.action.state == sup_pb2.ACTION_STATE_AWAITING_APPROVAL \
+            and ex.action.approval_review_id:
+        ids.append(ex.action.approval_review_id)
+    ids += [c.review_id for c in ex.conflicts if c.review_id and not c.resolution]
+    return list(dict.fromkeys(ids))
+
+
+@dataclass
+class ActionFlow:
+    """Drives an execution's proposed action to its end: wait for reviews, confirm, report.
+
+    ``answer`` is True for --yes, False for --decline, None to ask on the
+    terminal. Messages go to ``ui`` (stderr under --json, so stdout stays one
+    JSON document); progress goes to stderr.
+    """
+
+    stub: Any
+    token: str
+    answer: bool | None
+    wait: bool
+    timeout_s: float
+    ui: TextIO
+    progress: bool
+    confirm_hint: str
+
+    def get(self, execution_id: str) -> sup_pb2.Execution:
+        from agentmesh.v1 import supervisor_service_pb2 as sup_pb2
+
+        req = sup_pb2.GetExecutionRequest(user_assertion=self.token, execution_id=execution_id)
+        return self.stub.GetExecution(req).execution  # type: ignore[no-any-return]
+
+    def run(self, ex: sup_pb2.Execution) -> tuple[sup_pb2.Execution, bool]:
+        """The execution at the end of the flow, and whether it ended as asked (exit 0)."""
+        from agentmesh.v1 import supervisor_service_pb2 as sup_pb2
+
+        ex = self.wait_for_reviews(ex)
+        if ex.status in (sup_pb2.EXECUTION_STATUS_AWAITING_REVIEW, sup_pb2.EXECUTION_STATUS_RUNNING):
+            return ex, not self.wait  # left waiting on purpose (--no-wait), or timed out
+        if ex.status == sup_pb2.EXECUTION_STATUS_AWAITING_CONFIRMATION:
+            return self.confirm(ex)
+        outcome = action_outcome(ex.action)
+        if ex.action.state == sup_pb2.ACTION_STATE_UNSPECIFIED:  # the execution ended before the action was weighed
+            status = _name(sup_pb2.ExecutionStatus, ex.status, "EXECUTION_STATUS_")
+            outcome = f"not {_released(ex.action)}: the execution ended {status}" + (
+                f": {ex.reason}" if ex.reason else "")
+        print(f"\n{ex.action.resource_id or ex.execution_id}: {outcome}", file=self.ui)
+        return ex, ex.action.state == sup_pb2.ACTION_STATE_SUCCEEDED
+
+    def wait_for_reviews(self, ex: sup_pb2.Execution) -> sup_pb2.Execution:
+        """Polls while the execution waits for a review (or resumes after one), up to the timeout."""
+        from agentmesh.v1 import supervisor_service_pb2 as sup_pb2
+
+        waiting = (sup_pb2.EXECUTION_STATUS_AWAITING_REVIEW, sup_pb2.EXECUTION_STATUS_RUNNING)
+        if ex.status not in waiting:
+            return ex
+        deadline = time.monotonic() + self.timeout_s
+        announced: list[str] = []
+        shown = ""
+        tty = sys.stderr.isatty()
+        while ex.status in waiting:
+            reviews = pending_reviews(ex)
+            if reviews and reviews != announced:
+                announced = reviews
+                approval = ex.action.state == sup_pb2.ACTION_STATE_AWAITING_APPROVAL
+                what, who = (("the action's approval", "a reviewer other than you") if approval
+                             else ("a human review", "a reviewer"))
+                print(f"\n{ex.execution_id} waits for {what}: review {', '.join(reviews)}", file=self.ui)
+                print(f"  {who} decides it: agentmesh reviews show {reviews[0]}", file=self.ui)
+            if not self.wait:
+                print(f"not waiting (--no-wait); once it is decided: {self.confirm_hint}", file=self.ui)
+                return ex
+            status = _name(sup_pb2.ExecutionStatus, ex.status, "EXECUTION_STATUS_")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                if self.progress and tty:
+                    print(file=sys.stderr)
+                print(f"timed out after {self.timeout_s:.0f}s, still {status}; the execution goes on. "
+                      f"Once it is decided: {self.confirm_hint}", file=self.ui)
+                return ex
+            if self.progress:
+                line = f"  waiting for review {', '.join(reviews) or '-'} ({status}, {left:.0f}s left)"
+                if tty:  # one line, rewritten in place
+                    print(f"\r{line}\033[K", end="", file=sys.stderr, flush=True)
+                elif line.split(" (")[0] != shown:
+                    print(line, file=sys.stderr)
+                    shown = line.split(" (")[0]
+            time.sleep(min(POLL_INTERVAL_S, max(left, 0.0)))
+            ex = self.get(ex.execution_id)
+        if self.progress and tty:
+            print(file=sys.stderr)
+        print(f"{ex.execution_id}: now {_name(sup_pb2.ExecutionStatus, ex.status, 'EXECUTION_STATUS_')}",
+              file=self.ui)
+        return ex
+
+    def confirm(self, ex: sup_pb2.Execution) -> tuple[sup_pb2.Execution, bool]:
+        """Shows what would happen, asks (unless --yes/--decline) and sends ConfirmAction."""
+        from agentmesh.v1 import supervisor_service_pb2 as sup_pb2
+
+        if not ex.action.confirmation_token:
+            ex = self.get(ex.execution_id)  # the stream may leave the token out; GetExecution shows it to us
+        action = ex.action
+        if not action.confirmation_token:
+            raise CliError(f"{ex.execution_id} awaits confirmation but no token was returned: only the user "
+                           "who asked for the action may confirm it")
+        show_confirmation(action, self.ui)
+        answer = self.answer
+        if answer is None:
+            answer = ask(f"{confirm_question(action)} [y/N]", self.ui)
+        if answer is None:
+            print(f"not asked: stdin is not a terminal. The action stays pending until "
+                  f"{when(action.confirmation_expires_at)}; to confirm: {self.confirm_hint} --yes", file=self.ui)
+            return ex, True
+        req = sup_pb2.ConfirmActionRequest(
+            user_assertion=self.token, execution_id=ex.execution_id, confirmation_token=action.confirmation_token,
+            capability_id=action.capability_id, resource_id=action.resource_id, decline=not answer)
+        final: sup_pb2.Execution = self.stub.ConfirmAction(req, timeout=self.timeout_s).execution
+        print(f"{final.action.resource_id or final.execution_id}: {action_outcome(final.action)}", file=self.ui)
+        return final, answer and final.action.state == sup_pb2.ACTION_STATE_SUCCEEDED
+
+
+def confirm_question(action: sup_pb2.ProposedAction) -> str:
+    """``Release WP-10231 now?`` (or the capability, for another action)."""
+    if "release" in action.capability_id.lower():
+        return f"Release {action.resource_id} now?"
+    return f"Run {action.capability_id} on {action.resource_id} now?"
+
+
+def show_confirmation(action: sup_pb2.ProposedAction, out: TextIO) -> None:
+    """Exactly what confirming would do."""
+    from google.protobuf import json_format
+
+    from agentmesh.v1 import common_pb2
+
+    label = "permit" if action.capability_id.startswith("workPermit.") else "resource"
+    arguments = json.dumps(json_format.MessageToDict(action.arguments), sort_keys=True)
+    print("\nconfirming runs:", file=out)
+    print(f"  capability  {action.capability_id}", file=out)
+    print(f"  {label:<10}  {action.resource_id}", file=out)
+    print(f"  arguments   {arguments}", file=out)
+    if action.policy_decision.effect:
+        effect = _name(common_pb2.PolicyEffect, action.policy_decision.effect, "POLICY_EFFECT_")
+        print(f"  policy      {effect} (policy {action.policy_decision.policy_version or '-'})", file=out)
+    if action.approved_by:
+        print(f"  approved by {action.approved_by} (review {action.approval_review_id})", file=out)
+    print(f"  expires     {when(action.confirmation_expires_at)}{_expires_in(action.confirmation_expires_at)}",
+          file=out)
+
+
+def ask(question: str, out: TextIO) -> bool | None:
+    """y/N on the terminal: True only for y/yes; None when stdin is not a terminal."""
+    if not sys.stdin.isatty():
+        return None
+    print(question, end=" ", file=out, flush=True)
+    line = sys.stdin.readline()
+    if not line:
+        print(file=out)  # EOF (Ctrl-D) declines, on a fresh line
+    return line.strip().lower() in ("y", "yes")
+
+
+def _confirm_hint(args: argparse.Namespace, execution_id: str) -> str:
+    who = ("--assertion TOKEN" if getattr(args, "assertion", None)
+           else f"--tenant {args.tenant} --user {args.user}")
+    return f"agentmesh confirm {execution_id} {who}"
+
+
+def cmd_analyze(args: argparse.Namespace, cfg: MeshConfig) -> int:
     from agentmesh.identities import PLATFORM_CLI
     from agentmesh.v1 import common_pb2
     from agentmesh.v1 import supervisor_service_pb2 as sup_pb2
     from agentmesh.v1 import supervisor_service_pb2_grpc as sup_grpc
 
-    try:
-        key = load_private_key(cfg.mesh_home.keys / "idp.key")
-    except SigningKeyError as err:
-        raise CliError(f"{err} (run 'agentmesh certs init' or 'agentmesh up' first)") from err
-    token = args.assertion or assertion.issue(key, tenant_id=args.tenant, user_id=args.user,
-                                              roles=args.role or ["analyst"])
+    token = user_assertion(args, cfg, "analyst")
     request = sup_pb2.AnalyzeRequest(user_assertion=token, request_text=args.request,
-                                     tenant_id=args.request_tenant or args.tenant, detach=True)
+                                     tenant_id=args.request_tenant or args.tenant, detach=True,
+                                     request_release=args.release, confirmation_ttl_seconds=args.confirm_ttl or 0)
     quiet = args.json or args.quiet
+    ui = sys.stderr if args.json else sys.stdout
     try:
         with mesh_channel(cfg, "supervisor", PLATFORM_CLI) as channel:
             stub = sup_grpc.SupervisorServiceStub(channel)
@@ -311,13 +602,54 @@ def cmd_analyze(args: argparse.Namespace, cfg: MeshConfig) -> int:
                 if not quiet and event.event in ("task_started", "task_finished"):
                     state = _name(common_pb2.TaskStatus, event.task_status, "TASK_STATUS_")
                     print(f"  {event.event.replace('_', ' '):<14} {event.agent_id:<18} {state}", file=sys.stderr)
+            if not args.json:
+                print_execution(final)
+            ok = final.status != sup_pb2.EXECUTION_STATUS_RUNNING
+            # A request text that asks for the release gets an action too, with or without --release.
+            if final.HasField("action"):
+                flow = ActionFlow(stub=stub, token=token, answer=True if args.yes else None, wait=not args.no_wait,
+                                  timeout_s=args.timeout, ui=ui, progress=not quiet,
+                                  confirm_hint=_confirm_hint(args, final.execution_id))
+                final, ok = flow.run(final)
+            elif args.release:
+                print("\nno action was proposed for this request", file=ui)
+                ok = False
     except grpc.RpcError as err:
         raise rpc_failure(err) from err
     if args.json:
-        print(json.dumps(json_format.MessageToDict(final, preserving_proto_field_name=True), indent=2))
-    else:
-        print_execution(final)
-    return 0 if final.status != sup_pb2.EXECUTION_STATUS_RUNNING else 1
+        print(json.dumps(execution_dict(final), indent=2))
+    return 0 if ok else 1
+
+
+def cmd_confirm(args: argparse.Namespace, cfg: MeshConfig) -> int:
+    from agentmesh.identities import PLATFORM_CLI
+    from agentmesh.v1 import supervisor_service_pb2 as sup_pb2
+    from agentmesh.v1 import supervisor_service_pb2_grpc as sup_grpc
+
+    token = user_assertion(args, cfg, "analyst")
+    answer: bool | None = True if args.yes else False if args.decline else None
+    if answer is None and not sys.stdin.isatty():
+        print("agentmesh: stdin is not a terminal: pass --yes to confirm or --decline to decline", file=sys.stderr)
+        return 2
+    ui = sys.stderr if args.json else sys.stdout
+    try:
+        with mesh_channel(cfg, "supervisor", PLATFORM_CLI) as channel:
+            stub = sup_grpc.SupervisorServiceStub(channel)
+            flow = ActionFlow(stub=stub, token=token, answer=answer, wait=False, timeout_s=args.timeout, ui=ui,
+                              progress=not args.json, confirm_hint=_confirm_hint(args, args.execution_id))
+            ex = flow.get(args.execution_id)
+            if ex.status != sup_pb2.EXECUTION_STATUS_AWAITING_CONFIRMATION:
+                status = _name(sup_pb2.ExecutionStatus, ex.status, "EXECUTION_STATUS_")
+                where = action_outcome(ex.action) if ex.HasField("action") else "it proposes no action"
+                raise CliError(f"nothing to confirm: {ex.execution_id} is {status}; {where}")
+            final, ok = flow.confirm(ex)
+            if answer is False:  # declining was what was asked
+                ok = final.action.state == sup_pb2.ACTION_STATE_DECLINED
+    except grpc.RpcError as err:
+        raise rpc_failure(err) from err
+    if args.json:
+        print(json.dumps(execution_dict(final), indent=2))
+    return 0 if ok else 1
 
 
 # --- data ------------------------------------------------------------------
@@ -352,6 +684,55 @@ def cmd_data_load(args: argparse.Namespace, cfg: MeshConfig) -> int:
 
 
 # --- parser ----------------------------------------------------------------
+
+ANALYZE_DESCRIPTION = """\
+Ask the supervisor for a governed team analysis and print the report.
+
+With --release (or a request that asks for the release) the execution also
+proposes the release, and the command drives it to its end:
+  - not eligible / denied by policy: printed, nothing changes;
+  - awaiting review (a reviewer other than you must approve it, or agents
+    disagree): prints the review id and waits, polling every second up to
+    --timeout, unless --no-wait;
+  - awaiting confirmation: shows the capability, permit, arguments and expiry
+    and asks "Release WP-10231 now? [y/N]" on the terminal; y confirms,
+    anything else declines (the single-use token is spent). --yes confirms
+    without asking. When stdin is not a terminal and --yes is not given,
+    nothing is asked or spent: the action stays pending until it expires and
+    the command prints how to confirm it with 'agentmesh confirm'.
+  - after confirming: "released and verified", or FAILED with the reason
+    and whether the previous state was restored.
+
+exit status:
+  0  the analysis finished and, when an action was proposed, it succeeded or
+     was left pending on purpose (--no-wait, or no terminal to ask);
+  1  the analysis did not finish, or the action did not happen: not eligible,
+     denied, rejected, declined, expired, failed, or the wait timed out;
+  2  bad usage or configuration.
+"""
+
+CONFIRM_DESCRIPTION = """\
+Confirm (or decline) the action an execution waits for. Reads the execution
+as the user who asked for it (only they see the single-use confirmation
+token), shows exactly what would run, asks "Release WP-10231 now? [y/N]"
+unless --yes or --decline, and sends ConfirmAction bound to that execution,
+token, capability and resource.
+
+exit status:
+  0  confirmed and the action succeeded (verified), or declined with --decline;
+  1  nothing to confirm, a refusal, a decline at the prompt, or the action failed;
+  2  stdin is not a terminal and neither --yes nor --decline was given.
+"""
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"not a positive number of seconds: {text!r}")
+    return value
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The full command tree."""
@@ -423,6 +804,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--system-actor", help="decide for a SYSTEM actor, e.g. TrainingExpirationScanner")
     p.add_argument("--override", action="store_true", help="an OVERRIDE by a human")
     p.add_argument("--override-reason")
+    p.add_argument("--review", action="store_true", help="deciding a review in the Decision Center")
+    p.add_argument("--subject-requester",
+                   help="for --review/--override: who asked for the work under review (default: nobody)")
     p.add_argument("--depth", type=int, default=2, help="delegation depth (default 2)")
     p.set_defaults(handler=cmd_policy_check)
     p = policy_sub.add_parser("kill", parents=[common, out], help="turn a kill switch on (or --off)")
@@ -434,17 +818,39 @@ def build_parser() -> argparse.ArgumentParser:
     p = policy_sub.add_parser("switches", parents=[common, out], help="list the kill switches in force")
     p.set_defaults(handler=cmd_policy_switches)
 
-    p = sub.add_parser("analyze", parents=[common, out],
-                       help="ask the supervisor for a governed team analysis and print the report")
+    p = sub.add_parser(
+        "analyze", parents=[common, out], formatter_class=argparse.RawDescriptionHelpFormatter,
+        help="ask the supervisor for a governed team analysis (and, with --release, the release)",
+        description=ANALYZE_DESCRIPTION)
     p.add_argument("request", help='e.g. "Analyze permit WP-10231 and tell me if it can be released"')
-    p.add_argument("--tenant", required=True, help="the user's tenant (goes into the signed assertion)")
-    p.add_argument("--user", required=True, help="the user id")
-    p.add_argument("--role", action="append", help="a role of the user (repeatable; default analyst)")
+    add_user_options(p, "analyst", required=True)
     p.add_argument("--request-tenant", help="tenant named in the request, if different (it will be refused)")
-    p.add_argument("--assertion", help="use this signed user assertion instead of minting one")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the result (default 120)")
+    p.add_argument("--release", action="store_true",
+                   help="also ask for the release if the analysis recommends it (asking for it in the request "
+                        "text does the same)")
+    p.add_argument("--yes", action="store_true",
+                   help="confirm the proposed action without asking (you are the one confirming)")
+    p.add_argument("--no-wait", action="store_true",
+                   help="do not wait while the execution awaits a human review; print the review id and return")
+    p.add_argument("--confirm-ttl", type=_positive_int, metavar="SECONDS",
+                   help="how long the confirmation may stay open (default and maximum: the supervisor's)")
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="seconds to wait for the analysis, and again for a review or the action (default 120)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(handler=cmd_analyze)
+
+    p = sub.add_parser(
+        "confirm", parents=[common, out], formatter_class=argparse.RawDescriptionHelpFormatter,
+        help="confirm (or decline) the action an execution waits for, as the user who asked",
+        description=CONFIRM_DESCRIPTION)
+    p.add_argument("execution_id", metavar="EXECUTION_ID", help="the execution awaiting confirmation")
+    add_user_options(p, "analyst")
+    answer = p.add_mutually_exclusive_group()
+    answer.add_argument("--yes", action="store_true", help="confirm without asking")
+    answer.add_argument("--decline", action="store_true", help="decline: the token is spent, nothing changes")
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="seconds to wait for the action to run and be verified (default 120)")
+    p.set_defaults(handler=cmd_confirm)
 
     data = sub.add_parser("data", help="load worlds (tenants, permits, workers, trainings, risks, checklists)")
     data_sub = data.add_subparsers(dest="data_command", required=True, metavar="SUBCOMMAND")
@@ -453,8 +859,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", help="world file; format in capability_svc/WORLD_FORMAT.md")
     p.set_defaults(handler=cmd_data_load)
 
-    from agentmesh import cli_audit
+    from agentmesh import cli_audit, cli_reviews
+    from agentmesh.cli_events import register as register_events
 
+    cli_reviews.register(sub, common, out)
+    register_events(sub, common, out)
     cli_audit.register(sub, common, out)
     return parser
 

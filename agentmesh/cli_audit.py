@@ -431,34 +431,44 @@ def _short(spiffe_id: str) -> str:
 
 
 def _capability_lines(records: list[audit_pb2.AuditRecord]) -> list[str | _Node]:
-    """policy decision → outcome of one capability call, from whichever of its records exist."""
+    """policy decision(s) → verification → outcome of one capability call, from whichever of its records exist."""
     from agentmesh.v1 import audit_service_pb2 as audit_pb2
     from agentmesh.v1 import common_pb2
 
-    decided = [r for r in records if r.policy_decision.effect]
-    if decided:
-        # The decision acted on is the last one; cite the record that first carried it.
-        d = decided[-1].policy_decision
-        first = next(r for r in decided if r.policy_decision == d)
-        policy = (f"policy: {_name(common_pb2.PolicyEffect, d.effect, 'POLICY_EFFECT_')}{_reasons(d.reason_codes)}"
-                  f"  policy {_abbrev(d.policy_version) or '(version not recorded)'}  (#{first.index})")
-    elif any(r.event_type == audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED for r in records):
-        policy = "policy: not reached (refused before the policy engine was asked)"
-    else:
-        policy = "policy: no decision recorded"
+    lines: list[str | _Node] = []
+    seen: list[common_pb2.PolicyDecision] = []
+    for r in records:
+        d = r.policy_decision
+        if d.effect and d not in seen:
+            # Each distinct decision in order, e.g. HUMAN_APPROVAL_REQUIRED, then CONFIRMATION_REQUIRED.
+            seen.append(d)
+            effect = _name(common_pb2.PolicyEffect, d.effect, "POLICY_EFFECT_")
+            lines.append(f"policy: {effect}{_reasons(d.reason_codes)}"
+                         f"  policy {_abbrev(d.policy_version) or '(version not recorded)'}  (#{r.index})")
+    if not seen:
+        if any(r.event_type == audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED for r in records):
+            lines.append("policy: not reached (refused before the policy engine was asked)")
+        else:
+            lines.append("policy: no decision recorded")
+    for r in records:
+        if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_VERIFICATION:
+            lines.append(f"verification: {_name(audit_pb2.AuditOutcome, r.outcome, 'AUDIT_OUTCOME_')}"
+                         f"{_reasons(r.reason_codes)}  (#{r.index}, {_when(r)[11:-1]})")
     outcomes = [r for r in records if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME]
     refused = [r for r in records if r.outcome == audit_pb2.AUDIT_OUTCOME_DENIED]
     if outcomes or refused:
         last = (outcomes or refused)[-1]
         digest = f"  output {_abbrev(last.output_digest)}" if last.output_digest else ""
-        outcome = (f"outcome: {_name(audit_pb2.AuditOutcome, last.outcome, 'AUDIT_OUTCOME_')}"
-                   f"{_reasons(last.reason_codes)}{digest}  (#{last.index}, {_when(last)[11:-1]})")
+        lines.append(f"outcome: {_name(audit_pb2.AuditOutcome, last.outcome, 'AUDIT_OUTCOME_')}"
+                     f"{_reasons(last.reason_codes)}{digest}  (#{last.index}, {_when(last)[11:-1]})")
+    elif all(r.event_type == audit_pb2.AUDIT_EVENT_TYPE_POLICY_DECISION for r in records):
+        lines.append("outcome: none here (the policy engine was asked before the action was run)")
     else:
         newest = records[-1]
-        outcome = (f"outcome: not recorded (last record #{newest.index} "
-                   f"{_name(audit_pb2.AuditEventType, newest.event_type, 'AUDIT_EVENT_TYPE_')} "
-                   f"{_name(audit_pb2.AuditOutcome, newest.outcome, 'AUDIT_OUTCOME_')})")
-    return [policy, outcome]
+        lines.append(f"outcome: not recorded (last record #{newest.index} "
+                     f"{_name(audit_pb2.AuditEventType, newest.event_type, 'AUDIT_EVENT_TYPE_')} "
+                     f"{_name(audit_pb2.AuditOutcome, newest.outcome, 'AUDIT_OUTCOME_')})")
+    return lines
 
 
 def _abbrev(digest: str, keep: int = 12) -> str:
