@@ -34,6 +34,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from capability_svc.invocation import CompensationResult
+
 __all__ = [
     "CapabilityError",
     "CapabilityNotExecutable",
@@ -207,7 +209,9 @@ class VerificationFailed(CapabilityError):
     """A mutation was acknowledged but reading it back does not show the effect.
 
     The outcome is a failure, never a success: ``expected`` and ``observed``
-    say what the read-back found.
+    say what the read-back found. ``compensation`` says whether the record was
+    put back into its previous state (PRD §73); :attr:`metadata` carries it to
+    ``ErrorInfo`` so the calling agent can report it as it is.
     """
 
     default_reason = "VERIFICATION_FAILED"
@@ -219,10 +223,30 @@ class VerificationFailed(CapabilityError):
         expected: dict[str, object],
         observed: dict[str, object],
         reason: str | None = None,
+        compensation: CompensationResult | None = None,
     ):
         super().__init__(message, reason=reason)
         self.expected = expected
         self.observed = observed
+        self.compensation = compensation
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        """``ErrorInfo`` metadata: ``compensated`` (``true``/``false``), ``restored``, ``compensation``.
+
+        ``restored`` is the record's key fields as read back after a successful
+        compensation (``status=PENDING_RELEASE``), empty when it failed;
+        ``compensation`` is the compensation's reason code. Empty when no
+        compensation was attempted.
+        """
+        comp = self.compensation
+        if comp is None:
+            return {}
+        return {
+            "compensated": "true" if comp.compensated else "false",
+            "restored": comp.summary if comp.compensated else "",
+            "compensation": comp.reason,
+        }
 
 
 class DeadlineExceeded(CapabilityError):

@@ -5,10 +5,11 @@ The servicer drives one call in the order the brief fixes, with its own steps
 
     call = executor.prepare(ctx, capability_id, arguments)   # status + input schema
     ... policy.Authorize(...), audit (durable before any effect of a mutation) ...
-    output = executor.run(call, deadline_s=remaining)        # status re-checked, output schema
+    ran = executor.run(call, deadline_s=remaining)           # status re-checked, output schema
     if call.mutates:
-        result = executor.verify(call, output)               # read-back
-        ... a result with verified=False is a failure ...
+        result = executor.verify(call, ran.output)           # read-back
+        if not result.verified:                              # a failure, and:
+            undo = executor.compensate(call, ran)            # previous state back, read back
 
 :meth:`CapabilityExecutor.execute` does all of it in one call (tests, tools).
 Identity and tenant come only from the :class:`InvocationContext` the caller
@@ -29,10 +30,10 @@ from capability_svc.errors import (
     VerificationFailed,
 )
 from capability_svc.internal_runtime import InternalBackend
-from capability_svc.invocation import InvocationContext, VerificationResult
+from capability_svc.invocation import CompensationResult, Execution, InvocationContext, VerificationResult
 from capability_svc.registry import CapabilityManifest, CapabilityRegistry
 
-__all__ = ["CapabilityExecutor", "ExecutionResult", "ExternalBackend", "PreparedCall"]
+__all__ = ["CapabilityExecutor", "ExecutionResult", "ExternalBackend", "PreparedCall", "verification_failure"]
 
 
 class ExternalBackend(Protocol):
@@ -110,7 +111,9 @@ class CapabilityExecutor:
             system = m.external_system
             if system is None:
                 ok = m.id in self._internal.capability_ids
-                ok = ok and (not m.risk_profile.mutates or self._internal.has_verifier(m.id))
+                # A mutation must be verifiable, and undoable when verification fails.
+                ok = ok and (not m.risk_profile.mutates or (
+                    self._internal.has_verifier(m.id) and self._internal.has_compensator(m.id)))
             else:
                 backend = self._external.get(system)
                 ok = backend is not None and m.id in backend.capability_ids
@@ -144,8 +147,11 @@ class CapabilityExecutor:
         )
         return PreparedCall(manifest, ctx, copy.deepcopy(dict(arguments)))
 
-    def run(self, call: PreparedCall, *, deadline_s: float | None = None) -> dict[str, Any]:
+    def run(self, call: PreparedCall, *, deadline_s: float | None = None) -> Execution:
         """Execute a prepared call and validate its output.
+
+        For an internal mutation the result also carries the record's state
+        before the write (:attr:`Execution.before`), for :meth:`compensate`.
 
         The status is checked again: a kill switch thrown while the policy
         decision was being made must still stop the call.
@@ -171,14 +177,14 @@ class CapabilityExecutor:
             budget = min(budget, deadline_s)
         system = m.external_system
         if system is None:
-            output = self._internal.execute(m.id, call.ctx, call.arguments)
+            ran = self._internal.run(m.id, call.ctx, call.arguments)
         else:
             backend = self._external.get(system)
             if backend is None:
                 raise CapabilityNotFound(f"no backend for external system {system!r}")
-            output = backend.execute(m.id, call.ctx, call.arguments, budget_s=budget)
-        self.registry.validate_output(m, output)
-        return output
+            ran = Execution(backend.execute(m.id, call.ctx, call.arguments, budget_s=budget))
+        self.registry.validate_output(m, ran.output)
+        return ran
 
     def verify(self, call: PreparedCall, output: Mapping[str, Any]) -> VerificationResult:
         """Read a mutation's effect back. ``verified=False`` must be reported as a failure.
@@ -187,6 +193,19 @@ class CapabilityExecutor:
             CapabilityNotFound: the capability is not an internal mutation.
         """
         return self._internal.verify(call.manifest.id, call.ctx, call.arguments, output)
+
+    def compensate(self, call: PreparedCall, ran: Execution) -> CompensationResult:
+        """Undo a mutation whose verification failed, and read the record back.
+
+        ``compensated=True`` only if the read-back shows the previous state;
+        without a captured previous state nothing is touched (``NO_PRIOR_STATE``).
+
+        Raises:
+            CapabilityNotFound: the capability is not an internal mutation.
+        """
+        if ran.before is None:
+            return CompensationResult(False, "NO_PRIOR_STATE")
+        return self._internal.compensate(call.manifest.id, call.ctx, call.arguments, ran.output, ran.before)
 
     def execute(
         self,
@@ -197,22 +216,38 @@ class CapabilityExecutor:
         version: str | None = None,
         deadline_s: float | None = None,
     ) -> ExecutionResult:
-        """prepare → run → verify (mutations), without policy or audit.
+        """prepare → run → verify (mutations; compensated if that fails), without policy or audit.
 
         Raises:
             Everything :meth:`prepare` and :meth:`run` raise, and
-            VerificationFailed: a mutation's effect is not visible on read-back.
+            VerificationFailed: a mutation's effect is not visible on read-back;
+                its ``compensation`` says whether the previous state is back.
         """
         call = self.prepare(ctx, capability_id, arguments, version=version)
-        output = self.run(call, deadline_s=deadline_s)
+        ran = self.run(call, deadline_s=deadline_s)
         verification = None
         if call.mutates:
-            verification = self.verify(call, output)
+            verification = self.verify(call, ran.output)
             if not verification.verified:
-                raise VerificationFailed(
-                    f"{call.manifest.key} on {call.resource_id!r} was acknowledged but "
-                    f"its effect is not visible ({verification.reason})",
-                    expected=verification.expected,
-                    observed=verification.observed,
-                )
-        return ExecutionResult(call.manifest, output, verification)
+                raise verification_failure(call, verification, self.compensate(call, ran))
+        return ExecutionResult(call.manifest, ran.output, verification)
+
+
+def verification_failure(
+    call: PreparedCall, check: VerificationResult, compensation: CompensationResult | None
+) -> VerificationFailed:
+    """The error for a failed read-back, saying honestly whether the previous state was restored."""
+    message = (
+        f"{call.manifest.key} on {call.resource_id!r} was acknowledged but "
+        f"its effect is not visible ({check.reason})"
+    )
+    if compensation is not None and compensation.compensated:
+        message += f"; compensated: the previous state is back ({compensation.summary})"
+    elif compensation is not None:
+        message += (
+            f"; COMPENSATION_FAILED ({compensation.reason}): the previous state could not be "
+            f"restored, check {call.resource_id!r} by hand"
+        )
+    return VerificationFailed(
+        message, expected=check.expected, observed=check.observed, compensation=compensation
+    )

@@ -9,8 +9,10 @@ In this order, each step failing closed:
 4. PolicyService.Authorize decides, with the user from the grant;
 5. an audit record of the decision, durable before any effect;
 6. execution with the caller's deadline; output validated;
-7. for mutations, the effect is read back; a failed read-back is a failure;
-8. an audit record of the outcome.
+7. for mutations, the effect is read back and the check audited; a failed
+   read-back is a failure, and the write is compensated: the record is put
+   back into its previous state and read back again (PRD §73);
+8. an audit record of the outcome, naming the compensation if there was one.
 
 Every refusal is audited too. Transport-free: the servicer passes the caller
 identity, the request and the remaining deadline; policy and audit are ports.
@@ -36,9 +38,9 @@ from agentmesh.v1 import capability_service_pb2 as pb
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import policy_service_pb2 as policy_pb2
 from capability_svc import errors as cap_errors
-from capability_svc.executor import PreparedCall
+from capability_svc.executor import PreparedCall, verification_failure
 from capability_svc.idempotency import IdempotencyConflict, IdempotencyFailed, IdempotencyInFlight, IdempotencyStore
-from capability_svc.invocation import InvocationContext
+from capability_svc.invocation import CompensationResult, Execution, InvocationContext, VerificationResult
 from capability_svc.runtime import CapabilityRuntime
 
 log = logging.getLogger(__name__)
@@ -88,6 +90,14 @@ ERRORS: errors.ErrorTable = [
     (cap_errors.ExternalError, errors.Unavailable),
 ]
 """Capability-domain errors and their gRPC statuses."""
+
+
+def compensation_codes(compensation: CompensationResult) -> list[str]:
+    """Audit reason codes of a compensation: ``["COMPENSATED", "RESTORED status=PENDING_RELEASE"]``
+    or ``["COMPENSATION_FAILED", "CHANGED_BY_ANOTHER_WRITE"]``."""
+    if compensation.compensated:
+        return ["COMPENSATED", f"{compensation.reason} {compensation.summary}"]
+    return ["COMPENSATION_FAILED", compensation.reason]
 
 
 def mesh_error(err: cap_errors.CapabilityError) -> errors.MeshError:
@@ -310,32 +320,37 @@ class GovernedInvoker:
             raise errors.Unavailable(f"audit unavailable, nothing executed: {err.message}",
                                      reason="AUDIT_UNAVAILABLE") from err
 
-        # 6–7. Execute within the deadline; verify mutations by reading back.
+        # 6–7. Execute within the deadline; verify mutations by reading back,
+        # and compensate one whose effect is not (wholly) visible.
         verified = False
         try:
             with telemetry.tracer().start_as_current_span("Execution") as span:
                 span.set_attribute("agentmesh.capability", m.key)
-                output = self._rt.executor.run(call, deadline_s=deadline_s)
+                ran = self._rt.executor.run(call, deadline_s=deadline_s)
+            output = ran.output
+            output_digest = _digest(output)
             if call.mutates:
                 check = self._rt.executor.verify(call, output)
                 if not check.verified:
-                    raise cap_errors.VerificationFailed(
-                        f"{m.key} on {resource_id!r} was acknowledged but its effect is not visible ({check.reason})",
-                        expected=check.expected, observed=check.observed)
+                    raise self._compensate(common, call, ran, check, output_digest)
+                self._record(common, audit_pb2.AUDIT_EVENT_TYPE_VERIFICATION, audit_pb2.AUDIT_OUTCOME_SUCCESS,
+                             ["VERIFIED", check.reason], output_digest)
                 verified = True
         except cap_errors.CapabilityError as err:
             failure = mesh_error(err)
+            reasons = [err.reason]
+            if isinstance(err, cap_errors.VerificationFailed) and err.compensation is not None:
+                reasons += compensation_codes(err.compensation)
             if call.mutates:
                 # The effect may have happened: a replay must not run it again.
                 self._idem.fail(grant.tenant_id, m.id, req.idempotency_key, err.reason)
             outcome = (audit_pb2.AUDIT_OUTCOME_TIMEOUT if isinstance(failure, errors.DeadlineExceeded)
                        else audit_pb2.AUDIT_OUTCOME_FAILURE)
             self._audit.wait(sent)
-            self._record_outcome(common, outcome, [err.reason], "")
+            self._record_outcome(common, outcome, reasons, "")
             raise failure from err
 
         # 8. Audit the outcome; every record of this call is durable before the answer.
-        output_digest = _digest(output)
         if call.mutates:
             self._record_outcome(common, audit_pb2.AUDIT_OUTCOME_SUCCESS, ["VERIFIED"], output_digest)
         else:
@@ -360,14 +375,42 @@ class GovernedInvoker:
             self._idem.complete(grant.tenant_id, m.id, req.idempotency_key, resp.SerializeToString(deterministic=True))
         return resp
 
+    def _compensate(self, common: dict[str, Any], call: PreparedCall, ran: Execution, check: VerificationResult,
+                    output_digest: str) -> cap_errors.VerificationFailed:
+        """Audits a failed read-back, undoes the write, and returns the error that says how that went."""
+        # The failed check is recorded before the compensating write, like any
+        # effect. If audit is down the compensation still runs: leaving a
+        # half-applied write in place would be worse than a missing record.
+        self._record(common, audit_pb2.AUDIT_EVENT_TYPE_VERIFICATION, audit_pb2.AUDIT_OUTCOME_FAILURE,
+                     ["VERIFICATION_FAILED", check.reason], output_digest)
+        with telemetry.tracer().start_as_current_span("Compensation") as span:
+            try:
+                compensation = self._rt.executor.compensate(call, ran)
+            except Exception:
+                # Whatever went wrong, the previous state is not known to be
+                # back, so it must not be reported as compensated.
+                log.exception("compensation of %s on %s failed", call.manifest.key, call.resource_id)
+                compensation = CompensationResult(False, "COMPENSATION_ERROR")
+            span.set_attribute("agentmesh.compensated", compensation.compensated)
+            span.set_attribute("agentmesh.compensation", compensation.reason)
+        if not compensation.compensated:
+            log.error("%s on %s: verification failed and COMPENSATION_FAILED (%s); observed %s",
+                      call.manifest.key, call.resource_id, compensation.reason, compensation.observed)
+        return verification_failure(call, check, compensation)
+
     def _record_outcome(self, common: dict[str, Any], outcome: int, reasons: list[str], output_digest: str) -> None:
+        self._record(common, audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME, outcome, reasons, output_digest)
+
+    def _record(self, common: dict[str, Any], event_type: int, outcome: int, reasons: list[str],
+                output_digest: str) -> None:
         try:
-            self._audit.record(audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME, outcome=outcome, reason_codes=reasons,
-                               output_digest=output_digest, **common)
+            self._audit.record(event_type, outcome=outcome, reason_codes=reasons, output_digest=output_digest,
+                               **common)
         except errors.MeshError:
             # The effect happened and the decision was recorded before it;
-            # losing the outcome record is logged loudly, not hidden.
-            log.exception("outcome of %s could not be audited", common.get("capability_id"))
+            # losing a later record is logged loudly, not hidden.
+            log.exception("%s of %s could not be audited", audit_pb2.AuditEventType.Name(event_type),
+                          common.get("capability_id"))
 
     @staticmethod
     def _policy_error(decision: common_pb2.PolicyDecision, cross_tenant: bool, capability: str,

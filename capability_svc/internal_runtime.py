@@ -11,7 +11,10 @@ indistinguishable from one that does not exist.
 :class:`InternalBackend` implements the internal capabilities on top: each
 handler takes an :class:`~capability_svc.invocation.InvocationContext` and the
 validated input and returns the output document (with provenance, authority
-OFFICIAL_RECORD). Mutations have a verifier that reads the effect back.
+OFFICIAL_RECORD). Mutations also return the record as it was before the
+write (:class:`~capability_svc.invocation.PriorState`), have a verifier that
+reads the effect back, and a compensator that puts the previous state back
+when that read-back fails (PRD §73) and reads it back in turn.
 """
 
 from __future__ import annotations
@@ -26,9 +29,15 @@ from pathlib import Path
 from typing import Any
 
 from capability_svc.errors import CapabilityNotFound, PreconditionFailed, ResourceNotFound
-from capability_svc.invocation import InvocationContext, VerificationResult
+from capability_svc.invocation import (
+    CompensationResult,
+    Execution,
+    InvocationContext,
+    PriorState,
+    VerificationResult,
+)
 from capability_svc.provenance import Authority, Provenance, format_timestamp
-from capability_svc.world import LoadSummary, World
+from capability_svc.world import SIMULATED_FAILURES, LoadSummary, SimulatedFailure, World
 
 __all__ = [
     "Clock",
@@ -41,7 +50,7 @@ __all__ = [
 Clock = Callable[[], _dt.datetime]
 """Returns the current time, timezone-aware. Injected so tests fix 'today'."""
 
-_SCHEMA_VERSION = 1
+_SCHEMA_VERSION = 2
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tenants (
     tenant_id TEXT PRIMARY KEY,
@@ -74,7 +83,8 @@ CREATE TABLE IF NOT EXISTS permits (
     release_reason TEXT,
     updated_at     TEXT,
     updated_by     TEXT,
-    simulate_lost_write INTEGER NOT NULL DEFAULT 0,
+    simulate_verification_failure TEXT
+        CHECK (simulate_verification_failure IN ('lost_write', 'partial_write')),
     PRIMARY KEY (tenant_id, permit_id)
 );
 CREATE TABLE IF NOT EXISTS permit_workers (
@@ -144,8 +154,31 @@ _TENANT_TABLES = (
 )
 
 
+# Columns a mutation writes, so the ones its compensation may put back.
+_RELEASE_COLUMNS = ("status", "released_at", "released_by", "release_reason", "updated_at", "updated_by")
+_VALIDITY_COLUMNS = ("valid_until", "updated_at", "updated_by")
+_RESTORABLE_PERMIT_COLUMNS = frozenset(_RELEASE_COLUMNS + _VALIDITY_COLUMNS)
+
+
 def _utc_now() -> _dt.datetime:
     return _dt.datetime.now(_dt.UTC)
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Bring a file of schema 1 (``simulate_lost_write`` flag) to schema 2 (a failure mode)."""
+    columns = {r["name"] for r in conn.execute("PRAGMA table_info(permits)")}
+    if "simulate_verification_failure" in columns:
+        return
+    conn.execute(
+        "ALTER TABLE permits ADD COLUMN simulate_verification_failure TEXT"
+        " CHECK (simulate_verification_failure IN ('lost_write', 'partial_write'))"
+    )
+    if "simulate_lost_write" in columns:
+        # The old column stays (SQLite keeps it, with its default) but is no longer read.
+        conn.execute(
+            "UPDATE permits SET simulate_verification_failure = 'lost_write'"
+            " WHERE simulate_lost_write <> 0"
+        )
 
 
 class InternalStore:
@@ -164,6 +197,7 @@ class InternalStore:
         with self._connect() as conn:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.executescript(_SCHEMA)
+            _migrate(conn)
             conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
 
     @contextmanager
@@ -247,7 +281,7 @@ class InternalStore:
                     conn.execute(
                         "INSERT INTO permits (tenant_id, permit_id, title, description, site,"
                         " work_type, status, valid_from, valid_until, requested_by, released_by,"
-                        " simulate_lost_write) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        " simulate_verification_failure) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (
                             t,
                             p.id,
@@ -260,7 +294,7 @@ class InternalStore:
                             p.valid_until.isoformat(),
                             p.requested_by,
                             p.released_by,
-                            int(p.simulate.verification_failure),
+                            p.simulate.verification_failure,
                         ),
                     )
                     conn.executemany(
@@ -350,9 +384,11 @@ class PermitRecord:
     requested_by: str
     released_at: str | None
     released_by: str | None
+    release_reason: str | None
     updated_at: str | None
     updated_by: str | None
-    simulate_lost_write: bool
+    simulate_failure: SimulatedFailure | None
+    """Test hook: how mutations of this permit fail verification, ``None`` normally."""
 
 
 @dataclass(frozen=True)
@@ -387,9 +423,10 @@ def _permit(row: sqlite3.Row) -> PermitRecord:
         requested_by=row["requested_by"],
         released_at=row["released_at"],
         released_by=row["released_by"],
+        release_reason=row["release_reason"],
         updated_at=row["updated_at"],
         updated_by=row["updated_by"],
-        simulate_lost_write=bool(row["simulate_lost_write"]),
+        simulate_failure=row["simulate_verification_failure"],
     )
 
 
@@ -585,8 +622,10 @@ class TenantScope:
         """Move a PENDING_RELEASE permit inside its validity window to RELEASED.
 
         Returns:
-            The permit as it was before, and whether the write was applied
-            (``False`` only for a permit flagged to simulate a lost write).
+            The permit as it was before, and whether the write was applied in
+            full (``False`` only for a permit flagged to simulate a failure:
+            ``lost_write`` applies nothing, ``partial_write`` sets the status
+            and reason but loses ``released_at`` / ``released_by``).
 
         Raises:
             ResourceNotFound: no such permit in this tenant.
@@ -623,23 +662,24 @@ class TenantScope:
                     reason="PERMIT_NOT_YET_VALID",
                     field="permit_id",
                 )
-            if before.simulate_lost_write:
+            mode = before.simulate_failure
+            if mode == "lost_write":
                 return before, False
+            changes: dict[str, Any] = {
+                "status": "RELEASED",
+                "released_at": at,
+                "released_by": actor,
+                "release_reason": reason,
+                "updated_at": at,
+                "updated_by": actor,
+            }
+            if mode == "partial_write":
+                # Half the write lands: the status flips, who and when are lost.
+                del changes["released_at"], changes["released_by"]
             self._update(
-                conn,
-                "permits",
-                {
-                    "status": "RELEASED",
-                    "released_at": at,
-                    "released_by": actor,
-                    "release_reason": reason,
-                    "updated_at": at,
-                    "updated_by": actor,
-                },
-                "permit_id = ? AND status = 'PENDING_RELEASE'",
-                (permit_id,),
+                conn, "permits", changes, "permit_id = ? AND status = 'PENDING_RELEASE'", (permit_id,)
             )
-        return before, True
+        return before, mode is None
 
     def update_validity(
         self, permit_id: str, *, valid_until: str, actor: str, today: _dt.date, at: str
@@ -647,7 +687,9 @@ class TenantScope:
         """Set a permit's ``valid_until``.
 
         Returns:
-            The permit as it was before, and whether the write was applied.
+            The permit as it was before, and whether the write was applied in
+            full (``lost_write`` applies nothing; ``partial_write`` stamps
+            ``updated_at`` / ``updated_by`` but loses ``valid_until``).
 
         Raises:
             ResourceNotFound: no such permit in this tenant.
@@ -677,28 +719,80 @@ class TenantScope:
                     reason="VALIDITY_IN_PAST",
                     field="valid_until",
                 )
-            if before.simulate_lost_write:
+            mode = before.simulate_failure
+            if mode == "lost_write":
                 return before, False
-            self._update(
-                conn,
-                "permits",
-                {"valid_until": valid_until, "updated_at": at, "updated_by": actor},
-                "permit_id = ?",
-                (permit_id,),
-            )
-        return before, True
+            changes: dict[str, Any] = {"valid_until": valid_until, "updated_at": at, "updated_by": actor}
+            if mode == "partial_write":
+                # The change is stamped as made, but the new date itself is lost.
+                del changes["valid_until"]
+            self._update(conn, "permits", changes, "permit_id = ?", (permit_id,))
+        return before, mode is None
 
-    def set_simulated_verification_failure(self, permit_id: str, enabled: bool) -> None:
-        """Test hook: make mutations of ``permit_id`` acknowledge without effect.
+    def restore_permit(
+        self, permit_id: str, before: Mapping[str, Any], written: Mapping[str, Any]
+    ) -> str:
+        """Put a permit's fields back to ``before``, undoing what one call ``written``.
+
+        Conditional: the permit is changed only if every field still holds
+        either its value from before or the value this call wrote (the write
+        landed wholly, in part, or not at all). A third value means another
+        write changed the permit since; that is not this call's to undo, so
+        nothing is touched.
+
+        Args:
+            permit_id: The permit.
+            before: Column → value before the call (columns from this module only).
+            written: Column → value the call wrote.
+
+        Returns:
+            ``RESTORED``, ``ALREADY_IN_PREVIOUS_STATE`` (nothing written),
+            ``CHANGED_BY_ANOTHER_WRITE`` or ``RESOURCE_MISSING``.
+        """
+        columns = list(before)
+        unknown = set(columns) - _RESTORABLE_PERMIT_COLUMNS
+        if unknown:
+            raise ValueError(f"not restorable: {sorted(unknown)}")
+        with self._store._transaction() as conn:
+            rows = self._select(conn, "permits", "permit_id = ?", (permit_id,))
+            if not rows:
+                return "RESOURCE_MISSING"
+            current = {c: rows[0][c] for c in columns}
+            if current == dict(before):
+                return "ALREADY_IN_PREVIOUS_STATE"
+            if any(current[c] not in (before[c], written.get(c, before[c])) for c in columns):
+                return "CHANGED_BY_ANOTHER_WRITE"
+            # The condition repeats the state just read: the update lands on
+            # exactly that state or not at all.
+            same = " AND ".join(f"{c} IS ?" for c in columns)
+            changed = self._update(
+                conn, "permits", dict(before), f"permit_id = ? AND {same}", (permit_id, *current.values())
+            )
+        return "RESTORED" if changed else "CHANGED_BY_ANOTHER_WRITE"
+
+    def set_simulated_verification_failure(
+        self, permit_id: str, enabled: bool | SimulatedFailure
+    ) -> None:
+        """Test hook: make mutations of ``permit_id`` fail their read-back verification.
+
+        Args:
+            permit_id: The permit.
+            enabled: As ``simulate.verification_failure`` in a world file:
+                ``False`` (off), ``True`` or ``"lost_write"`` (acknowledged, not
+                applied), ``"partial_write"`` (applied in part).
 
         Raises:
             ResourceNotFound: no such permit in this tenant.
+            ValueError: an unknown mode.
         """
+        mode: SimulatedFailure | None = "lost_write" if enabled is True else (enabled or None)
+        if mode is not None and mode not in SIMULATED_FAILURES:
+            raise ValueError(f"unknown simulated failure {enabled!r}; one of {SIMULATED_FAILURES}")
         with self._store._transaction() as conn:
             changed = self._update(
                 conn,
                 "permits",
-                {"simulate_lost_write": int(enabled)},
+                {"simulate_verification_failure": mode},
                 "permit_id = ?",
                 (permit_id,),
             )
@@ -721,7 +815,36 @@ def risk_level(score: int) -> str:
 
 
 Handler = Callable[[TenantScope, InvocationContext, Mapping[str, Any]], dict[str, Any]]
+"""A read: scope, context, validated input → output."""
+Mutation = Callable[[TenantScope, InvocationContext, Mapping[str, Any]], Execution]
+"""A write: like a read, but also returns the state it replaced."""
 Verifier = Callable[[TenantScope, Mapping[str, Any], Mapping[str, Any]], VerificationResult]
+"""scope, input, output → whether the effect is visible."""
+Compensator = Callable[[TenantScope, Mapping[str, Any], Mapping[str, Any], PriorState], CompensationResult]
+"""scope, input, output, state before → whether the previous state is back (read back)."""
+
+
+def _prior(permit: PermitRecord, columns: Sequence[str]) -> PriorState:
+    return PriorState("permit", permit.permit_id, {c: getattr(permit, c) for c in columns})
+
+
+def _restore(
+    scope: TenantScope, before: PriorState, written: Mapping[str, Any], key: Sequence[str]
+) -> CompensationResult:
+    """Restore ``before`` (conditionally, see :meth:`TenantScope.restore_permit`), then read it back."""
+    if before.resource_type != "permit":
+        return CompensationResult(False, "NO_PRIOR_STATE")
+    reason = scope.restore_permit(before.resource_id, before.fields, written)
+    permit = scope.get_permit(before.resource_id)
+    if permit is None:
+        return CompensationResult(False, "RESOURCE_MISSING")
+    observed = {c: getattr(permit, c) for c in before.fields}
+    if reason not in ("RESTORED", "ALREADY_IN_PREVIOUS_STATE"):
+        return CompensationResult(False, reason, observed=observed)
+    if observed != before.fields:
+        # Claimed restored, but the read-back says otherwise: that is a failure.
+        return CompensationResult(False, "RESTORE_NOT_VISIBLE", observed=observed)
+    return CompensationResult(True, reason, {k: observed[k] for k in key}, observed)
 
 
 class InternalBackend:
@@ -733,40 +856,64 @@ class InternalBackend:
         self._handlers: dict[str, Handler] = {
             "workPermit.get": self._permit_get,
             "workPermit.search": self._permit_search,
-            "workPermit.updateValidity": self._permit_update_validity,
-            "workPermit.release": self._permit_release,
             "worker.get": self._worker_get,
             "risk.evaluate": self._risk_evaluate,
             "compliance.getChecklist": self._compliance_checklist,
+        }
+        self._mutations: dict[str, Mutation] = {
+            "workPermit.updateValidity": self._permit_update_validity,
+            "workPermit.release": self._permit_release,
         }
         self._verifiers: dict[str, Verifier] = {
             "workPermit.updateValidity": self._verify_validity,
             "workPermit.release": self._verify_release,
         }
+        self._compensators: dict[str, Compensator] = {
+            "workPermit.updateValidity": self._compensate_validity,
+            "workPermit.release": self._compensate_release,
+        }
 
     @property
     def capability_ids(self) -> frozenset[str]:
         """Capabilities this backend implements."""
-        return frozenset(self._handlers)
+        return frozenset(self._handlers) | frozenset(self._mutations)
 
     def has_verifier(self, capability_id: str) -> bool:
         """Whether ``capability_id`` is a mutation with a read-back verifier."""
         return capability_id in self._verifiers
 
+    def has_compensator(self, capability_id: str) -> bool:
+        """Whether ``capability_id`` is a mutation that can be undone after a failed verification."""
+        return capability_id in self._compensators
+
     def execute(
         self, capability_id: str, ctx: InvocationContext, arguments: Mapping[str, Any]
     ) -> dict[str, Any]:
+        """Run one internal capability for ``ctx.tenant_id`` and return its output (see :meth:`run`)."""
+        return self.run(capability_id, ctx, arguments).output
+
+    def run(
+        self, capability_id: str, ctx: InvocationContext, arguments: Mapping[str, Any]
+    ) -> Execution:
         """Run one internal capability for ``ctx.tenant_id``; input must be schema-valid.
+
+        Returns:
+            The output, and for a mutation the permit's fields as they were
+            before (for :meth:`compensate`).
 
         Raises:
             CapabilityNotFound: no handler for ``capability_id``.
             ResourceNotFound: the record does not exist in the caller's tenant.
             PreconditionFailed: the record's state forbids a mutation.
         """
+        scope = self._store.scope(ctx.tenant_id)
+        mutation = self._mutations.get(capability_id)
+        if mutation is not None:
+            return mutation(scope, ctx, arguments)
         handler = self._handlers.get(capability_id)
         if handler is None:
             raise CapabilityNotFound(f"no internal handler for {capability_id!r}")
-        return handler(self._store.scope(ctx.tenant_id), ctx, arguments)
+        return Execution(handler(scope, ctx, arguments))
 
     def verify(
         self,
@@ -784,6 +931,27 @@ class InternalBackend:
         if verifier is None:
             raise CapabilityNotFound(f"{capability_id!r} has no read-back verifier")
         return verifier(self._store.scope(ctx.tenant_id), arguments, output)
+
+    def compensate(
+        self,
+        capability_id: str,
+        ctx: InvocationContext,
+        arguments: Mapping[str, Any],
+        output: Mapping[str, Any],
+        before: PriorState,
+    ) -> CompensationResult:
+        """Undo a mutation whose verification failed: restore ``before``, then read it back.
+
+        Only what this call wrote is undone; a record changed since by another
+        write is left as it is and reported (``CHANGED_BY_ANOTHER_WRITE``).
+
+        Raises:
+            CapabilityNotFound: ``capability_id`` has no compensation (not a mutation).
+        """
+        compensator = self._compensators.get(capability_id)
+        if compensator is None:
+            raise CapabilityNotFound(f"{capability_id!r} has no compensation")
+        return compensator(self._store.scope(ctx.tenant_id), arguments, output, before)
 
     def _provenance(self, source: str, reference: str) -> dict[str, Any]:
         return Provenance(
@@ -940,7 +1108,7 @@ class InternalBackend:
 
     def _permit_release(
         self, scope: TenantScope, ctx: InvocationContext, args: Mapping[str, Any]
-    ) -> dict[str, Any]:
+    ) -> Execution:
         now = self._store.clock()
         at = format_timestamp(now)
         permit_id = str(args["permit_id"])
@@ -949,7 +1117,7 @@ class InternalBackend:
         )
         # The output reports what was *requested and acknowledged*; whether it
         # actually took effect is the verifier's job, never assumed here.
-        return {
+        output = {
             "permit_id": permit_id,
             "status": "RELEASED",
             "previous_status": before.status,
@@ -957,10 +1125,11 @@ class InternalBackend:
             "released_by": ctx.actor,
             "provenance": self._provenance("permit-registry", f"permit/{permit_id}"),
         }
+        return Execution(output, _prior(before, _RELEASE_COLUMNS))
 
     def _permit_update_validity(
         self, scope: TenantScope, ctx: InvocationContext, args: Mapping[str, Any]
-    ) -> dict[str, Any]:
+    ) -> Execution:
         now = self._store.clock()
         at = format_timestamp(now)
         permit_id = str(args["permit_id"])
@@ -968,7 +1137,7 @@ class InternalBackend:
         before, _applied = scope.update_validity(
             permit_id, valid_until=valid_until, actor=ctx.actor, today=now.date(), at=at
         )
-        return {
+        output = {
             "permit_id": permit_id,
             "valid_from": before.valid_from,
             "valid_until": valid_until,
@@ -977,6 +1146,7 @@ class InternalBackend:
             "updated_by": ctx.actor,
             "provenance": self._provenance("permit-registry", f"permit/{permit_id}"),
         }
+        return Execution(output, _prior(before, _VALIDITY_COLUMNS))
 
     # -- verifiers --
 
@@ -1007,3 +1177,30 @@ class InternalBackend:
         return VerificationResult(
             ok, "EFFECT_VISIBLE" if ok else "EFFECT_NOT_VISIBLE", expected, observed
         )
+
+    # -- compensations --
+
+    @staticmethod
+    def _compensate_release(
+        scope: TenantScope, args: Mapping[str, Any], output: Mapping[str, Any], before: PriorState
+    ) -> CompensationResult:
+        written = {
+            "status": "RELEASED",
+            "released_at": output.get("released_at"),
+            "released_by": output.get("released_by"),
+            "release_reason": str(args["reason"]),
+            "updated_at": output.get("released_at"),
+            "updated_by": output.get("released_by"),
+        }
+        return _restore(scope, before, written, key=("status",))
+
+    @staticmethod
+    def _compensate_validity(
+        scope: TenantScope, args: Mapping[str, Any], output: Mapping[str, Any], before: PriorState
+    ) -> CompensationResult:
+        written = {
+            "valid_until": str(args["valid_until"]),
+            "updated_at": output.get("updated_at"),
+            "updated_by": output.get("updated_by"),
+        }
+        return _restore(scope, before, written, key=("valid_until",))

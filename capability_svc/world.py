@@ -41,7 +41,7 @@ Format (full reference with every field: ``capability_svc/WORLD_FORMAT.md``)::
                 items:
                   - {id: I-1, requirement: ..., regulation: NR-10 10.5.1, status: PASS,
                      subject: null, note: null}
-            simulate: {verification_failure: false}   # test hook, see below
+            simulate: {verification_failure: false}   # test hook: false|true|lost_write|partial_write
         lms:                           # what the sandbox LMS serves for this tenant
           workers:
             - worker_id: W-1001
@@ -55,8 +55,10 @@ Format (full reference with every field: ``capability_svc/WORLD_FORMAT.md``)::
 
 Loading replaces, per tenant named in the file, all of that tenant's rows;
 tenants not in the file are left alone. ``simulate.verification_failure``
-makes mutations of that permit acknowledge without taking effect, so the
-read-back verification genuinely fails (a lost write) — for tests and demos.
+makes mutations of that permit acknowledge without taking effect (``true`` or
+``lost_write``) or take effect only in part (``partial_write``), so the
+read-back verification genuinely fails and the compensation has something to
+undo — for tests and demos.
 """
 
 from __future__ import annotations
@@ -87,8 +89,10 @@ if TYPE_CHECKING:
 __all__ = [
     "FAULT_MODES",
     "PERMIT_STATUSES",
+    "SIMULATED_FAILURES",
     "WORLD_FORMAT",
     "LoadSummary",
+    "SimulatedFailure",
     "World",
     "load_world",
     "parse_world",
@@ -186,10 +190,28 @@ class ChecklistSpec(_Model):
     items: list[ChecklistItemSpec] = pydantic.Field(min_length=1)
 
 
+SimulatedFailure = Literal["lost_write", "partial_write"]
+"""How a permit's mutations fail verification (``simulate.verification_failure``)."""
+SIMULATED_FAILURES: tuple[SimulatedFailure, ...] = ("lost_write", "partial_write")
+
+
+def _simulated_failure(value: Any) -> Any:
+    # `true` is the original lost-write switch and stays valid; `false` is none.
+    if value is True:
+        return "lost_write"
+    if value is False or value is None:
+        return None
+    if value in SIMULATED_FAILURES:
+        return value
+    raise ValueError(f"expected one of false, true, {', '.join(SIMULATED_FAILURES)}")
+
+
 class SimulateSpec(_Model):
     """Test hooks of a permit."""
 
-    verification_failure: bool = False
+    verification_failure: Annotated[SimulatedFailure | None, pydantic.BeforeValidator(_simulated_failure)] = None
+    """Written ``false`` (``None``), ``true`` or ``lost_write`` (a write is
+    acknowledged but not applied), ``partial_write`` (only part of it is applied)."""
 
 
 class PermitSpec(_Model):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import grpc
 import pytest
 
 from capability_svc.errors import (
@@ -18,6 +19,7 @@ from capability_svc.errors import (
 )
 from capability_svc.executor import CapabilityExecutor
 from capability_svc.external_gateway import LmsClient
+from capability_svc.governance import mesh_error
 from capability_svc.internal_runtime import InternalBackend, InternalStore
 from capability_svc.invocation import InvocationContext
 from capability_svc.registry import CapabilityRegistry
@@ -102,6 +104,51 @@ def test_failed_verification_is_a_failure(
         executor.execute(acme, "workPermit.release", {"permit_id": "WP-10241", "reason": "ok!"})
     assert info.value.reason == "VERIFICATION_FAILED"
     assert info.value.observed == {"status": "PENDING_RELEASE", "released_at": None}
+    # Nothing had landed: the permit is verified to be in its previous state.
+    assert info.value.compensation is not None and info.value.compensation.compensated
+    assert info.value.metadata == {"compensated": "true", "restored": "status=PENDING_RELEASE",
+                                   "compensation": "ALREADY_IN_PREVIOUS_STATE"}
+
+
+def test_partially_applied_mutation_is_compensated(
+    executor: CapabilityExecutor, store: InternalStore, acme: InvocationContext
+) -> None:
+    with pytest.raises(VerificationFailed) as info:
+        executor.execute(acme, "workPermit.release", {"permit_id": "WP-10244", "reason": "ok!"})
+    err = info.value
+    assert err.observed == {"status": "RELEASED", "released_at": None}
+    assert err.metadata == {"compensated": "true", "restored": "status=PENDING_RELEASE",
+                            "compensation": "RESTORED"}
+    assert "compensated: the previous state is back (status=PENDING_RELEASE)" in err.message
+    assert status_of(store, "WP-10244") == "PENDING_RELEASE"
+    mesh = mesh_error(err)
+    assert mesh.code == grpc.StatusCode.ABORTED and mesh.reason == "VERIFICATION_FAILED"
+    assert mesh.metadata == err.metadata
+
+
+def test_run_carries_the_previous_state_outside_the_output(
+    executor: CapabilityExecutor, acme: InvocationContext
+) -> None:
+    call = executor.prepare(acme, "workPermit.updateValidity",
+                            {"permit_id": "WP-10232", "valid_until": "2026-12-31", "reason": "extend"})
+    ran = executor.run(call)
+    assert ran.before is not None and ran.before.fields["valid_until"] == "2026-12-10"
+    assert ran.output["previous_valid_until"] == "2026-12-10"
+    assert executor.run(executor.prepare(acme, "workPermit.get", {"permit_id": "WP-10231"})).before is None
+    # Without a captured previous state there is nothing to restore to.
+    from capability_svc.invocation import Execution
+
+    assert executor.compensate(call, Execution(ran.output)).reason == "NO_PRIOR_STATE"
+
+
+def test_mutation_without_compensation_is_refused_at_start_up(
+    registry: CapabilityRegistry, backend: InternalBackend, fake_lms: RecordingLms,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(backend, "has_compensator", lambda capability_id: False)
+    with pytest.raises(ManifestError) as info:
+        CapabilityExecutor(registry, backend, {"lms": fake_lms}).check_wiring()
+    assert info.value.reason == "MANIFEST_BACKEND_MISSING"
 
 
 def test_disabled_capability_fails_closed_before_anything_runs(

@@ -14,7 +14,7 @@ from capability_svc.invocation import InvocationContext
 from capability_svc.registry import CapabilityRegistry
 
 DEMO_PERMITS = {
-    "acme": [f"WP-{n}" for n in range(10231, 10244)],
+    "acme": [f"WP-{n}" for n in range(10231, 10245)],
     "globex": ["WP-20001"],
 }
 
@@ -292,3 +292,111 @@ def test_verify_is_only_for_mutations(backend: InternalBackend, acme: Invocation
         backend.verify("workPermit.get", acme, {"permit_id": "WP-10231"}, {})
     with pytest.raises(CapabilityNotFound):
         backend.execute("workPermit.delete", acme, {})
+
+
+# --- compensation of a failed verification (PRD §73) ---------------------------
+
+
+def test_partial_release_is_caught_and_compensated(
+    backend: InternalBackend, store: InternalStore, acme: InvocationContext
+) -> None:
+    before = store.scope("acme").get_permit("WP-10244")
+    args = {"permit_id": "WP-10244", "reason": "all checks passed"}
+    ran = backend.run("workPermit.release", acme, args)
+    assert ran.before is not None and ran.before.fields["status"] == "PENDING_RELEASE"
+    assert "before" not in ran.output  # the output schema is the contract
+    check = backend.verify("workPermit.release", acme, args, ran.output)
+    assert check.verified is False
+    assert check.observed == {"status": "RELEASED", "released_at": None}  # half applied
+    result = backend.compensate("workPermit.release", acme, args, ran.output, ran.before)
+    assert result.compensated and result.reason == "RESTORED"
+    assert result.restored == {"status": "PENDING_RELEASE"} and result.summary == "status=PENDING_RELEASE"
+    after = store.scope("acme").get_permit("WP-10244")
+    assert after == before
+    assert after is not None and after.released_at is None and after.release_reason is None
+    # Compensating again finds nothing left to undo.
+    again = backend.compensate("workPermit.release", acme, args, ran.output, ran.before)
+    assert again.compensated and again.reason == "ALREADY_IN_PREVIOUS_STATE"
+
+
+def test_lost_release_needs_no_compensating_write(
+    backend: InternalBackend, store: InternalStore, acme: InvocationContext
+) -> None:
+    args = {"permit_id": "WP-10241", "reason": "all checks passed"}
+    ran = backend.run("workPermit.release", acme, args)
+    assert ran.before is not None
+    result = backend.compensate("workPermit.release", acme, args, ran.output, ran.before)
+    assert result.compensated and result.reason == "ALREADY_IN_PREVIOUS_STATE"
+    assert result.summary == "status=PENDING_RELEASE"
+
+
+def test_compensation_leaves_a_later_write_alone(
+    backend: InternalBackend, store: InternalStore, acme: InvocationContext
+) -> None:
+    args = {"permit_id": "WP-10244", "reason": "all checks passed"}
+    ran = backend.run("workPermit.release", acme, args)
+    assert ran.before is not None
+    # Someone else suspends the permit before the compensation runs.
+    conn = sqlite3.connect(store.path)
+    conn.execute("UPDATE permits SET status = 'SUSPENDED' WHERE tenant_id = 'acme' AND permit_id = 'WP-10244'")
+    conn.commit()
+    conn.close()
+    result = backend.compensate("workPermit.release", acme, args, ran.output, ran.before)
+    assert result.compensated is False and result.reason == "CHANGED_BY_ANOTHER_WRITE"
+    assert result.restored == {} and result.observed["status"] == "SUSPENDED"
+    permit = store.scope("acme").get_permit("WP-10244")
+    assert permit is not None and permit.status == "SUSPENDED" and permit.release_reason == "all checks passed"
+
+
+def test_compensation_is_tenant_scoped(
+    backend: InternalBackend, acme: InvocationContext, globex: InvocationContext
+) -> None:
+    args = {"permit_id": "WP-10244", "reason": "all checks passed"}
+    ran = backend.run("workPermit.release", acme, args)
+    assert ran.before is not None
+    result = backend.compensate("workPermit.release", globex, args, ran.output, ran.before)
+    assert result.compensated is False and result.reason == "RESOURCE_MISSING"
+
+
+@pytest.mark.parametrize("mode", ["lost_write", "partial_write"])
+def test_update_validity_failure_is_compensated(
+    backend: InternalBackend, store: InternalStore, acme: InvocationContext, mode: str
+) -> None:
+    store.scope("acme").set_simulated_verification_failure("WP-10235", mode)  # type: ignore[arg-type]
+    before = store.scope("acme").get_permit("WP-10235")
+    assert before is not None
+    args = {"permit_id": "WP-10235", "valid_until": "2026-12-31", "reason": "extend"}
+    ran = backend.run("workPermit.updateValidity", acme, args)
+    check = backend.verify("workPermit.updateValidity", acme, args, ran.output)
+    assert check.verified is False and check.observed == {"valid_until": before.valid_until}
+    half = store.scope("acme").get_permit("WP-10235")
+    assert half is not None
+    # partial_write stamps the change as made while the date itself is lost.
+    assert (half.updated_by == "alice via work-permit-agent") is (mode == "partial_write")
+    assert ran.before is not None
+    result = backend.compensate("workPermit.updateValidity", acme, args, ran.output, ran.before)
+    assert result.compensated
+    assert result.reason == ("RESTORED" if mode == "partial_write" else "ALREADY_IN_PREVIOUS_STATE")
+    assert result.summary == f"valid_until={before.valid_until}"
+    assert store.scope("acme").get_permit("WP-10235") == before
+
+
+def test_simulated_failure_modes_at_run_time(store: InternalStore) -> None:
+    scope = store.scope("acme")
+    for enabled, mode in [(True, "lost_write"), ("partial_write", "partial_write"), (False, None),
+                          ("lost_write", "lost_write")]:
+        scope.set_simulated_verification_failure("WP-10231", enabled)  # type: ignore[arg-type]
+        permit = scope.get_permit("WP-10231")
+        assert permit is not None and permit.simulate_failure == mode
+    with pytest.raises(ValueError):
+        scope.set_simulated_verification_failure("WP-10231", "half_write")  # type: ignore[arg-type]
+
+
+def test_compensation_is_only_for_mutations(backend: InternalBackend, acme: InvocationContext) -> None:
+    from capability_svc.errors import CapabilityNotFound
+    from capability_svc.invocation import PriorState
+
+    assert backend.run("workPermit.get", acme, {"permit_id": "WP-10231"}).before is None
+    with pytest.raises(CapabilityNotFound):
+        backend.compensate("workPermit.get", acme, {"permit_id": "WP-10231"}, {},
+                           PriorState("permit", "WP-10231", {"status": "PENDING_RELEASE"}))

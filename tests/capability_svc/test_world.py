@@ -58,9 +58,9 @@ def test_demo_world_loads(store: InternalStore, demo_world: Path) -> None:
     assert store.tenants() == ["acme", "globex"]
     summary = load_world(demo_world, store)  # loading again replaces, it does not duplicate
     assert summary.tenants == ("acme", "globex")
-    assert summary.permits == 14
-    assert summary.workers == 17
-    assert summary.lms_workers == 16
+    assert summary.permits == 15
+    assert summary.workers == 18
+    assert summary.lms_workers == 17
     scope = store.scope("acme")
     permit = scope.get_permit("WP-10231")
     assert permit is not None and permit.status == "PENDING_RELEASE"
@@ -92,6 +92,65 @@ def test_demo_world_has_the_required_scenarios(demo_world: Path) -> None:
     # An unknown worker: assigned to a permit but absent from the LMS.
     assigned = {w.id for p in acme.permits for w in p.workers}
     assert assigned - set(lms)
+    # WP-10241 loses a release, WP-10244 applies it in part; both are otherwise
+    # clean: every worker has a valid LMS record of every required training.
+    assert permits["WP-10241"].simulate.verification_failure == "lost_write"
+    assert permits["WP-10244"].simulate.verification_failure == "partial_write"
+    for pid in ("WP-10241", "WP-10244"):
+        permit = permits[pid]
+        assert permit.status == "PENDING_RELEASE" and permit.risks and permit.checklists
+        assert all(c.in_place for r in permit.risks for c in r.controls)
+        assert all(i.status == "PASS" for c in permit.checklists for i in c.items)
+        for worker in permit.workers:
+            assert worker.id not in acme.lms.faults
+            valid = {r.course_code for r in lms[worker.id]
+                     if r.status == "COMPLETED" and str(r.valid_until) > "2026-12-14"}
+            assert set(permit.required_trainings) <= valid
+    assert all(p.simulate.verification_failure is None for p in acme.permits if p.id not in ("WP-10241", "WP-10244"))
+
+
+@pytest.mark.parametrize(("value", "mode"), [
+    ("false", None), ("true", "lost_write"), ("lost_write", "lost_write"), ("partial_write", "partial_write")])
+def test_simulated_verification_failure_modes(tmp_path: Path, store: InternalStore, value: str,
+                                              mode: str | None) -> None:
+    world = parse_world(write(tmp_path, SMALL + f"        simulate: {{verification_failure: {value}}}\n"))
+    assert world.tenants[0].permits[0].simulate.verification_failure == mode
+    load_world(write(tmp_path, SMALL + f"        simulate: {{verification_failure: {value}}}\n"), store)
+    permit = store.scope("acme").get_permit("WP-1")
+    assert permit is not None and permit.simulate_failure == mode
+
+
+def test_unknown_simulated_failure_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(WorldFormatError) as info:
+        parse_world(write(tmp_path, SMALL + "        simulate: {verification_failure: half_write}\n"))
+    assert info.value.field == "tenants[0].permits[0].simulate.verification_failure"
+    assert info.value.line == 22
+    assert "expected one of false, true, lost_write, partial_write" in info.value.message
+
+
+def test_schema_1_file_is_migrated(tmp_path: Path, demo_world: Path) -> None:
+    # A file written before failure modes existed: a 0/1 lost-write flag.
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        "CREATE TABLE tenants (tenant_id TEXT PRIMARY KEY, name TEXT NOT NULL, loaded_from TEXT NOT NULL,"
+        " loaded_at TEXT NOT NULL);"
+        "CREATE TABLE permits (tenant_id TEXT NOT NULL, permit_id TEXT NOT NULL, title TEXT NOT NULL,"
+        " description TEXT NOT NULL, site TEXT NOT NULL, work_type TEXT NOT NULL, status TEXT NOT NULL,"
+        " valid_from TEXT NOT NULL, valid_until TEXT NOT NULL, requested_by TEXT NOT NULL, released_at TEXT,"
+        " released_by TEXT, release_reason TEXT, updated_at TEXT, updated_by TEXT,"
+        " simulate_lost_write INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (tenant_id, permit_id));"
+        "INSERT INTO tenants VALUES ('acme', 'ACME', 'old.yaml', '2026-11-01T00:00:00Z');"
+        "INSERT INTO permits VALUES ('acme', 'WP-1', 'Job', '', 'Plant', 'ELECTRICAL', 'PENDING_RELEASE',"
+        " '2026-11-01', '2026-12-01', 'alice', NULL, NULL, NULL, NULL, NULL, 1);"
+        "PRAGMA user_version = 1;")
+    conn.close()
+    store = InternalStore(path)
+    permit = store.scope("acme").get_permit("WP-1")
+    assert permit is not None and permit.simulate_failure == "lost_write"
+    load_world(demo_world, store)  # and the demo world loads into it
+    permit = store.scope("acme").get_permit("WP-10244")
+    assert permit is not None and permit.simulate_failure == "partial_write"
 
 
 @pytest.mark.parametrize(

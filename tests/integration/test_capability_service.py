@@ -276,8 +276,10 @@ def test_failed_read_back_is_reported_as_a_failure(cap_mesh: CapabilityMesh) -> 
     assert got[:2] == (grpc.StatusCode.ABORTED, "VERIFICATION_FAILED")
     outcome = [r for r in cap_mesh.audit_records(grants.decode(grant).execution_id)
                if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME]
+    # A lost write leaves the permit as it was: the compensation checks that and says so.
     assert [(r.outcome, list(r.reason_codes)) for r in outcome] == [
-        (audit_pb2.AUDIT_OUTCOME_FAILURE, ["VERIFICATION_FAILED"])]
+        (audit_pb2.AUDIT_OUTCOME_FAILURE,
+         ["VERIFICATION_FAILED", "COMPENSATED", "ALREADY_IN_PREVIOUS_STATE valid_until=2026-12-14"])]
     # Its effect was attempted: the same key never runs it a second time.
     again = _refused(lambda: _invoke(cap_mesh, WORK_PERMIT, grant, "workPermit.updateValidity", idempotency_key="v1",
                                      permit_id="WP-10241", valid_until="2026-12-24", reason="holiday shift"))
