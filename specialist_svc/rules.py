@@ -113,10 +113,18 @@ class TaskInputInvalid(ValueError):
 class AgentFailed(Exception):
     """The analysis cannot be done at all; the result is FAILED with ``error_reason``."""
 
-    def __init__(self, code: str, detail: str) -> None:
+    def __init__(self, code: str, detail: str, *, payload: Mapping[str, Any] | None = None) -> None:
+        """Args:
+        code: UPPER_SNAKE, e.g. ``PERMIT_REGISTRY_TIMEOUT``.
+        detail: Why, from the mesh error or the agent's own words (never source text).
+        payload: Fields added to the FAILED result's ``result`` (next to its UNKNOWN
+            verdict), for what the caller must know even though nothing succeeded —
+            e.g. whether a failed mutation was compensated.
+        """
         super().__init__(f"{code}: {detail}")
         self.code = code
         self.detail = detail
+        self.payload = dict(payload or {})
 
     @property
     def error_reason(self) -> str:
@@ -129,6 +137,8 @@ class AgentFailed(Exception):
 _SYSTEMS = {
     "training.getStatus": "LMS",
     "workPermit.get": "PERMIT_REGISTRY",
+    "workPermit.search": "PERMIT_REGISTRY",
+    "workPermit.release": "PERMIT_REGISTRY",
     "risk.evaluate": "RISK_REGISTER",
     "compliance.getChecklist": "COMPLIANCE_REGISTRY",
 }
@@ -373,9 +383,10 @@ def failed_result(failure: AgentFailed) -> common_pb2.AgentResult:
     ``result`` holds an UNKNOWN verdict with no subjects, so the result still
     has the contract's shape; the work-permit agent's ``permit_found`` is left
     out on purpose — whether the permit exists was not established.
+    ``failure.payload`` is added to ``result``.
     """
     result = common_pb2.AgentResult(status=common_pb2.RESULT_STATUS_FAILED, error_reason=failure.error_reason)
-    result.result.CopyFrom(_struct({"verdict": Verdict.UNKNOWN.value, "subjects": {}}))
+    result.result.CopyFrom(_struct({**failure.payload, "verdict": Verdict.UNKNOWN.value, "subjects": {}}))
     result.statements.append(common_pb2.Statement(
         kind=common_pb2.STATEMENT_KIND_UNCERTAINTY, code=failure.code,
         text=f"The analysis could not be done: {failure.code}"))

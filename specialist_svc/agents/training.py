@@ -1,5 +1,8 @@
 """Training agent: does every worker hold each required training, valid for the permit's window?
 
+Two operations, chosen by the input's ``operation``: ``verify`` (the default,
+below) and ``worker_training`` (one worker, one course, one day; see the end).
+
 Input (projection ``training.verify``): ``permit_id``, ``valid_from``,
 ``valid_until``, ``required_trainings``, ``workers[].worker_id``. One
 ``training.getStatus`` call per worker (concurrently), asking only for the
@@ -43,6 +46,28 @@ always leaves the subject UNKNOWN. A certificate is identified by its
 
 Course titles, issuers and every other free text are copied into evidence
 ``data`` only; no rule reads them.
+
+Worker training (PRD §44, §28)
+------------------------------
+
+Input: ``operation: worker_training``, ``worker_id``, ``training_code``,
+``on_date`` (``YYYY-MM-DD``): the day the training is said to have expired on
+(e.g. a ``TrainingExpired`` event's ``expired_on``). Has it? One
+``training.getStatus`` call for that course; the same rules as above, one
+subject ``worker:<id>/<course>``, except that a certificate *expires on* its
+``valid_until`` — so one whose ``valid_until`` is ``on_date`` or earlier has
+expired (FAIL, FACT ``TRAINING_EXPIRED`` with its expiry date and the LMS record
+as evidence), and only one completed by ``on_date`` and valid beyond it passes
+(FACT ``TRAINING_VALID``). Also FAIL: ``TRAINING_MISSING``, ``TRAINING_REVOKED``,
+``TRAINING_NOT_COMPLETED``, ``TRAINING_NOT_YET_VALID`` (completed after
+``on_date``). UNKNOWN with an UNCERTAINTY when it cannot be read or
+established (LMS timeout, unknown worker, conflicting or incomplete records).
+
+``result.training`` = ``{worker_id, training_code, on_date, state,
+valid_until}``: ``state`` one of ``VALID``, ``EXPIRED``, ``MISSING``,
+``REVOKED``, ``NOT_COMPLETED``, ``NOT_YET_VALID``, ``CONFLICT``, ``INCOMPLETE``,
+``WORKER_UNKNOWN``, ``UNREADABLE``; ``valid_until`` that of the certificate
+the verdict rests on (null when there is none).
 """
 
 from __future__ import annotations
@@ -70,12 +95,15 @@ from specialist_svc.rules import (
 )
 from supervisor_svc.contract import Verdict
 
-__all__ = ["AGENT_ID", "CAPABILITIES", "run"]
+__all__ = ["AGENT_ID", "CAPABILITIES", "OPERATIONS", "run"]
 
 AGENT_ID = "training-agent"
 CAPABILITY = "training.getStatus"
 CAPABILITIES = (CAPABILITY,)
 """Capabilities these rules call (each must be among the agent's registered ones)."""
+
+OPERATIONS = ("verify", "worker_training")
+"""The values of the input's ``operation``; absent means ``verify``."""
 
 COMPLETED = "COMPLETED"
 """The only LMS status that means the course was completed."""
@@ -101,11 +129,40 @@ _FAILING = {_State.EXPIRED, _State.EXPIRES_DURING_PERMIT, _State.NOT_YET_VALID, 
 
 @dataclass(frozen=True)
 class _Window:
+    """What a certificate must cover: a permit's window, or (``worker_training``) the day ``on_date``."""
+
     start: dt.date
     end: dt.date
+    on_date: bool = False
+    """``start`` = ``end`` is the day a training is said to have expired on, not a permit window."""
 
     def __str__(self) -> str:
         return f"{self.start.isoformat()}..{self.end.isoformat()}"
+
+    @property
+    def expired_before(self) -> dt.date:
+        """A certificate whose ``valid_until`` is before this day has expired.
+
+        For a permit window its first day: a certificate is valid through its
+        ``valid_until``. For ``on_date`` the day after: the question is whether
+        the training expired on that day or earlier, and a certificate expires
+        on its ``valid_until`` (as every ``TRAINING_EXPIRED`` text says).
+        """
+        return self.start + dt.timedelta(days=1) if self.on_date else self.start
+
+    @property
+    def requirement(self) -> str:
+        """How ``REQUIREMENT_NOT_MET`` names the window."""
+        return f"after {self.start.isoformat()}" if self.on_date else f"for the permit window {self}"
+
+
+@dataclass(frozen=True)
+class _Finding:
+    """What one worker × course came to, for a structured result."""
+
+    state: str
+    valid_until: dt.date | None = None
+    """That of the certificate the verdict rests on."""
 
 
 @dataclass(frozen=True)
@@ -164,7 +221,7 @@ class _Certificate:
         completed, until = rec.completed_on, rec.valid_until
         if completed is None or until is None or until < completed:
             return _State.INCOMPLETE
-        if until < window.start:
+        if until < window.expired_before:
             return _State.EXPIRED
         if completed > window.start:
             return _State.NOT_YET_VALID
@@ -228,28 +285,30 @@ class _Judge:
         self.out = out
         self.window = window
 
-    def worker(self, lookup: _Lookup, courses: Sequence[str]) -> None:
+    def worker(self, lookup: _Lookup, courses: Sequence[str]) -> dict[str, _Finding]:
+        """Judges each course of one worker; returns what each came to."""
         wid = lookup.worker_id
         subjects = [f"worker:{wid}/{c}" for c in courses]
         shown = token(wid)
+        unreadable = {c: _Finding("UNREADABLE") for c in courses}
         if lookup.answer is None:
             for subject in subjects:
                 self.out.judge(subject, Verdict.UNKNOWN)
                 self.out.uncertainty("WORKER_ID_INVALID", "The worker id cannot be looked up in the LMS",
                                      subject=subject)
-            return
+            return unreadable
         if isinstance(lookup.answer, CallFailure):
             failure = lookup.answer
             if failure.kind == "not_found":
                 failure = CallFailure("uncertain", "WORKER_NOT_FOUND", failure.detail)
             self.out.unanswered(failure, subjects, f"The LMS record of {shown}")
-            return
+            return unreadable
         output, refs = lookup.answer
         if not refs or not _well_formed(output, wid):
             code = "LMS_MALFORMED" if refs else "EVIDENCE_MISSING"
             self.out.unanswered(CallFailure("uncertain", code, f"{CAPABILITY}: unusable answer for {shown}"),
                                 subjects, f"The LMS record of {shown}")
-            return
+            return unreadable
         ref = refs[0]
         if not output["worker_known"]:
             ev = self.out.evidence(ref, data={"worker_id": wid, "worker_known": False})
@@ -260,7 +319,7 @@ class _Judge:
                 self.out.uncertainty("UNKNOWN_WORKER",
                                      f"Trainings of {shown} cannot be verified: the LMS does not know the worker",
                                      subject=subject, evidence=[ev])
-            return
+            return {c: _Finding("WORKER_UNKNOWN") for c in courses}
         records: dict[str, list[_Record]] = {}
         for rec in output["trainings"]:
             fields = {name: rec.get(name) for name in _RECORD_FIELDS}
@@ -269,11 +328,10 @@ class _Judge:
                 continue  # only the permit's required courses are judged
             ev = self.out.evidence(ref, part=str(fields.get("record_id") or ""), data=fields)
             records.setdefault(str(code), []).append(_Record(fields, ev))
-        for course in courses:
-            self.course(wid, course, records.get(course, []), ref)
+        return {course: self.course(wid, course, records.get(course, []), ref) for course in courses}
 
     def course(self, wid: str, course: str, records: Sequence[_Record],
-               ref: common_pb2.EvidenceReference) -> None:
+               ref: common_pb2.EvidenceReference) -> _Finding:
         out, subject = self.out, f"worker:{wid}/{course}"
         who = f"{course} of {token(wid)}"
         if not records:
@@ -283,7 +341,7 @@ class _Judge:
                      evidence=[ev])
             out.inference("REQUIREMENT_NOT_MET", f"{token(wid)} does not meet the {course} requirement",
                           subject=subject)
-            return
+            return _Finding("MISSING")
         certs = _certificates(records)
         for cert in certs:
             if len(cert.records) > 1 and not cert.conflicting:
@@ -309,7 +367,7 @@ class _Judge:
                                 subject=subject, evidence=[r.evidence for r in cert.records])
             out.recommendation("CONFIRM_WITH_ISSUER", f"Confirm the {course} certificate of {token(wid)} with its "
                                "issuer", subject=subject)
-            return
+            return _Finding("CONFLICT")
         if valid:
             best = valid[0]
             out.judge(subject, Verdict.PASS)
@@ -320,7 +378,7 @@ class _Judge:
                                   f"{self._record_text(who, cert.representative)}; not needed, "
                                   f"{token(best.representative.record_id)} is valid for the permit",
                                   subject=subject, evidence=[cert.representative.evidence])
-            return
+            return _Finding("VALID", best.representative.valid_until)
         if incomplete:
             out.judge(subject, Verdict.UNKNOWN)
             for cert, state in states:
@@ -331,12 +389,16 @@ class _Judge:
                                 f"{self._record_text(who, cert.representative)}: its dates are missing or "
                                 f"unusable, so its validity cannot be established",
                                 subject=subject, evidence=[cert.representative.evidence])
-            return
+            return _Finding("INCOMPLETE")
         out.judge(subject, Verdict.FAIL)
-        for cert, state in sorted(states, key=lambda cs: cs[0].sort_key(), reverse=True):
+        ordered = sorted(states, key=lambda cs: cs[0].sort_key(), reverse=True)
+        for cert, state in ordered:
             self._state_fact(who, subject, cert, state)
-        out.inference("REQUIREMENT_NOT_MET", f"{token(wid)} does not meet the {course} requirement for the permit "
-                      f"window {self.window}", subject=subject)
+        out.inference("REQUIREMENT_NOT_MET", f"{token(wid)} does not meet the {course} requirement "
+                      f"{self.window.requirement}", subject=subject)
+        latest, state = ordered[0]
+        name = _State.EXPIRED.value if state is _State.STATUS_EXPIRED else state.value
+        return _Finding(name, latest.representative.valid_until)
 
     @staticmethod
     def _record_text(who: str, rec: _Record) -> str:
@@ -366,21 +428,43 @@ class _Judge:
                                    f"{who}: the LMS status is {token(rec.status, 'unrecognised')}, "
                                    f"not {COMPLETED}"),
         }
+        if w.on_date:
+            day = w.start.isoformat()
+            texts.update({
+                _State.VALID: ("TRAINING_VALID",
+                               f"{who} was completed on {completed} and is valid until {until}: it had not expired "
+                               f"by {day} (record {token(rec.record_id)})"),
+                _State.EXPIRED: ("TRAINING_EXPIRED", f"{who} expired on {until}, on or before {day}"),
+                _State.NOT_YET_VALID: ("TRAINING_NOT_YET_VALID",
+                                       f"{who} is recorded as completed on {completed}, after {day}: not yet valid "
+                                       f"on that day"),
+            })
         code, text = texts[state]
         self.out.fact(code, text, subject=subject, evidence=ev)
         if state is _State.NOT_YET_VALID:
+            after, covered = ("that day", "that day") if w.on_date else ("the permit starts", "the permit")
             self.out.inference("FUTURE_DATED_RECORD",
-                               "The record is dated after the permit starts: a scheduled course or a data-entry "
-                               "error; either way it does not cover the permit",
+                               f"The record is dated after {after}: a scheduled course or a data-entry error; "
+                               f"either way it does not cover {covered}",
                                subject=subject, evidence=ev)
 
 
 def run(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentResult:
-    """The training analysis of one permit (see the module docstring).
+    """The operation the input names (see the module docstring).
 
     Raises:
-        TaskInputInvalid: ``permit_id``, ``required_trainings`` or ``workers`` is missing or malformed.
+        TaskInputInvalid: an unknown ``operation``, or a field the operation needs is missing or malformed.
     """
+    operation = data.get("operation", "verify")
+    if operation == "worker_training":
+        return _worker_training(data, client)
+    if operation != "verify":
+        raise TaskInputInvalid(f"must be one of {', '.join(OPERATIONS)}", field="operation")
+    return _verify(data, client)
+
+
+def _verify(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentResult:
+    """The training analysis of one permit."""
     permit_id = require_str(data, "permit_id")
     courses = str_list(data, "required_trainings")
     worker_ids = _worker_ids(data)
@@ -428,5 +512,32 @@ def run(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentRe
                                f"Establish the trainings that could not be verified before releasing permit "
                                f"{token(permit_id)}")
         return out.build()
+
+    return run_guarded(rules)
+
+
+def _worker_training(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentResult:
+    """One worker's one course on one day."""
+    worker_id, course = require_str(data, "worker_id"), require_str(data, "training_code")
+    for name, value in (("worker_id", worker_id), ("training_code", course)):
+        if not is_id(value):
+            raise TaskInputInvalid("not a record id", field=name)
+    on_date = iso_date(data.get("on_date"))
+    if on_date is None:
+        raise TaskInputInvalid("a date (YYYY-MM-DD) is required", field="on_date")
+
+    def rules() -> common_pb2.AgentResult:
+        out = ResultBuilder()
+        answer = call_or_failure(client, CAPABILITY, {"worker_id": worker_id, "training_codes": [course]})
+        finding = _Judge(out, _Window(on_date, on_date, on_date=True)).worker(
+            _Lookup(worker_id, answer), [course])[course]
+        return out.build({
+            "operation": "worker_training",
+            "training": {
+                "worker_id": worker_id, "training_code": course, "on_date": on_date.isoformat(),
+                "state": finding.state,
+                "valid_until": finding.valid_until.isoformat() if finding.valid_until else None,
+            },
+        })
 
     return run_guarded(rules)

@@ -1,4 +1,16 @@
-"""Work-permit agent: does the permit exist in the caller's tenant, and does its own state allow a release?
+"""Work-permit agent: assesses a permit, releases one (verified), and finds permits a training affects.
+
+Three operations, chosen by the input's ``operation``:
+
+``assess`` (the default)
+    Does the permit exist in the caller's tenant, and does its own state allow a release?
+``release`` (PRD §67, §73)
+    Releases a permit with ``workPermit.release`` and verifies the effect itself.
+``affected_by_training`` (PRD §44, §28)
+    Which PENDING_RELEASE or RELEASED permits of a worker require a given training. Reads only.
+
+Assess
+------
 
 Input (projection ``permit.assess`` / ``permit.status``): ``permit_id``. One
 ``workPermit.get`` call. The result carries ``permit_found`` and, when found,
@@ -26,6 +38,69 @@ a FAILED result whose ``error_reason`` names why (e.g. ``PERMIT_REGISTRY_TIMEOUT
 ...``) with an UNCERTAINTY statement: not even its existence is established.
 No clock is read: whether the window has passed is enforced by the permit
 registry at release time, so the same record always gives the same answer.
+
+Release
+-------
+
+Input: ``permit_id``, ``reason`` (3–500 characters), ``idempotency_key`` (sent
+with the call, so a retried task never releases twice). ``workPermit.release``,
+then an independent read-back with ``workPermit.get``: only a permit that reads
+back ``RELEASED`` is a success — subject ``permit:<id>/release`` PASS, FACT
+``PERMIT_RELEASED`` citing both answers, and ``result.release`` =
+``{permit_id, status, previous_status, released_at, released_by, verified: true}``
+(plus ``permit_found``/``permit``, the record read back). Anything else is a
+FAILED result, never something that looks like a success; its ``error_reason``
+is ``CODE: workPermit.<capability> <ErrorInfo reason>: <message>`` and its
+``result.release`` is ``{permit_id, verified: false, reason_code, ...}``:
+
+==============================================  ===============================
+the call's error                                 ``error_reason`` code
+==============================================  ===============================
+ABORTED ``VERIFICATION_FAILED`` (the service's   ``RELEASE_VERIFICATION_FAILED``
+own read-back failed; ``compensated`` and        (``; compensated: true, restored
+``restored`` from ErrorInfo metadata)            status=...`` appended; both also in
+                                                 ``result.release``)
+FAILED_PRECONDITION (``CONFIRMATION_REQUIRED``,  ``RELEASE_REFUSED``
+``HUMAN_APPROVAL_REQUIRED``,
+``PERMIT_ALREADY_RELEASED``, ...), ABORTED
+``IDEMPOTENCY_KEY_REUSED``
+PERMISSION_DENIED, UNAUTHENTICATED               ``NOT_AUTHORISED``
+NOT_FOUND (the permit)                           ``PERMIT_NOT_FOUND``
+policy or audit unavailable (nothing executed)   ``GOVERNANCE_UNAVAILABLE``
+timeout, unavailable, internal, other ABORTED    ``RELEASE_OUTCOME_UNKNOWN`` (the
+                                                 write may have happened)
+INVALID_ARGUMENT, UNIMPLEMENTED, ...             ``CAPABILITY_REJECTED``
+the release answered, the read-back failed       ``RELEASE_NOT_VERIFIED``
+the read-back does not show ``RELEASED``         ``RELEASE_NOT_VISIBLE``
+==============================================  ===============================
+
+Affected by training
+--------------------
+
+Input: ``worker_id``, ``training_code``. ``workPermit.search`` by worker, once
+per status (``PENDING_RELEASE``, ``RELEASED``), then ``workPermit.get`` per
+permit found; the record read decides (its status, workers and
+``required_trainings``), not the search summary. Subjects:
+
+=====================================  =======  =================================================
+subject                                verdict  rule
+=====================================  =======  =================================================
+``worker:<id>/permits``                PASS     the searches are complete (FACT ``WORKER_PERMITS_LISTED``)
+                                       UNKNOWN  a search was truncated (UNCERTAINTY ``PERMIT_SEARCH_TRUNCATED``)
+``permit:<id>/training:<code>``        FAIL     the permit is PENDING_RELEASE or RELEASED, lists the worker
+                                                and requires the training (FACT ``PERMIT_REQUIRES_TRAINING``,
+                                                RECOMMENDATION ``SUSPEND_PERMIT`` for RELEASED,
+                                                ``HOLD_RELEASE`` for PENDING_RELEASE)
+                                       PASS     it does not require the training (``TRAINING_NOT_REQUIRED``),
+                                                no longer lists the worker (``WORKER_NOT_ON_PERMIT``) or is
+                                                in another status by now (``PERMIT_NOT_ACTIVE``)
+                                       UNKNOWN  it could not be read (UNCERTAINTY; result PARTIAL)
+=====================================  =======  =================================================
+
+``result`` adds ``affected_permits: [{permit_id, status, recommendation}]``
+(``SUSPEND`` | ``HOLD_RELEASE``), ``unverified_permits`` (ids that could not be
+read), ``worker_id`` and ``training_code``. A search that fails is a FAILED
+result: without the list, "nothing affected" cannot be said. Nothing is changed.
 """
 
 from __future__ import annotations
@@ -33,6 +108,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from agentmesh import errors
 from agentmesh.v1 import common_pb2
 from specialist_svc.rules import (
     AgentFailed,
@@ -41,22 +117,39 @@ from specialist_svc.rules import (
     ResultBuilder,
     TaskInputInvalid,
     call_or_failure,
+    classify,
     is_id,
     iso_date,
+    parallel_map,
     require_str,
     run_guarded,
     token,
 )
 from supervisor_svc.contract import Verdict
 
-__all__ = ["AGENT_ID", "CAPABILITIES", "permit_record", "run"]
+__all__ = ["AGENT_ID", "CAPABILITIES", "OPERATIONS", "permit_record", "run"]
 
 AGENT_ID = "work-permit-agent"
 CAPABILITY = "workPermit.get"
-CAPABILITIES = (CAPABILITY,)
-"""Capabilities these rules call (each must be among the agent's registered ones)."""
+SEARCH = "workPermit.search"
+RELEASE = "workPermit.release"
+CAPABILITIES = (CAPABILITY, SEARCH, RELEASE)
+"""Capabilities these rules call (each must be among the agent's registered ones).
+
+Each operation needs only some of them in its task grant: ``assess``
+``workPermit.get``; ``release`` ``workPermit.release`` and ``workPermit.get``;
+``affected_by_training`` ``workPermit.search`` and ``workPermit.get``.
+"""
+
+OPERATIONS = ("assess", "release", "affected_by_training")
+"""The values of the input's ``operation``; absent means ``assess``."""
 
 RELEASABLE = "PENDING_RELEASE"
+RELEASED = "RELEASED"
+_RECOMMENDATIONS = {RELEASED: ("SUSPEND", "SUSPEND_PERMIT"), RELEASABLE: ("HOLD_RELEASE", "HOLD_RELEASE")}
+"""Status of an affected permit → (``affected_permits[].recommendation``, RECOMMENDATION code)."""
+_SEARCH_LIMIT = 100
+_REASON_LENGTH = (3, 500)
 _SENSITIVE_WORKER_FIELDS = ("medical_notes",)
 
 
@@ -83,11 +176,31 @@ def _not_found(permit_id: str) -> common_pb2.AgentResult:
 
 
 def run(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentResult:
-    """The work-permit analysis (see the module docstring).
+    """The operation the input names (see the module docstring).
 
     Raises:
-        TaskInputInvalid: ``permit_id`` is missing or not a permit id.
+        TaskInputInvalid: an unknown ``operation``, or a field the operation needs is missing or malformed.
     """
+    operation = data.get("operation", "assess")
+    if operation == "release":
+        return _release(data, client)
+    if operation == "affected_by_training":
+        return _affected_by_training(data, client)
+    if operation != "assess":
+        raise TaskInputInvalid(f"must be one of {', '.join(OPERATIONS)}", field="operation")
+    return _assess(data, client)
+
+
+def _id_field(data: Mapping[str, Any], name: str) -> str:
+    value = require_str(data, name)
+    if not is_id(value):
+        raise TaskInputInvalid("not a record id", field=name)
+    return value
+
+
+# --- assess -----------------------------------------------------------------------------------------
+
+def _assess(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentResult:
     permit_id = require_str(data, "permit_id")
     if not is_id(permit_id):
         raise TaskInputInvalid("not a permit id", field="permit_id")
@@ -157,5 +270,233 @@ def run(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentRe
         if out.verdict is Verdict.FAIL:
             out.recommendation("DO_NOT_RELEASE", f"Permit {permit_id} cannot be released in its current state")
         return out.build({"permit_found": True, "permit": record})
+
+    return run_guarded(rules)
+
+
+# --- release ----------------------------------------------------------------------------------------
+
+_GOVERNANCE_REASONS = frozenset({"POLICY_UNAVAILABLE", "AUDIT_UNAVAILABLE"})
+
+
+def _call(client: CapabilityClient, capability_id: str, input: Mapping[str, Any]
+          ) -> tuple[dict[str, Any], list[common_pb2.EvidenceReference]] | CallFailure:
+    """One capability call; every failure is returned, fatal ones included."""
+    try:
+        return client.call(capability_id, input)
+    except errors.MeshError as err:
+        return classify(err, capability_id)
+
+
+def _release_payload(permit_id: str, reason_code: str, **fields: Any) -> dict[str, Any]:
+    return {"operation": "release",
+            "release": {"permit_id": permit_id, "verified": False, "reason_code": reason_code, **fields}}
+
+
+def _release_failed(permit_id: str, err: errors.MeshError) -> AgentFailed:
+    """The FAILED result of a release call that did not succeed (see the module docstring's table)."""
+    detail = f"{RELEASE} {err.reason}: {err.message}"
+    extra: dict[str, Any] = {}
+    if isinstance(err, errors.Aborted) and err.reason == "VERIFICATION_FAILED":
+        code = "RELEASE_VERIFICATION_FAILED"
+        # What the capability service did about the unverified write (ErrorInfo metadata):
+        # whether it compensated, and what it restored. The caller needs both to know the permit's state.
+        said = [f"{name}: {err.metadata[name]}" if name == "compensated" else f"{name} {err.metadata[name]}"
+                for name in ("compensated", "restored") if name in err.metadata]
+        if said:
+            detail += "; " + ", ".join(said)
+        if "compensated" in err.metadata:
+            flag = err.metadata["compensated"]
+            extra["compensated"] = {"true": True, "false": False}.get(flag.lower(), flag)
+        if "restored" in err.metadata:
+            extra["restored"] = err.metadata["restored"]
+    elif isinstance(err, errors.FailedPrecondition) or (
+            isinstance(err, errors.Aborted) and err.reason == "IDEMPOTENCY_KEY_REUSED"):
+        code = "RELEASE_REFUSED"
+    else:
+        failure = classify(err, RELEASE)
+        if failure.kind == "not_found":
+            code = "PERMIT_NOT_FOUND"
+        elif failure.kind == "fatal":
+            code = failure.code
+        elif isinstance(err, errors.Unavailable) and err.reason in _GOVERNANCE_REASONS:
+            code = "GOVERNANCE_UNAVAILABLE"  # refused before anything was executed
+        else:
+            # A timeout, an unavailable registry, a release still in flight under this key:
+            # the write may have happened. Never reported as "not released".
+            code = "RELEASE_OUTCOME_UNKNOWN"
+            detail += "; the release may have taken effect: read the permit before any retry"
+    return AgentFailed(code, detail, payload=_release_payload(permit_id, err.reason, **extra))
+
+
+def _release(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentResult:
+    permit_id = _id_field(data, "permit_id")
+    reason = require_str(data, "reason")
+    if not _REASON_LENGTH[0] <= len(reason) <= _REASON_LENGTH[1]:
+        raise TaskInputInvalid(f"must be {_REASON_LENGTH[0]} to {_REASON_LENGTH[1]} characters", field="reason")
+    key = require_str(data, "idempotency_key")
+
+    def rules() -> common_pb2.AgentResult:
+        try:
+            released, release_refs = client.call(RELEASE, {"permit_id": permit_id, "reason": reason},
+                                                 idempotency_key=key)
+        except errors.MeshError as err:
+            raise _release_failed(permit_id, err) from err
+        if not release_refs:
+            raise AgentFailed("EVIDENCE_MISSING", f"{RELEASE}: the answer carries no provenance",
+                              payload=_release_payload(permit_id, "EVIDENCE_MISSING"))
+        if released.get("permit_id") != permit_id or released.get("status") != RELEASED:
+            raise AgentFailed("PERMIT_REGISTRY_MALFORMED", f"{RELEASE}: the answer is not a release of this permit",
+                              payload=_release_payload(permit_id, "PERMIT_REGISTRY_MALFORMED"))
+
+        # The independent verification step (§73): read the permit back ourselves.
+        answer = _call(client, CAPABILITY, {"permit_id": permit_id})
+        if isinstance(answer, CallFailure):
+            raise AgentFailed("RELEASE_NOT_VERIFIED",
+                              f"{RELEASE} answered RELEASED but the read-back failed: {answer.code} {answer.detail}; "
+                              f"the release was acknowledged: read the permit before any retry",
+                              payload=_release_payload(permit_id, answer.code))
+        permit, get_refs = answer
+        observed = permit.get("status")
+        if permit.get("permit_id") != permit_id or observed != RELEASED or not get_refs:
+            shown = token(observed, "unrecognised") if get_refs else "no evidence"
+            raise AgentFailed("RELEASE_NOT_VISIBLE",
+                              f"{RELEASE} answered RELEASED but {CAPABILITY} reads back {shown}",
+                              payload=_release_payload(permit_id, "RELEASE_NOT_VISIBLE",
+                                                       status=token(observed, "unrecognised")))
+
+        out = ResultBuilder()
+        subject = f"permit:{permit_id}/release"
+        summary = {name: released.get(name) for name in ("previous_status", "released_at", "released_by")}
+        ev_release = out.evidence(release_refs[0], data={"permit_id": permit_id, "status": RELEASED, **summary})
+        ev_read = out.evidence(get_refs[0], data={
+            "permit_id": permit_id, "status": observed, "released_at": permit.get("released_at"),
+            "released_by": permit.get("released_by")})
+        out.judge(subject, Verdict.PASS)
+        out.fact("PERMIT_RELEASED",
+                 f"Permit {permit_id} was released (previous status "
+                 f"{token(summary['previous_status'], 'unrecognised')}) and reads back {RELEASED}",
+                 subject=subject, evidence=[ev_release, ev_read])
+        return out.build({
+            "operation": "release",
+            "release": {"permit_id": permit_id, "status": observed, **summary, "verified": True},
+            "permit_found": True,
+            "permit": permit_record(permit),
+        })
+
+    return run_guarded(rules)
+
+
+# --- affected by training ---------------------------------------------------------------------------
+
+def _permit_ids(output: Mapping[str, Any]) -> list[str] | None:
+    """The ids of a search answer's permits in the searched statuses, or None when the answer is unusable."""
+    permits = output.get("permits")
+    if not isinstance(permits, list) or not all(isinstance(p, Mapping) and is_id(p.get("permit_id"))
+                                                for p in permits):
+        return None
+    return [str(p["permit_id"]) for p in permits if p.get("status") in _RECOMMENDATIONS]
+
+
+def _affected_by_training(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentResult:
+    worker_id = _id_field(data, "worker_id")
+    course = _id_field(data, "training_code")
+
+    def search(status: str) -> tuple[str, tuple[dict[str, Any], list[common_pb2.EvidenceReference]] | CallFailure]:
+        return status, call_or_failure(client, SEARCH, {"worker_id": worker_id, "status": status,
+                                                        "limit": _SEARCH_LIMIT})
+
+    def read(permit_id: str) -> tuple[str, tuple[dict[str, Any], list[common_pb2.EvidenceReference]] | CallFailure]:
+        return permit_id, call_or_failure(client, CAPABILITY, {"permit_id": permit_id})
+
+    def rules() -> common_pb2.AgentResult:
+        out = ResultBuilder()
+        listed = f"worker:{worker_id}/permits"
+        found: list[str] = []
+        search_evidence: list[int] = []
+        truncated = False
+        for status, answer in parallel_map(search, list(_RECOMMENDATIONS)):
+            if isinstance(answer, CallFailure):
+                # Without the list, "no permit is affected" cannot be said: no usable answer.
+                raise AgentFailed(answer.code, answer.detail)
+            output, refs = answer
+            ids = _permit_ids(output)
+            if not refs:
+                raise AgentFailed("EVIDENCE_MISSING", f"{SEARCH}: the answer carries no provenance")
+            if ids is None:
+                raise AgentFailed("PERMIT_REGISTRY_MALFORMED", f"{SEARCH}: the answer lists no usable permits")
+            cut = output.get("truncated") is True
+            truncated = truncated or cut
+            search_evidence.append(out.evidence(refs[0], data={
+                "worker_id": worker_id, "status": status, "permit_ids": ids, "truncated": cut}))
+            found.extend(ids)
+        found = sorted(set(found))
+        if truncated:
+            out.judge(listed, Verdict.UNKNOWN)
+            out.uncertainty("PERMIT_SEARCH_TRUNCATED",
+                            f"The permit registry lists more than {_SEARCH_LIMIT} permits of worker {worker_id} "
+                            f"in one status; permits past the limit were not checked",
+                            subject=listed, evidence=search_evidence)
+        else:
+            out.judge(listed, Verdict.PASS)
+            out.fact("WORKER_PERMITS_LISTED",
+                     f"The permit registry lists {len(found)} permit(s) of worker {worker_id} that are "
+                     f"{RELEASABLE} or {RELEASED}", subject=listed, evidence=search_evidence)
+
+        affected: list[dict[str, str]] = []
+        unverified: list[str] = []
+        for permit_id, answer in parallel_map(read, found):
+            subject = f"permit:{permit_id}/training:{course}"
+            if isinstance(answer, CallFailure):
+                failure = answer
+                if failure.kind == "not_found":
+                    failure = CallFailure("uncertain", "PERMIT_NOT_FOUND", failure.detail)
+                out.unanswered(failure, [subject], f"Permit {permit_id}")
+                unverified.append(permit_id)
+                continue
+            permit, refs = answer
+            trainings, workers = permit.get("required_trainings"), permit.get("workers")
+            if (not refs or permit.get("permit_id") != permit_id or not isinstance(trainings, list)
+                    or not isinstance(workers, list)):
+                code = "PERMIT_REGISTRY_MALFORMED" if refs else "EVIDENCE_MISSING"
+                out.unanswered(CallFailure("uncertain", code, f"{CAPABILITY}: unusable answer for {permit_id}"),
+                               [subject], f"Permit {permit_id}")
+                unverified.append(permit_id)
+                continue
+            current = permit.get("status")
+            worker_ids = [w.get("worker_id") for w in workers if isinstance(w, Mapping)]
+            ev = out.evidence(refs[0], data={
+                "permit_id": permit_id, "status": current, "required_trainings": trainings,
+                "worker_ids": [str(i) for i in worker_ids]})
+            if current not in _RECOMMENDATIONS:
+                out.judge(subject, Verdict.PASS)
+                out.fact("PERMIT_NOT_ACTIVE", f"Permit {permit_id} is {token(current, 'unrecognised')}: neither "
+                         f"{RELEASABLE} nor {RELEASED}", subject=subject, evidence=[ev])
+            elif worker_id not in worker_ids:
+                out.judge(subject, Verdict.PASS)
+                out.fact("WORKER_NOT_ON_PERMIT", f"Permit {permit_id} does not list worker {worker_id}",
+                         subject=subject, evidence=[ev])
+            elif course not in trainings:
+                out.judge(subject, Verdict.PASS)
+                out.fact("TRAINING_NOT_REQUIRED", f"Permit {permit_id} does not require {course}",
+                         subject=subject, evidence=[ev])
+            else:
+                recommendation, code = _RECOMMENDATIONS[str(current)]
+                out.judge(subject, Verdict.FAIL)
+                out.fact("PERMIT_REQUIRES_TRAINING",
+                         f"Permit {permit_id} is {current}, lists worker {worker_id} and requires {course}",
+                         subject=subject, evidence=[ev])
+                action = (f"Suspend permit {permit_id}" if current == RELEASED
+                          else f"Hold the release of permit {permit_id}")
+                out.statement("RECOMMENDATION", code, f"{action}: it requires {course} of worker {worker_id}",
+                              subject=subject, evidence=[ev])
+                affected.append({"permit_id": permit_id, "status": str(current), "recommendation": recommendation})
+        return out.build({
+            "operation": "affected_by_training",
+            "worker_id": worker_id,
+            "training_code": course,
+            "affected_permits": affected,
+            "unverified_permits": unverified,
+        })
 
     return run_guarded(rules)

@@ -123,12 +123,18 @@ class LocalCapabilityClient:
 
 
 class FakeCapabilityClient:
-    """Canned answers keyed by (capability, resource id); each output checked against its output schema."""
+    """Canned answers keyed by (capability, resource id); each output checked against its output schema.
+
+    The key is the input's ``worker_id`` or ``permit_id``; a search by status is
+    answered from ``"<id>?status=<status>"`` when that key has an answer.
+    """
 
     def __init__(self, registry: CapabilityRegistry) -> None:
         self._registry = registry
         self._answers: dict[tuple[str, str], dict[str, Any] | errors.MeshError] = {}
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.idempotency_keys: list[str | None] = []
+        """One per call, in the order of ``calls``."""
 
     def answer(self, capability_id: str, key: str, output: dict[str, Any] | errors.MeshError) -> None:
         if isinstance(output, dict):
@@ -138,7 +144,10 @@ class FakeCapabilityClient:
     def call(self, capability_id: str, input: Mapping[str, Any], idempotency_key: str | None = None
              ) -> tuple[dict[str, Any], list[common_pb2.EvidenceReference]]:
         self.calls.append((capability_id, dict(input)))
+        self.idempotency_keys.append(idempotency_key)
         key = str(input.get("worker_id") or input.get("permit_id"))
+        if "status" in input and (capability_id, f"{key}?status={input['status']}") in self._answers:
+            key = f"{key}?status={input['status']}"
         answer = self._answers.get((capability_id, key))
         if answer is None:
             raise AssertionError(f"no canned answer for {capability_id} {key}")
@@ -206,10 +215,15 @@ def run_agent() -> Callable[..., common_pb2.AgentResult]:
 
 
 @pytest.fixture()
-def checked() -> Callable[[common_pb2.AgentResult, str], ParsedResult]:
-    """``checked(result, agent_id)``: the contract check plus what the aggregator relies on for evidence."""
-    def check(result: common_pb2.AgentResult, agent_id: str) -> ParsedResult:
-        parsed = check_result(result, ANALYSIS[agent_id])
+def checked() -> Callable[..., ParsedResult]:
+    """``checked(result, agent_id, analysis=None)``: the contract check plus what the aggregator relies on.
+
+    ``analysis`` defaults to the agent's permit analysis; a result of another
+    operation (e.g. the work-permit agent's ``affected_by_training``, which has
+    no single permit) is checked as ``analysis``.
+    """
+    def check(result: common_pb2.AgentResult, agent_id: str, analysis: str | None = None) -> ParsedResult:
+        parsed = check_result(result, analysis or ANALYSIS[agent_id])
         facts = {s.subject for s in result.statements
                  if s.kind == common_pb2.STATEMENT_KIND_FACT and s.evidence_indexes}
         for subject, verdict in parsed.subjects.items():

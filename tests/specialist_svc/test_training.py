@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from google.protobuf import json_format
 
 from agentmesh import errors
 from agentmesh.v1 import common_pb2 as c
@@ -302,3 +303,123 @@ def test_input_outside_the_projection_is_refused(fake, run_agent) -> None:
         run_agent(AGENT, data, fake)
     assert info.value.reason == "TASK_INPUT_INVALID" and info.value.field == "task.input.workers[0]"
     assert fake.calls == []
+
+
+# --- worker_training: one worker, one course, one day (§44, §28) ------------------------------------
+
+def worker_training(worker_id: str = "W-1", training_code: str = "NR-10", on_date: str = "2026-11-30"
+                    ) -> dict[str, Any]:
+    return {"operation": "worker_training", "worker_id": worker_id, "training_code": training_code,
+            "on_date": on_date}
+
+
+def training_of(result: c.AgentResult) -> dict[str, Any]:
+    data: dict[str, Any] = json_format.MessageToDict(result.result)
+    assert data["operation"] == "worker_training"
+    training: dict[str, Any] = data["training"]
+    return training
+
+
+def test_an_expired_training_on_the_day_fails_with_its_expiry_date(local, run_agent, checked) -> None:
+    client = local(AGENT)
+    result = run_agent(AGENT, worker_training("W-1003"), client)  # NR-10 expired 2026-08-15
+    parsed = checked(result, AGENT)
+    assert result.status == c.RESULT_STATUS_SUCCESS and parsed.verdict.value == "FAIL"
+    assert subjects(parsed) == {"worker:W-1003/NR-10": "FAIL"}
+    (fact,) = [s for s in result.statements if s.kind == FACT]
+    assert fact.code == "TRAINING_EXPIRED" and "2026-08-15" in fact.text and "2026-11-30" in fact.text
+    (ev,) = [result.evidence[i] for i in fact.evidence_indexes]
+    assert ev.capability == "training.getStatus@2.1.0" and ev.data["valid_until"] == "2026-08-15"
+    assert training_of(result) == {"worker_id": "W-1003", "training_code": "NR-10", "on_date": "2026-11-30",
+                                   "state": "EXPIRED", "valid_until": "2026-08-15"}
+    # One lookup, for that course only.
+    assert client.calls == [("training.getStatus", {"worker_id": "W-1003", "training_codes": ["NR-10"]})]
+
+
+def test_a_valid_training_on_the_day_passes(local, run_agent, checked) -> None:
+    result = run_agent(AGENT, worker_training("W-1001"), local(AGENT))
+    assert subjects(checked(result, AGENT)) == {"worker:W-1001/NR-10": "PASS"}
+    assert codes(result, FACT) == ["TRAINING_VALID"]
+    assert training_of(result)["state"] == "VALID" and training_of(result)["valid_until"] == "2027-03-10"
+    assert "permit" not in " ".join(s.text for s in result.statements)
+
+
+def test_a_missing_training_fails(local, run_agent, checked) -> None:
+    result = run_agent(AGENT, worker_training("W-1004"), local(AGENT))  # W-1004 holds NR-35 only
+    assert subjects(checked(result, AGENT)) == {"worker:W-1004/NR-10": "FAIL"}
+    assert codes(result, FACT) == ["TRAINING_MISSING"]
+    assert training_of(result) == {"worker_id": "W-1004", "training_code": "NR-10", "on_date": "2026-11-30",
+                                   "state": "MISSING", "valid_until": None}
+
+
+def test_the_event_s_own_expiry_date_confirms_the_expiry(local, run_agent, checked) -> None:
+    # A TrainingExpired event names the day the certificate expired on: its valid_until.
+    result = run_agent(AGENT, worker_training("W-1003", on_date="2026-08-15"), local(AGENT))
+    assert subjects(checked(result, AGENT)) == {"worker:W-1003/NR-10": "FAIL"}
+    (fact,) = [s for s in result.statements if s.kind == FACT]
+    assert fact.text == "NR-10 of W-1003 expired on 2026-08-15, on or before 2026-08-15"
+
+
+@pytest.mark.parametrize(("rec", "on_date", "verdict", "fact"), [
+    (record("TR-1", until="2026-11-30"), "2026-11-30", "FAIL", "TRAINING_EXPIRED"),  # expires on its valid_until
+    (record("TR-1", until="2026-11-30"), "2026-11-29", "PASS", "TRAINING_VALID"),
+    (record("TR-1", until="2026-11-30"), "2026-12-01", "FAIL", "TRAINING_EXPIRED"),
+    (record("TR-1", completed="2026-11-30"), "2026-11-30", "PASS", "TRAINING_VALID"),  # held from that day
+    (record("TR-1", completed="2026-12-01"), "2026-11-30", "FAIL", "TRAINING_NOT_YET_VALID"),
+    (record("TR-1", status="REVOKED"), "2026-11-30", "FAIL", "TRAINING_REVOKED"),
+])
+def test_one_record_against_the_day(rec, on_date, verdict, fact, fake, run_agent, checked) -> None:
+    fake.answer("training.getStatus", "W-1", lms("W-1", rec))
+    result = run_agent(AGENT, worker_training(on_date=on_date), fake)
+    assert subjects(checked(result, AGENT)) == {SUBJECT: verdict}
+    assert codes(result, FACT, SUBJECT) == [fact]
+
+
+@pytest.mark.parametrize(("error", "code"), [
+    (errors.DeadlineExceeded("deadline", reason="DEADLINE_EXCEEDED"), "LMS_TIMEOUT"),
+    (errors.Unavailable("circuit open", reason="EXTERNAL_CIRCUIT_OPEN"), "LMS_UNAVAILABLE"),
+])
+def test_an_unreadable_training_is_unknown(error, code, fake, run_agent, checked) -> None:
+    fake.answer("training.getStatus", "W-1", error)
+    result = run_agent(AGENT, worker_training(), fake)
+    parsed = checked(result, AGENT)
+    assert result.status == c.RESULT_STATUS_PARTIAL and parsed.verdict.value == "UNKNOWN"
+    assert codes(result, UNCERTAINTY, SUBJECT) == [code] and not codes(result, FACT)
+    assert training_of(result)["state"] == "UNREADABLE"
+
+
+def test_a_worker_unknown_to_the_lms_is_unknown(fake, run_agent, checked) -> None:
+    fake.answer("training.getStatus", "W-1", lms("W-1", known=False))
+    result = run_agent(AGENT, worker_training(), fake)
+    assert subjects(checked(result, AGENT)) == {SUBJECT: "UNKNOWN"}
+    assert training_of(result)["state"] == "WORKER_UNKNOWN"
+
+
+@pytest.mark.parametrize("data", [
+    {k: v for k, v in worker_training().items() if k != "on_date"},
+    worker_training(on_date="30/11/2026"),
+    worker_training(on_date="2026-13-01"),
+    worker_training(worker_id="../W-1"),
+    {**worker_training(), "permit_id": "WP-1"},
+    {**INPUT, "operation": "worker_training"},
+    {**INPUT, "on_date": "2026-11-30"},
+    {**INPUT, "operation": "renew"},
+], ids=["without-on-date", "not-iso", "no-such-date", "bad-worker-id", "with-a-permit", "permit-input",
+        "verify-with-a-date", "unknown-operation"])
+def test_each_operation_takes_its_own_input_only(data, fake, run_agent) -> None:
+    with pytest.raises(errors.InvalidArgument) as info:
+        run_agent(AGENT, data, fake)
+    assert info.value.reason == "TASK_INPUT_INVALID"
+    assert fake.calls == []
+
+
+def test_verify_is_the_default_and_unchanged(fake, run_agent) -> None:
+    fake.answer("training.getStatus", "W-1", lms("W-1", record("TR-1", until="2026-11-29")))
+    implicit = run_agent(AGENT, INPUT, fake)
+    explicit = run_agent(AGENT, {**INPUT, "operation": "verify"}, fake)
+    implicit.ClearField("completed_at")
+    explicit.ClearField("completed_at")
+    assert implicit == explicit
+    assert "operation" not in json_format.MessageToDict(implicit.result)
+    (fact,) = [s for s in implicit.statements if s.kind == FACT]
+    assert fact.text == "NR-10 of W-1 expired on 2026-11-29, before the permit window 2026-11-30..2026-12-10"
