@@ -272,8 +272,10 @@ class GovernedInvoker:
             delegation_depth=grant.depth,
             capability_id=m.id,
             capability_version=str(m.version),
-            resource=policy_pb2.ResourceRef(type=_POLICY_RESOURCE.get(m.resource_type or "", m.resource_type or ""),
-                                            id=resource_id, tenant_id=resource_tenant),
+            # A capability over no single record (a search) acts on the tenant's registry as a whole.
+            resource=policy_pb2.ResourceRef(type=_POLICY_RESOURCE.get(m.resource_type or "", m.resource_type or "")
+                                            if resource_id else "Tenant",
+                                            id=resource_id or grant.tenant_id, tenant_id=resource_tenant),
             # Confirmation and approval count only when the supervisor signed them
             # into this grant, bound to this exact action.
             context=policy_pb2.OperationContext(

@@ -115,12 +115,21 @@ class ReleaseActions:
         ex.action.CopyFrom(action)
         self._store.add_action(action.action_id, ex.execution_id, requester_of(user), max(0, ttl_s))
         decision = ex.decision
-        if (decision == common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW
-                and ex.status == pb.EXECUTION_STATUS_AWAITING_REVIEW):
+        if decision == common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW:
             reviews = [c.review_id for c in ex.conflicts if c.review_id]
+            if not reviews:
+                # Review required without a conflict (e.g. a weak FAIL): the release itself goes to a human.
+                review = dc_pb2.ReviewItem(
+                    execution_id=ex.execution_id, tenant_id=ex.tenant_id, kind=dc_pb2.REVIEW_KIND_ACTION_APPROVAL,
+                    status=dc_pb2.REVIEW_STATUS_OPEN, requester=user.user_id, analysis_decision=decision,
+                    summary=f"The analysis of permit {permit_id} requires a human review ({ex.reason}); approve or "
+                            "reject its release", created_at=now_ts(), updated_at=now_ts())
+                review.action.CopyFrom(ex.action)
+                reviews = [self._store.add_review(review)]
             self._set(ex, pb.ACTION_STATE_AWAITING_APPROVAL,
                       f"REVIEW_REQUIRED: the analysis needs a human review first ({', '.join(reviews)}); "
-                      "its approval by a reviewer other than you is the human approval of the release")
+                      "its approval by a reviewer other than the requester is the human approval of the release")
+            ex.status = pb.EXECUTION_STATUS_AWAITING_REVIEW
             return
         if decision != common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE:
             self._close(ex, pb.ACTION_STATE_NOT_ELIGIBLE,

@@ -181,7 +181,10 @@ class DecisionCenter:
             override and req.override_decision == common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE)
         reject = decision == dc_pb2.REVIEW_DECISION_REJECT or (
             override and req.override_decision == common_pb2.ANALYSIS_DECISION_NOT_RECOMMENDED)
-        if (approve or reject) and ex.status != pb.EXECUTION_STATUS_AWAITING_REVIEW:
+        waiting = ex.status in (pb.EXECUTION_STATUS_AWAITING_REVIEW, pb.EXECUTION_STATUS_SUCCEEDED,
+                                pb.EXECUTION_STATUS_PARTIAL) and (
+            not ex.HasField("action") or ex.action.state == pb.ACTION_STATE_AWAITING_APPROVAL)
+        if (approve or reject) and not waiting:
             raise errors.FailedPrecondition("the execution no longer waits for this review",
                                             reason="EXECUTION_NOT_AWAITING_REVIEW", field="review_id")
         reviewer = f"{user.tenant_id}/{user.user_id}"
@@ -261,6 +264,8 @@ class DecisionCenter:
                           if r.review_id != item.review_id and r.kind == dc_pb2.REVIEW_KIND_CONFLICT]
             if still_open:
                 return
+        if ex.decision != common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE:
+            # A human's approval of what the analysis left open: recorded as theirs, never as the agents'.
             ex.decision = common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE
             ex.reason = f"HUMAN_REVIEW: {how} by {who}"
             ex.summary = f"{ex.summary}\nRecommended for release after human review ({how} by {who})."
