@@ -619,6 +619,8 @@ class Orchestrator:
                            "status": pb.ExecutionStatus.Name(ex.status)})
         self._audit_later(live, audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED,
                           outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS if ex.status == pb.EXECUTION_STATUS_SUCCEEDED
+                          else audit_pb2.AUDIT_OUTCOME_PENDING if ex.status in (
+                              pb.EXECUTION_STATUS_AWAITING_REVIEW, pb.EXECUTION_STATUS_AWAITING_CONFIRMATION)
                           else audit_pb2.AUDIT_OUTCOME_FAILURE,
                           tenant_id=ex.tenant_id, user_id=ex.user_id, analysis_decision=ex.decision,
                           reason_codes=[pb.ExecutionStatus.Name(ex.status), ex.reason][: 2 if ex.reason else 1])
