@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 import jwt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from agentmesh.v1 import common_pb2
+
 DEV_ISSUER = "https://idp.agentmesh.local"
 AUDIENCE = "agentmesh"
 DEFAULT_TTL_S = 3600
@@ -38,6 +40,12 @@ class UserIdentity:
     session_id: str
     conversation_id: str
     digest: str = field(default="")
+
+    def to_context(self) -> common_pb2.UserContext:
+        """The user as the contracts carry it (policy requests, plans, kept requesters)."""
+        return common_pb2.UserContext(tenant_id=self.tenant_id, user_id=self.user_id, session_id=self.session_id,
+                                      conversation_id=self.conversation_id, roles=list(self.roles),
+                                      assertion_digest=self.digest)
 
 
 def digest(token: str) -> str:

@@ -78,13 +78,6 @@ def _ts(moment: dt.datetime) -> Timestamp:
     return ts
 
 
-def requester_of(user: assertion.UserIdentity) -> common_pb2.UserContext:
-    """The user context kept with a proposed action."""
-    return common_pb2.UserContext(tenant_id=user.tenant_id, user_id=user.user_id, session_id=user.session_id,
-                                  conversation_id=user.conversation_id, roles=list(user.roles),
-                                  assertion_digest=user.digest)
-
-
 class ReleaseActions:
     """Proposes, gates, confirms and executes the release of a permit (see the module docstring)."""
 
@@ -113,7 +106,7 @@ class ReleaseActions:
                                    action_digest=grants.action_digest(RELEASE_CAPABILITY, arguments))
         action.arguments.update(arguments)
         ex.action.CopyFrom(action)
-        self._store.add_action(action.action_id, ex.execution_id, requester_of(user), max(0, ttl_s))
+        self._store.add_action(action.action_id, ex.execution_id, user.to_context(), max(0, ttl_s))
         decision = ex.decision
         if decision == common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW:
             reviews = [c.review_id for c in ex.conflicts if c.review_id]

@@ -81,9 +81,7 @@ class DecisionCenter:
                review_id: str = "") -> common_pb2.PolicyDecision:
         """The policy engine's decision on a review operation; PERMISSION_DENIED (audited) unless ALLOW."""
         request = policy_pb2.AuthorizeRequest(
-            user=common_pb2.UserContext(tenant_id=user.tenant_id, user_id=user.user_id, roles=list(user.roles),
-                                        session_id=user.session_id, conversation_id=user.conversation_id,
-                                        assertion_digest=user.digest),
+            user=user.to_context(),
             actor_type=common_pb2.ACTOR_TYPE_USER,
             agent=common_pb2.AgentPrincipal(agent_id="supervisor", execution_id=execution_id,
                                             delegation_chain=[f"user:{user.tenant_id}/{user.user_id}",

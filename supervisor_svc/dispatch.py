@@ -19,14 +19,14 @@ from typing import Any, Protocol
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from agentmesh import errors, grants, spiffe, telemetry
+from agentmesh import assertion, errors, grants, spiffe, telemetry
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import specialist_service_pb2 as spec_pb2
 from agentmesh.v1 import supervisor_service_pb2 as pb
 from supervisor_svc import errors as sup_errors
 from supervisor_svc.executions import ExecutionStore
-from supervisor_svc.registry import AgentRegistry
+from supervisor_svc.registry import AgentEntry, AgentRegistry
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +63,42 @@ class Actor:
     assertion_digest: str = ""
     actor_type: int = common_pb2.ACTOR_TYPE_USER
 
+    @classmethod
+    def of_user(cls, user: assertion.UserIdentity) -> Actor:
+        """A verified end user as the actor."""
+        return cls(tenant_id=user.tenant_id, user_id=user.user_id, roles=tuple(user.roles), session_id=user.session_id,
+                   conversation_id=user.conversation_id, assertion_digest=user.digest)
+
     @property
     def chain_head(self) -> str:
         """First link of the delegation chain."""
         kind = "user" if self.actor_type == common_pb2.ACTOR_TYPE_USER else "system"
         return f"{kind}:{self.tenant_id}/{self.user_id}"
+
+
+def delegate(signer: grants.GrantSigner, issuer: spiffe.SpiffeId, entry: AgentEntry, node: common_pb2.AgentTask,
+             actor: Actor, *, ttl: dt.timedelta, confirmed_action_digest: str = "", confirmation_id: str = "",
+             human_approval_id: str = "", human_approver_id: str = "",
+             ) -> tuple[common_pb2.SignedTaskGrant, common_pb2.AgentPrincipal]:
+    """The signed grant and the principal of one task (user -> supervisor -> agent).
+
+    The grant lists never more than the agent registered, whatever the task asks for.
+    """
+    agent_id = entry.agent_id
+    allowed = [c for c in node.required_capabilities if c in entry.manifest.capabilities]
+    grant = signer.issue(
+        issuer=str(issuer), audience=str(spiffe.agent(agent_id)), execution_id=node.execution_id,
+        task_id=node.task_id, tenant_id=actor.tenant_id, user_id=actor.user_id,
+        assertion_digest=actor.assertion_digest, capabilities=allowed, projection_digest=node.projection.digest,
+        depth=node.depth, roles=actor.roles, actor_type=actor.actor_type, session_id=actor.session_id,
+        conversation_id=actor.conversation_id, confirmed_action_digest=confirmed_action_digest,
+        confirmation_id=confirmation_id, human_approval_id=human_approval_id, human_approver_id=human_approver_id,
+        ttl=ttl)
+    principal = common_pb2.AgentPrincipal(
+        agent_id=agent_id, agent_version=entry.manifest.version, execution_id=node.execution_id,
+        parent_agent_id=node.source_agent_id,
+        delegation_chain=[actor.chain_head, f"svc:{issuer.name}", f"agent:{agent_id}"], grants=[grant])
+    return grant, principal
 
 
 @dataclass(frozen=True)
@@ -120,19 +151,10 @@ class TaskDispatcher:
         deadline.FromDatetime(dt.datetime.now(dt.UTC) + dt.timedelta(seconds=self._timeout_s))
         node.deadline.CopyFrom(deadline)
         node.started_at.CopyFrom(now_ts())
-        allowed = [c for c in capabilities if c in entry.manifest.capabilities]
-        grant = self._signer.issue(
-            issuer=str(self._id), audience=str(spiffe.agent(agent_id)), execution_id=ex.execution_id,
-            task_id=task_id, tenant_id=actor.tenant_id, user_id=actor.user_id,
-            assertion_digest=actor.assertion_digest, capabilities=allowed, depth=1, roles=actor.roles,
-            actor_type=actor.actor_type, session_id=actor.session_id, conversation_id=actor.conversation_id,
+        grant, principal = delegate(
+            self._signer, self._id, entry, node, actor, ttl=dt.timedelta(seconds=self._timeout_s + 30),
             confirmed_action_digest=confirmed_action_digest, confirmation_id=confirmation_id,
-            human_approval_id=human_approval_id, human_approver_id=human_approver_id,
-            ttl=dt.timedelta(seconds=self._timeout_s + 30))
-        principal = common_pb2.AgentPrincipal(
-            agent_id=agent_id, agent_version=entry.manifest.version, execution_id=ex.execution_id,
-            parent_agent_id="supervisor",
-            delegation_chain=[actor.chain_head, f"svc:{self._id.name}", f"agent:{agent_id}"], grants=[grant])
+            human_approval_id=human_approval_id, human_approver_id=human_approver_id)
         ex.graph.nodes.append(node)
         self._store.save(ex)
         self.audit(audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,

@@ -46,6 +46,7 @@ from supervisor_svc.aggregation import (
     summarize_status,
 )
 from supervisor_svc.contract import Analysis, condition_holds, permit_context
+from supervisor_svc.dispatch import Actor, delegate
 from supervisor_svc.executions import ExecutionStore
 from supervisor_svc.intent import IntentKind, check_tenant, parse_intent
 from supervisor_svc.limits import ExecutionBudget, LimitAction
@@ -246,9 +247,7 @@ class Orchestrator:
                 trace=common_pb2.TraceContext(trace_id=ids.get("trace_id", ""), correlation_id=correlation_id,
                                               execution_id=execution_id),
                 started_at=_ts())
-            user_ctx = common_pb2.UserContext(tenant_id=user.tenant_id, user_id=user.user_id,
-                                              session_id=user.session_id, conversation_id=user.conversation_id,
-                                              roles=list(user.roles), assertion_digest=user.digest)
+            user_ctx = user.to_context()
             try:
                 tenant = self._tenants.get(user.tenant_id)
                 budget = ExecutionBudget(tenant.limit_policy, request.budget if request.HasField("budget") else None)
@@ -447,19 +446,8 @@ class Orchestrator:
             node.deadline.CopyFrom(_ts(deadline))
             node.status = common_pb2.TASK_STATUS_RUNNING
             node.started_at.CopyFrom(_ts())
-            # Never more than the agent registered, whatever the plan asked for.
-            allowed = [c for c in node.required_capabilities if c in entry.manifest.capabilities]
-            grant = self._signer.issue(
-                issuer=str(self._id), audience=str(spiffe.agent(agent_id)), execution_id=live.execution.execution_id,
-                task_id=task_id, tenant_id=user.tenant_id, user_id=user.user_id, assertion_digest=user.digest,
-                capabilities=allowed, projection_digest=node.projection.digest, depth=node.depth,
-                roles=user.roles, session_id=user.session_id, conversation_id=user.conversation_id,
-                ttl=dt.timedelta(seconds=timeout_s + 30))
-            principal = common_pb2.AgentPrincipal(
-                agent_id=agent_id, agent_version=entry.manifest.version, execution_id=live.execution.execution_id,
-                parent_agent_id=node.source_agent_id,
-                delegation_chain=[f"user:{user.tenant_id}/{user.user_id}", f"svc:{self._id.name}", f"agent:{agent_id}"],
-                grants=[grant])
+            grant, principal = delegate(self._signer, self._id, entry, node, Actor.of_user(user),
+                                        ttl=dt.timedelta(seconds=timeout_s + 30))
             with live.lock:
                 for n in live.execution.graph.nodes:
                     if n.task_id == task_id:
