@@ -250,7 +250,7 @@ class DecisionCenter:
         who = f"{user.tenant_id}/{user.user_id}"
         how = "overridden" if override else "approved"
         if item.kind == dc_pb2.REVIEW_KIND_RECOMMENDATION:
-            ex.status = pb.EXECUTION_STATUS_SUCCEEDED
+            _stop_waiting(ex)
             ex.summary = f"{ex.summary}\nRecommendation accepted by {who}" + (f": {reason}" if reason else ".")
             return
         if item.kind == dc_pb2.REVIEW_KIND_CONFLICT:
@@ -262,16 +262,17 @@ class DecisionCenter:
                           if r.review_id != item.review_id and r.kind == dc_pb2.REVIEW_KIND_CONFLICT]
             if still_open:
                 return
-        if ex.decision != common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE:
-            # A human's approval of what the analysis left open: recorded as theirs, never as the agents'.
+        if override or ex.decision == common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW:
+            # A reviewer's approval settles only what the analysis left open (a definitive FAIL elsewhere
+            # stands); an administrator's override sets the decision. Recorded as theirs, never the agents'.
             ex.decision = common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE
             ex.reason = f"HUMAN_REVIEW: {how} by {who}"
             ex.summary = f"{ex.summary}\nRecommended for release after human review ({how} by {who})."
         if ex.HasField("action") and ex.action.state == pb.ACTION_STATE_AWAITING_APPROVAL:
             # The approval of the review is the human approval of the release — if the policy says it counts.
             self._actions.gate(ex, approval_review_id=item.review_id, approver=user.user_id)
-        elif item.kind == dc_pb2.REVIEW_KIND_CONFLICT:
-            ex.status = pb.EXECUTION_STATUS_SUCCEEDED
+        else:
+            _stop_waiting(ex)
 
     def _reject(self, item: dc_pb2.ReviewItem, ex: pb.Execution, reviewer: str, reason: str, *,
                 override: bool) -> None:
@@ -285,7 +286,7 @@ class DecisionCenter:
         ex.summary = f"{ex.summary}\n{how.capitalize()} by {reviewer}: {reason}"
         if ex.HasField("action"):
             self._actions.reject(ex, f"REJECTED: {how} by {reviewer} in review {item.review_id}: {reason}")
-        ex.status = pb.EXECUTION_STATUS_SUCCEEDED
+        _stop_waiting(ex)
         # The execution is decided: its other undecided reviews close with it.
         for other in self._store.reviews(ex.tenant_id, statuses=UNDECIDED, execution_id=ex.execution_id):
             if other.review_id != item.review_id:
@@ -293,6 +294,12 @@ class DecisionCenter:
                 other.history.append(dc_pb2.ReviewEvent(decision=dc_pb2.REVIEW_DECISION_REJECT, reviewer=reviewer,
                                                         reason=f"closed with review {item.review_id}", at=now_ts()))
                 self._store.save_review(other)
+
+
+def _stop_waiting(ex: pb.Execution) -> None:
+    """The execution no longer waits for a human; an analysis' own status (e.g. PARTIAL) stays as it was."""
+    if ex.status == pb.EXECUTION_STATUS_AWAITING_REVIEW:
+        ex.status = pb.EXECUTION_STATUS_SUCCEEDED
 
 
 def _permit_of(ex: pb.Execution) -> str:

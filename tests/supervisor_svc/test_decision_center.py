@@ -1,0 +1,103 @@
+"""Decision Center rules without a mesh: what a human decision may and may not change."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentmesh import assertion, errors
+from agentmesh.v1 import common_pb2
+from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
+from agentmesh.v1 import policy_service_pb2 as policy_pb2
+from agentmesh.v1 import supervisor_service_pb2 as pb
+from supervisor_svc.actions import ReleaseActions
+from supervisor_svc.decision_center import DecisionCenter
+from supervisor_svc.executions import ExecutionStore
+
+from .test_actions import FakeDispatcher
+
+BOB = assertion.UserIdentity("acme", "bob", ("reviewer",), "s", "c", "digest-b")
+
+
+class Policy:
+    """ALLOW unless told otherwise; records the operations asked."""
+
+    def __init__(self, effect: int = common_pb2.POLICY_EFFECT_ALLOW) -> None:
+        self.effect = effect
+        self.operations: list[int] = []
+
+    def __call__(self, request: policy_pb2.AuthorizeRequest) -> policy_pb2.AuthorizeResponse:
+        self.operations.append(request.operation)
+        return policy_pb2.AuthorizeResponse(decision=common_pb2.PolicyDecision(
+            decision_id="d", effect=self.effect, reason_codes=["review.requires_reviewer"]))  # type: ignore[arg-type]
+
+
+def center_with_conflict(tmp_path: Path, decision: int, status: int,
+                         policy: Policy | None = None) -> tuple[DecisionCenter, ExecutionStore, str]:
+    store = ExecutionStore(tmp_path / "supervisor.db")
+    policy = policy or Policy()
+    dispatcher = FakeDispatcher()
+    actions = ReleaseActions(store=store, dispatcher=dispatcher, authorize=policy, capabilities={})  # type: ignore[arg-type]
+    conflict = pb.Conflict(subject="worker:W-1005/NR-35", agent_a="training-agent", agent_b="compliance-agent")
+    review_id = store.add_review(dc_pb2.ReviewItem(execution_id="exe-1", tenant_id="acme",
+                                                   kind=dc_pb2.REVIEW_KIND_CONFLICT,
+                                                   status=dc_pb2.REVIEW_STATUS_OPEN, requester="alice",
+                                                   conflict=conflict))
+    conflict.review_id = review_id
+    store.save(pb.Execution(execution_id="exe-1", tenant_id="acme", user_id="alice", decision=decision,  # type: ignore[arg-type]
+                            status=status, conflicts=[conflict]))  # type: ignore[arg-type]
+
+    def visible(user: assertion.UserIdentity, execution_id: str) -> pb.Execution:
+        ex = store.get(execution_id)
+        assert ex is not None
+        return ex
+
+    center = DecisionCenter(store=store, actions=actions, authorize=policy, dispatcher=dispatcher,  # type: ignore[arg-type]
+                            visible=visible)
+    return center, store, review_id
+
+
+def approve(center: DecisionCenter, review_id: str) -> tuple[dc_pb2.ReviewItem, pb.Execution]:
+    return center.submit(BOB, dc_pb2.SubmitReviewDecisionRequest(review_id=review_id,
+                                                                 decision=dc_pb2.REVIEW_DECISION_APPROVE))
+
+
+def test_approving_an_open_conflict_recommends_as_a_human_decision(tmp_path: Path) -> None:
+    center, _, review_id = center_with_conflict(tmp_path, common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW,
+                                                pb.EXECUTION_STATUS_SUCCEEDED)
+    review, ex = approve(center, review_id)
+    assert review.status == dc_pb2.REVIEW_STATUS_APPROVED
+    assert ex.decision == common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE
+    assert ex.reason.startswith("HUMAN_REVIEW: approved by acme/bob")
+
+
+def test_approving_a_conflict_never_lifts_a_definitive_fail_elsewhere(tmp_path: Path) -> None:
+    center, _, review_id = center_with_conflict(tmp_path, common_pb2.ANALYSIS_DECISION_NOT_RECOMMENDED,
+                                                pb.EXECUTION_STATUS_SUCCEEDED)
+    review, ex = approve(center, review_id)
+    assert review.status == dc_pb2.REVIEW_STATUS_APPROVED
+    assert ex.decision == common_pb2.ANALYSIS_DECISION_NOT_RECOMMENDED
+    assert ex.conflicts[0].resolution.startswith("human: approved by acme/bob")
+
+
+def test_a_decision_keeps_the_analysis_own_status(tmp_path: Path) -> None:
+    center, _, review_id = center_with_conflict(tmp_path, common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW,
+                                                pb.EXECUTION_STATUS_PARTIAL)
+    _, ex = center.submit(BOB, dc_pb2.SubmitReviewDecisionRequest(
+        review_id=review_id, decision=dc_pb2.REVIEW_DECISION_REJECT, reason="the finding stands"))
+    assert ex.status == pb.EXECUTION_STATUS_PARTIAL
+    assert ex.decision == common_pb2.ANALYSIS_DECISION_NOT_RECOMMENDED
+
+
+def test_a_refused_reviewer_changes_nothing(tmp_path: Path) -> None:
+    center, store, review_id = center_with_conflict(tmp_path, common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW,
+                                                    pb.EXECUTION_STATUS_SUCCEEDED,
+                                                    Policy(common_pb2.POLICY_EFFECT_DENY))
+    with pytest.raises(errors.PermissionDenied) as refused:
+        approve(center, review_id)
+    assert refused.value.reason == "REVIEWER_ROLE_REQUIRED"
+    stored = store.get("exe-1")
+    assert stored is not None and stored.decision == common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW
+    item = store.review(review_id)
+    assert item is not None and item.status == dc_pb2.REVIEW_STATUS_OPEN and not item.history
