@@ -80,8 +80,11 @@ class EventHandler:
         owner = self._store.claim_event(req.tenant_id, req.event_id, execution_id)
         if owner != execution_id:
             existing = self._store.get(owner)
-            if existing is not None:
-                return existing, True
+            if existing is None:
+                # Claimed by a call still starting it: never run the same event twice.
+                raise errors.Aborted(f"event {req.event_id!r} is being handled by execution {owner}",
+                                     reason="EVENT_IN_PROGRESS", field="event_id")
+            return existing, True
         correlation_id = req.correlation_id or f"corr-{uuid.uuid4().hex[:12]}"
         with telemetry.mesh_ids(execution_id=execution_id, correlation_id=correlation_id):
             ids = telemetry.current_ids()
