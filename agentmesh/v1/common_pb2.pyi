@@ -442,7 +442,7 @@ class AgentSelectionScore(_message.Message):
     def __init__(self, agent_id: _Optional[str] = ..., domain_score: _Optional[float] = ..., capability_score: _Optional[float] = ..., knowledge_score: _Optional[float] = ..., availability_score: _Optional[float] = ..., cost_score: _Optional[float] = ..., history_score: _Optional[float] = ..., final_score: _Optional[float] = ...) -> None: ...
 
 class TaskGrant(_message.Message):
-    __slots__ = ("grant_id", "execution_id", "task_id", "tenant_id", "user_id", "assertion_digest", "issuer", "audience", "capabilities", "projection_digest", "depth", "issued_at", "expires_at", "actor_type", "roles", "session_id", "conversation_id", "parent_grant_id", "confirmed_action_digest", "confirmation_id", "human_approval_id", "human_approver_id")
+    __slots__ = ("grant_id", "execution_id", "task_id", "tenant_id", "user_id", "assertion_digest", "issuer", "audience", "capabilities", "projection_digest", "depth", "issued_at", "expires_at", "actor_type", "roles", "session_id", "conversation_id", "parent_grant_id", "confirmed_action_digest", "confirmation_id", "human_approval_id", "human_approver_id", "resources")
     GRANT_ID_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
@@ -465,6 +465,7 @@ class TaskGrant(_message.Message):
     CONFIRMATION_ID_FIELD_NUMBER: _ClassVar[int]
     HUMAN_APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
     HUMAN_APPROVER_ID_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
     grant_id: str
     execution_id: str
     task_id: str
@@ -487,7 +488,8 @@ class TaskGrant(_message.Message):
     confirmation_id: str
     human_approval_id: str
     human_approver_id: str
-    def __init__(self, grant_id: _Optional[str] = ..., execution_id: _Optional[str] = ..., task_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., assertion_digest: _Optional[str] = ..., issuer: _Optional[str] = ..., audience: _Optional[str] = ..., capabilities: _Optional[_Iterable[str]] = ..., projection_digest: _Optional[str] = ..., depth: _Optional[int] = ..., issued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., actor_type: _Optional[_Union[ActorType, str]] = ..., roles: _Optional[_Iterable[str]] = ..., session_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., parent_grant_id: _Optional[str] = ..., confirmed_action_digest: _Optional[str] = ..., confirmation_id: _Optional[str] = ..., human_approval_id: _Optional[str] = ..., human_approver_id: _Optional[str] = ...) -> None: ...
+    resources: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, grant_id: _Optional[str] = ..., execution_id: _Optional[str] = ..., task_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., assertion_digest: _Optional[str] = ..., issuer: _Optional[str] = ..., audience: _Optional[str] = ..., capabilities: _Optional[_Iterable[str]] = ..., projection_digest: _Optional[str] = ..., depth: _Optional[int] = ..., issued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., actor_type: _Optional[_Union[ActorType, str]] = ..., roles: _Optional[_Iterable[str]] = ..., session_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., parent_grant_id: _Optional[str] = ..., confirmed_action_digest: _Optional[str] = ..., confirmation_id: _Optional[str] = ..., human_approval_id: _Optional[str] = ..., human_approver_id: _Optional[str] = ..., resources: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SignedTaskGrant(_message.Message):
     __slots__ = ("grant", "signature", "key_id")

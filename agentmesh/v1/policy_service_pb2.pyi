@@ -25,6 +25,8 @@ class OperationKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OPERATION_KIND_INVOKE: _ClassVar[OperationKind]
     OPERATION_KIND_OVERRIDE: _ClassVar[OperationKind]
     OPERATION_KIND_REVIEW: _ClassVar[OperationKind]
+    OPERATION_KIND_READ_EXECUTION: _ClassVar[OperationKind]
+    OPERATION_KIND_CANCEL_EXECUTION: _ClassVar[OperationKind]
 KILL_SWITCH_SCOPE_UNSPECIFIED: KillSwitchScope
 KILL_SWITCH_SCOPE_AGENT: KillSwitchScope
 KILL_SWITCH_SCOPE_CAPABILITY: KillSwitchScope
@@ -34,6 +36,8 @@ OPERATION_KIND_UNSPECIFIED: OperationKind
 OPERATION_KIND_INVOKE: OperationKind
 OPERATION_KIND_OVERRIDE: OperationKind
 OPERATION_KIND_REVIEW: OperationKind
+OPERATION_KIND_READ_EXECUTION: OperationKind
+OPERATION_KIND_CANCEL_EXECUTION: OperationKind
 
 class ResourceRef(_message.Message):
     __slots__ = ("type", "id", "tenant_id")
