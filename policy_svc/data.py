@@ -9,7 +9,9 @@ static Cedar entity graph, built once at start-up:
   it is ``in`` every ``SystemActor`` that lists it, in the ``CapabilityGroup``
   of its kind and in ``CapabilityGroup::"known"``;
 - ``Privilege::"p"`` has ``held_by``: the tenant-scoped roles holding it,
-  directly or through ``includes``.
+  directly or through ``includes``;
+- ``SystemActorDirectory::"all"`` has ``names``: every system actor, so a
+  policy can tell a system actor's work from a user's by the requester id.
 
 Resolving ``includes`` here is data preparation, not a rule: the rule
 ("one of the user's roles permits the capability") is the Cedar policy.
@@ -30,6 +32,7 @@ from policy_svc.errors import PolicyLoadError
 
 NAMESPACE = "AgentMesh"
 KNOWN_GROUP = "known"
+SYSTEM_ACTOR_DIRECTORY = "all"
 
 # Tenant and role names become parts of entity ids ("<tenant>/<role>"); a "/"
 # in a tenant id could make two different (tenant, role) pairs collide.
@@ -162,6 +165,7 @@ def _build(spec: _DataFile, path: Path) -> PolicyData:
         for cap, parents in capability_parents.items()
     ]
     entities += [_entity("Privilege", p, {"held_by": sorted(roles)}, []) for p, roles in held_by.items()]
+    entities.append(_entity("SystemActorDirectory", SYSTEM_ACTOR_DIRECTORY, {"names": sorted(spec.system_actors)}, []))
 
     return PolicyData(
         capabilities={cap: cap_spec.kind for cap, cap_spec in spec.capabilities.items()},

@@ -9,8 +9,9 @@ Loading (:meth:`PolicyEngine.load`) reads a policy directory::
 and validates every policy against the schema (strict mode) and the data
 against the schema, once. The parsed ``cedarpy.PolicySet``, ``cedarpy.Schema``
 and ``cedarpy.Entities`` handles are kept, so a decision parses only the
-request itself: principal, action, the capability as resource, and a flat
-context of strings, booleans and one number (cedarpy takes the context as JSON
+request itself: principal, action, the resource (the capability, or the
+execution for READ_EXECUTION and CANCEL_EXECUTION), and a flat context of
+strings, booleans and one number (cedarpy takes the context as JSON
 and re-parses it on every call; it offers no pre-parsed context handle).
 
 Deciding (:meth:`PolicyEngine.authorize`) fails closed: only a Cedar ``Allow``
@@ -101,10 +102,17 @@ _ACTIONS = {
     OperationKind.INVOKE: "invoke",
     OperationKind.OVERRIDE: "override",
     OperationKind.REVIEW: "review",
+    OperationKind.READ_EXECUTION: "read_execution",
+    OperationKind.CANCEL_EXECUTION: "cancel_execution",
 }
-# Human decisions about someone's work: each must say whose work it is, or the
-# own-request forbids would compare against "" and never fire.
-_DECISIONS_ON_A_REQUEST = frozenset({OperationKind.OVERRIDE, OperationKind.REVIEW})
+# Operations on a supervisor execution: the resource is the Execution, not a
+# capability, so they name none.
+_ON_AN_EXECUTION = frozenset({OperationKind.READ_EXECUTION, OperationKind.CANCEL_EXECUTION})
+EXECUTION_RESOURCE_TYPE = "Execution"
+# Operations about someone's work: each must say whose work it is, or the
+# own-request rules would compare against "" (never the requester, so a
+# decision on one's own request would pass, and one's own execution fail).
+_DECISIONS_ON_A_REQUEST = frozenset({OperationKind.OVERRIDE, OperationKind.REVIEW}) | _ON_AN_EXECUTION
 # Proto int32 bounds; Cedar Longs are i64, so anything larger is a caller bug.
 _MAX_DEPTH_VALUE = 2**31 - 1
 
@@ -562,13 +570,23 @@ def _validate(request: AuthorizationRequest) -> None:
         raise InvalidRequestError.missing("agent.agent_id")
     if request.delegation_depth < 0 or request.delegation_depth > _MAX_DEPTH_VALUE:
         raise InvalidRequestError.invalid("delegation_depth", "must be between 0 and 2^31-1")
-    if not request.capability_id:
+    on_execution = request.operation in _ON_AN_EXECUTION
+    if on_execution:
+        if request.capability_id:
+            raise InvalidRequestError.invalid(
+                "capability_id", f"must be empty for {request.operation.name}: an execution is not a capability"
+            )
+    elif not request.capability_id:
         raise InvalidRequestError.missing("capability_id")
     resource = request.resource
     if resource is None:
         raise InvalidRequestError.missing("resource")
     if not resource.type:
         raise InvalidRequestError.missing("resource.type")
+    if on_execution and resource.type != EXECUTION_RESOURCE_TYPE:
+        raise InvalidRequestError.invalid(
+            "resource.type", f"must be {EXECUTION_RESOURCE_TYPE!r} for {request.operation.name}"
+        )
     if not resource.id:
         raise InvalidRequestError.missing("resource.id")
     if not resource.tenant_id:
@@ -580,7 +598,10 @@ def _validate(request: AuthorizationRequest) -> None:
 
 
 def _cedar_request(request: AuthorizationRequest) -> JsonObject:
-    """The Cedar request: principal, action, the capability as resource, context.
+    """The Cedar request: principal, action, resource, context.
+
+    The resource is the capability, or the execution for READ_EXECUTION and
+    CANCEL_EXECUTION (whose tenant is ``context.resource_tenant``).
 
     Only what some policy reads goes into the context (see the schema): every
     value costs parse time on every call.
@@ -621,9 +642,13 @@ def _cedar_request(request: AuthorizationRequest) -> JsonObject:
         "override_reason": ctx.override_reason,
         "subject_requester_id": ctx.subject_requester_id,
     }
+    if request.operation in _ON_AN_EXECUTION:
+        cedar_resource = uid("Execution", resource.id)
+    else:
+        cedar_resource = uid("Capability", request.capability_id)
     return {
         "principal": principal,
         "action": {"type": ACTION_TYPE, "id": _ACTIONS[request.operation]},
-        "resource": uid("Capability", request.capability_id),
+        "resource": cedar_resource,
         "context": context,
     }

@@ -31,6 +31,12 @@ class OperationKind(enum.Enum):
     OVERRIDE = "OVERRIDE"
     #: Deciding a review in the Decision Center (PRD §41).
     REVIEW = "REVIEW"
+    #: Reading an execution (status, results, evidence): the requester, or a
+    #: holder of ``execution.read`` in the tenant (reviewer, operator, admin).
+    READ_EXECUTION = "READ_EXECUTION"
+    #: Cancelling an execution: the requester, or a holder of
+    #: ``execution.cancel`` in the tenant (admin).
+    CANCEL_EXECUTION = "CANCEL_EXECUTION"
 
 
 class RiskLevel(enum.Enum):
@@ -135,8 +141,10 @@ class OperationContext:
     #: Reason given for an override; required for OVERRIDE.
     override_reason: str = ""
     #: For REVIEW and OVERRIDE: who asked for the work under review (user id,
-    #: or the system actor), so nobody decides on their own request. Required
-    #: for both; ignored for INVOKE.
+    #: or the system actor), so nobody decides on their own request. For
+    #: READ_EXECUTION and CANCEL_EXECUTION: the execution's requester (user id,
+    #: or the system actor), so the requester reaches their own. Required for
+    #: all four; ignored for INVOKE.
     subject_requester_id: str = ""
 
 

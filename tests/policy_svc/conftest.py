@@ -72,6 +72,8 @@ def build_request(
     delegation_depth: int = 2,
     capability: str = "workPermit.get",
     resource_tenant: str | None = None,
+    resource_type: str = "WorkPermit",
+    resource_id: str = "WP-10231",
     operation: OperationKind = OperationKind.INVOKE,
     max_risk: RiskLevel = RiskLevel.LOW,
     can_mutate: bool = False,
@@ -107,8 +109,8 @@ def build_request(
         capability_id=capability,
         capability_version="1.0.0",
         resource=ResourceRef(
-            type="WorkPermit",
-            id="WP-10231",
+            type=resource_type,
+            id=resource_id,
             tenant_id=resource_tenant if resource_tenant is not None else tenant,
         ),
         context=OperationContext(

@@ -11,7 +11,7 @@ import pytest
 
 from policy_svc import engine as engine_module
 from policy_svc.engine import PolicyEngine
-from policy_svc.model import Effect, RiskLevel
+from policy_svc.model import Effect, OperationKind, RiskLevel
 
 # Passes strict validation, errors at run time: Long overflow for any depth >= 1.
 OVERFLOW_POLICY = """
@@ -26,7 +26,7 @@ when { context.delegation_depth + 9223372036854775807 < 0 };
 UNKNOWN_ENTITY_POLICY = """
 @id("test.unguarded_read")
 @description("reads a capability attribute without checking the capability exists")
-forbid (principal, action, resource)
+forbid (principal, action, resource is AgentMesh::Capability)
 when { resource.permitted_roles.contains("nobody/none") };
 """
 
@@ -164,3 +164,29 @@ def test_kill_switch_not_understood_denies(engine: PolicyEngine, make_request: A
 def test_budget_must_be_positive() -> None:
     with pytest.raises(ValueError):
         PolicyEngine.load(evaluation_budget_s=0)
+
+
+def test_privilege_missing_from_the_data_denies_even_the_requester(policy_dir: Path, make_request: Any) -> None:
+    # A data file that no longer defines execution.read still loads (no role
+    # names it), but the policies reading the privilege then error: the
+    # requester reading their own execution is refused rather than the rule
+    # silently changing.
+    path = policy_dir / "entities.yaml"
+    text = path.read_text(encoding="utf-8")
+    for old, new in [
+        ("  - execution.read\n", ""),
+        ("privileges: [decision.review, execution.read]", "privileges: [decision.review]"),
+        ("privileges: [execution.read]", "privileges: []"),
+    ]:
+        assert old in text
+        text = text.replace(old, new)
+    path.write_text(text, encoding="utf-8")
+    engine = PolicyEngine.load(policy_dir)
+    request = make_request(
+        operation=OperationKind.READ_EXECUTION, agent_id="supervisor", agent_capabilities=(), capability="",
+        resource_type="Execution", resource_id="ex-1", subject_requester_id="alice",
+    )
+    decision = engine.authorize(request, kill_switches=())
+    assert decision.effect is Effect.DENY
+    assert decision.reason_codes == ("policy.evaluation_error",)
+    assert "execution.read" in decision.explanation

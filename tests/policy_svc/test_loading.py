@@ -161,7 +161,7 @@ def test_directory_without_policies_is_refused(policy_dir: Path) -> None:
     [
         ("      - worker.get\n", "      - worker.delete\n", "unknown capability 'worker.delete'"),
         ("        includes: [viewer]\n", "        includes: [nobody]\n", "unknown included role"),
-        ("privileges: [decision.override]", "privileges: [root]", "unknown privilege 'root'"),
+        ("privileges: [decision.override, execution.cancel]", "privileges: [root]", "unknown privilege 'root'"),
         ("  workPermit.get: {kind: read}", "  workPermit.get: {kind: delete}", "kind"),
         ("system_actors:", "colour: blue\nsystem_actors:", "colour"),
         ("  acme:\n", "  ac/me:\n", "tenant id 'ac/me'"),

@@ -125,3 +125,83 @@ def test_bad_request_is_refused_even_under_a_kill_switch(engine: PolicyEngine, m
     # than being told about switches.
     with pytest.raises(InvalidRequestError):
         engine.authorize(replace(make_request(), capability_id=""), kill_switches={"platform"})
+
+
+EXECUTION_OPERATIONS = [OperationKind.READ_EXECUTION, OperationKind.CANCEL_EXECUTION]
+
+
+def _on_execution(make_request: Any, operation: OperationKind, **changes: Any) -> AuthorizationRequest:
+    """A read or cancel of alice's execution as the supervisor asks for it."""
+    request: dict[str, Any] = {
+        "operation": operation,
+        "agent_id": "supervisor",
+        "agent_capabilities": (),
+        "delegation_chain": ("user:acme/alice", "svc:supervisor"),
+        "delegation_depth": 1,
+        "capability": "",
+        "resource_type": "Execution",
+        "resource_id": "ex-1",
+        "subject_requester_id": "alice",
+        **changes,
+    }
+    built: AuthorizationRequest = make_request(**request)
+    return built
+
+
+@pytest.mark.parametrize("operation", EXECUTION_OPERATIONS, ids=lambda o: o.name)
+def test_execution_operation_needs_no_capability(
+    engine: PolicyEngine, make_request: Any, operation: OperationKind
+) -> None:
+    assert engine.authorize(_on_execution(make_request, operation), kill_switches=()).allowed
+
+
+BAD_EXECUTION_REQUESTS = [
+    # Without it "is this the requester?" would compare against "".
+    ("context.subject_requester_id", "MISSING_FIELD", {"subject_requester_id": ""}),
+    # An execution is not a capability: a capability here is a caller bug.
+    ("capability_id", "INVALID_FIELD", {"capability": "workPermit.get"}),
+    ("resource.type", "INVALID_FIELD", {"resource_type": "WorkPermit"}),
+    ("resource.type", "INVALID_FIELD", {"resource_type": "execution"}),
+    ("resource.type", "MISSING_FIELD", {"resource_type": ""}),
+    ("resource.id", "MISSING_FIELD", {"resource_id": ""}),
+    ("resource.tenant_id", "MISSING_FIELD", {"resource_tenant": ""}),
+    ("user.user_id", "MISSING_FIELD", {"user_id": ""}),
+    ("agent.agent_id", "MISSING_FIELD", {"agent_id": ""}),
+]
+
+
+@pytest.mark.parametrize("operation", EXECUTION_OPERATIONS, ids=lambda o: o.name)
+@pytest.mark.parametrize(
+    ("field", "reason", "changes"),
+    BAD_EXECUTION_REQUESTS,
+    ids=[f"{field}-{reason}-{i}" for i, (field, reason, _) in enumerate(BAD_EXECUTION_REQUESTS)],
+)
+def test_bad_execution_request_names_the_field(
+    engine: PolicyEngine,
+    make_request: Any,
+    operation: OperationKind,
+    field: str,
+    reason: str,
+    changes: dict[str, Any],
+) -> None:
+    request = _on_execution(make_request, operation, **changes)
+    with pytest.raises(InvalidRequestError) as caught:
+        # Even the platform switch does not turn a malformed request into a decision.
+        engine.authorize(request, kill_switches={"platform"})
+    assert caught.value.field == field
+    assert caught.value.reason == reason
+    assert caught.value.metadata == {"field": field}
+    assert field in str(caught.value)
+
+
+@pytest.mark.parametrize("operation", EXECUTION_OPERATIONS, ids=lambda o: o.name)
+def test_system_actor_request_on_an_execution_is_well_formed_and_denied(
+    engine: PolicyEngine, make_request: Any, operation: OperationKind
+) -> None:
+    request = _on_execution(
+        make_request, operation, actor_type=ActorType.SYSTEM, system_actor="TrainingExpirationScanner", user_id="",
+        subject_requester_id="TrainingExpirationScanner",
+    )
+    decision = engine.authorize(request, kill_switches=())
+    assert not decision.allowed
+    assert decision.reason_codes == ("execution.system_actor",)

@@ -45,6 +45,28 @@ REVIEW = {
     "roles": ("reviewer",),
 }
 
+# Reading an execution as the supervisor asks for it: the calling user, the
+# supervisor as the agent, the execution as the resource (no capability), its
+# requester as the subject. alice reads her own; bob's is someone else's.
+READ = {
+    "operation": OperationKind.READ_EXECUTION,
+    "subject_requester_id": "alice",
+    "agent_id": "supervisor",
+    "agent_capabilities": (),
+    "delegation_chain": ("user:acme/alice", "svc:supervisor"),
+    "delegation_depth": 1,
+    "capability": "",
+    "resource_type": "Execution",
+    "resource_id": "ex-1",
+    "roles": ("viewer",),
+}
+CANCEL = {**READ, "operation": OperationKind.CANCEL_EXECUTION}
+BOBS = {"subject_requester_id": "bob"}
+# An event's execution: the system actor asked for it.
+EVENTS = {"subject_requester_id": "TrainingExpirationScanner"}
+GLOBEX = {"tenant": "globex", "delegation_chain": ("user:globex/alice", "svc:supervisor")}
+SCANNER_ON_EXECUTION = {**SCANNER, "agent_id": "supervisor"}
+
 
 @dataclass(frozen=True)
 class Case:
@@ -469,6 +491,227 @@ CASES = [
         DENY,
         ("delegation.max_depth_exceeded",),
     ),
+    # -- reading an execution -------------------------------------------------
+    Case("requester reads own execution -> allow", READ, ALLOW, ("execution.read_own",)),
+    Case("requester without any role reads own -> allow", {**READ, "roles": ()}, ALLOW, ("execution.read_own",)),
+    Case(
+        "viewer reads someone else's execution -> deny",
+        {**READ, **BOBS},
+        DENY,
+        ("execution.not_requester_or_reader",),
+    ),
+    *(
+        Case(
+            f"{role} reads someone else's execution -> deny",
+            {**READ, **BOBS, "roles": (role,)},
+            DENY,
+            ("execution.not_requester_or_reader",),
+        )
+        for role in ("analyst", "permit-manager", "training-coordinator")
+    ),
+    Case(
+        "no roles, someone else's -> deny",
+        {**READ, **BOBS, "roles": ()},
+        DENY,
+        ("execution.not_requester_or_reader",),
+    ),
+    Case(
+        "unknown role name grants no read",
+        {**READ, **BOBS, "roles": ("superuser",)},
+        DENY,
+        ("execution.not_requester_or_reader",),
+    ),
+    *(
+        Case(
+            f"{role} reads someone else's execution -> allow",
+            {**READ, **BOBS, "roles": (role,)},
+            ALLOW,
+            ("execution.read_privileged",),
+        )
+        for role in ("reviewer", "operator", "admin")
+    ),
+    *(
+        Case(
+            f"globex {role} reads someone else's execution -> allow",
+            {**READ, **BOBS, **GLOBEX, "roles": (role,)},
+            ALLOW,
+            ("execution.read_privileged",),
+        )
+        for role in ("reviewer", "operator", "admin")
+    ),
+    Case(
+        "globex viewer reads someone else's -> deny",
+        {**READ, **BOBS, **GLOBEX},
+        DENY,
+        ("execution.not_requester_or_reader",),
+    ),
+    Case(
+        "a role name naming another tenant grants nothing",
+        {**READ, **BOBS, **GLOBEX, "roles": ("acme/operator",)},
+        DENY,
+        ("execution.not_requester_or_reader",),
+    ),
+    Case(
+        "reviewer reads own execution -> allow, both reasons",
+        {**READ, "roles": ("reviewer",)},
+        ALLOW,
+        ("execution.read_own", "execution.read_privileged"),
+    ),
+    Case(
+        "viewer reads an event's execution -> deny",
+        {**READ, **EVENTS},
+        DENY,
+        ("execution.not_requester_or_reader",),
+    ),
+    Case(
+        "a user named like the system actor is not the requester of its executions",
+        {**READ, **EVENTS, "user_id": "TrainingExpirationScanner"},
+        DENY,
+        ("execution.not_requester_or_reader",),
+    ),
+    Case(
+        "reviewer reads an event's execution -> allow",
+        {**READ, **EVENTS, "roles": ("reviewer",)},
+        ALLOW,
+        ("execution.read_privileged",),
+    ),
+    Case(
+        "operator reads an event's execution -> allow",
+        {**READ, **EVENTS, "roles": ("operator",)},
+        ALLOW,
+        ("execution.read_privileged",),
+    ),
+    Case(
+        "admin of another tenant reads an execution -> deny",
+        {**READ, **BOBS, **GLOBEX, "roles": ("admin",), "resource_tenant": "acme"},
+        DENY,
+        ("tenant.isolation",),
+    ),
+    Case(
+        "requester id matching in another tenant -> deny",
+        {**READ, "resource_tenant": "globex"},
+        DENY,
+        ("tenant.isolation",),
+    ),
+    Case(
+        "viewer reading another tenant's execution -> deny naming both",
+        {**READ, **BOBS, "resource_tenant": "globex"},
+        DENY,
+        ("execution.not_requester_or_reader", "tenant.isolation"),
+    ),
+    Case(
+        "SYSTEM actor reads an execution -> deny",
+        {**READ, **SCANNER_ON_EXECUTION, **BOBS},
+        DENY,
+        ("execution.system_actor",),
+    ),
+    Case(
+        "SYSTEM actor reads its own execution -> deny",
+        {**READ, **SCANNER_ON_EXECUTION, **EVENTS},
+        DENY,
+        ("execution.system_actor",),
+    ),
+    Case(
+        "reading is not an invoke: no confirmation, approval or agent registration asked",
+        {**READ, **MUTATE, **HIGH},
+        ALLOW,
+        ("execution.read_own",),
+    ),
+    Case(
+        "read depth beyond the maximum -> deny",
+        {**READ, "delegation_depth": 6},
+        DENY,
+        ("delegation.max_depth_exceeded",),
+    ),
+    Case(
+        "the read privilege grants no review",
+        {**REVIEW, "roles": ("operator",)},
+        DENY,
+        ("review.requires_reviewer",),
+    ),
+    Case(
+        "the read privilege grants no invoke",
+        {"roles": ("operator",)},
+        DENY,
+        ("user.capability_not_permitted",),
+    ),
+    # -- cancelling an execution -----------------------------------------------
+    Case("requester cancels own execution -> allow", CANCEL, ALLOW, ("execution.cancel_own",)),
+    Case(
+        "viewer cancels someone else's execution -> deny",
+        {**CANCEL, **BOBS},
+        DENY,
+        ("execution.not_requester_or_canceller",),
+    ),
+    *(
+        Case(
+            f"{role} cancels someone else's execution -> deny",
+            {**CANCEL, **BOBS, "roles": (role,)},
+            DENY,
+            ("execution.not_requester_or_canceller",),
+        )
+        for role in ("analyst", "permit-manager", "training-coordinator", "reviewer", "operator")
+    ),
+    Case(
+        "admin cancels someone else's execution -> allow",
+        {**CANCEL, **BOBS, "roles": ("admin",)},
+        ALLOW,
+        ("execution.cancel_privileged",),
+    ),
+    Case(
+        "globex admin cancels someone else's execution -> allow",
+        {**CANCEL, **BOBS, **GLOBEX, "roles": ("admin",)},
+        ALLOW,
+        ("execution.cancel_privileged",),
+    ),
+    Case(
+        "globex reviewer cancels someone else's -> deny",
+        {**CANCEL, **BOBS, **GLOBEX, "roles": ("reviewer",)},
+        DENY,
+        ("execution.not_requester_or_canceller",),
+    ),
+    Case(
+        "admin cancels own execution -> allow, both reasons",
+        {**CANCEL, "roles": ("admin",)},
+        ALLOW,
+        ("execution.cancel_own", "execution.cancel_privileged"),
+    ),
+    Case(
+        "admin cancels an event's execution -> allow",
+        {**CANCEL, **EVENTS, "roles": ("admin",)},
+        ALLOW,
+        ("execution.cancel_privileged",),
+    ),
+    Case(
+        "reviewer cancels an event's execution -> deny",
+        {**CANCEL, **EVENTS, "roles": ("reviewer",)},
+        DENY,
+        ("execution.not_requester_or_canceller",),
+    ),
+    Case(
+        "a user named like the system actor cannot cancel its executions",
+        {**CANCEL, **EVENTS, "user_id": "TrainingExpirationScanner"},
+        DENY,
+        ("execution.not_requester_or_canceller",),
+    ),
+    Case(
+        "admin of another tenant cancels an execution -> deny",
+        {**CANCEL, **BOBS, **GLOBEX, "roles": ("admin",), "resource_tenant": "acme"},
+        DENY,
+        ("tenant.isolation",),
+    ),
+    Case(
+        "requester id matching in another tenant cannot cancel",
+        {**CANCEL, "resource_tenant": "globex"},
+        DENY,
+        ("tenant.isolation",),
+    ),
+    Case(
+        "SYSTEM actor cancels an execution -> deny",
+        {**CANCEL, **SCANNER_ON_EXECUTION, **EVENTS},
+        DENY,
+        ("execution.system_actor",),
+    ),
     # -- kill switches ---------------------------------------------------------
     Case(
         "platform switch stops everything", {}, DENY, ("kill_switch.platform",), kill_switches=frozenset({"platform"})
@@ -559,6 +802,55 @@ CASES = [
         ("blast_radius.confirmation_required", "kill_switch.agent"),
         kill_switches=frozenset({"agent:permit-agent"}),
     ),
+    Case(
+        "platform switch stops reading an execution",
+        READ,
+        DENY,
+        ("kill_switch.platform",),
+        kill_switches=frozenset({"platform"}),
+    ),
+    Case(
+        "tenant switch stops reading its executions",
+        {**READ, **BOBS, "roles": ("operator",)},
+        DENY,
+        ("kill_switch.tenant",),
+        kill_switches=frozenset({"tenant:acme"}),
+    ),
+    Case(
+        "tenant switch leaves other tenants' executions readable",
+        {**READ, **GLOBEX},
+        ALLOW,
+        ("execution.read_own",),
+        kill_switches=frozenset({"tenant:acme"}),
+    ),
+    Case(
+        "supervisor switch stops reading executions",
+        READ,
+        DENY,
+        ("kill_switch.agent",),
+        kill_switches=frozenset({"agent:supervisor"}),
+    ),
+    Case(
+        "a capability switch does not concern an execution",
+        READ,
+        ALLOW,
+        ("execution.read_own",),
+        kill_switches=frozenset({"capability:workPermit.release"}),
+    ),
+    Case(
+        "platform switch stops cancelling",
+        {**CANCEL, **BOBS, "roles": ("admin",)},
+        DENY,
+        ("kill_switch.platform",),
+        kill_switches=frozenset({"platform"}),
+    ),
+    Case(
+        "tenant switch stops cancelling",
+        CANCEL,
+        DENY,
+        ("kill_switch.tenant",),
+        kill_switches=frozenset({"tenant:acme"}),
+    ),
     # -- delegation depth ------------------------------------------------------
     Case("depth 5 is allowed", {"delegation_depth": 5}, ALLOW, ("user.invoke",)),
     Case("depth 6 exceeds the maximum", {"delegation_depth": 6}, DENY, ("delegation.max_depth_exceeded",)),
@@ -620,3 +912,27 @@ def test_kill_switches_accept_any_collection(engine: PolicyEngine, make_request:
         assert decision.reason_codes == ("kill_switch.platform",)
     # Switching the board back and forth never leaks a stale one.
     assert engine.authorize(make_request(), kill_switches=()).effect is ALLOW
+
+
+EXECUTION_READERS = frozenset({"reviewer", "operator", "admin"})
+EXECUTION_CANCELLERS = frozenset({"admin"})
+
+
+@pytest.mark.parametrize("operation", [OperationKind.READ_EXECUTION, OperationKind.CANCEL_EXECUTION])
+def test_exactly_the_intended_roles_reach_someone_elses_execution(
+    validating_engine: PolicyEngine, make_request: Any, operation: OperationKind
+) -> None:
+    # Every role of every tenant, so a role added later without a thought for
+    # executions shows up here: only reviewers, operators and admins read
+    # another user's execution, only admins cancel it.
+    holders = EXECUTION_READERS if operation is OperationKind.READ_EXECUTION else EXECUTION_CANCELLERS
+    for tenant, roles in validating_engine.data.roles.items():
+        assert set(roles) >= EXECUTION_READERS, f"{tenant} lacks an execution-reading role"
+        for role in roles:
+            request = {
+                **READ, **BOBS, "operation": operation, "tenant": tenant, "roles": (role,),
+                "delegation_chain": (f"user:{tenant}/alice", "svc:supervisor"),
+            }
+            decision = validating_engine.authorize(make_request(**request), kill_switches=())
+            expected = ALLOW if role in holders else DENY
+            assert decision.effect is expected, f"{tenant}/{role}: {decision.explanation}"

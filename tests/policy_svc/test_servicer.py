@@ -83,3 +83,50 @@ def test_own_request_review_over_the_servicer(servicer: PolicyServicer) -> None:
     wire = _review()
     wire.context.subject_requester_id = "carol"
     assert _reasons(servicer, wire) == ("POLICY_EFFECT_DENY", ["review.own_request"])
+
+
+def _on_execution(operation: int, *, user_id: str = "carol", roles: tuple[str, ...] = ("viewer",),
+                  requester: str = "alice") -> pb.AuthorizeRequest:
+    """A read or cancel of an execution as the supervisor sends it: no capability, the execution as resource."""
+    return pb.AuthorizeRequest(
+        user=common_pb2.UserContext(tenant_id="acme", user_id=user_id, roles=list(roles)),
+        actor_type=common_pb2.ACTOR_TYPE_USER,
+        agent=common_pb2.AgentPrincipal(agent_id="supervisor",
+                                        delegation_chain=[f"user:acme/{user_id}", "svc:supervisor"]),
+        delegation_depth=1,
+        resource=pb.ResourceRef(type="Execution", id="ex-1", tenant_id="acme"),
+        context=pb.OperationContext(subject_requester_id=requester),
+        operation=operation,  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize(("wire", "member"), [
+    (pb.OPERATION_KIND_READ_EXECUTION, model.OperationKind.READ_EXECUTION),
+    (pb.OPERATION_KIND_CANCEL_EXECUTION, model.OperationKind.CANCEL_EXECUTION),
+])
+def test_execution_operations_map_to_the_model(wire: int, member: model.OperationKind) -> None:
+    request = to_request(_on_execution(wire), _capabilities)
+    assert request.operation is member
+    assert request.capability_id == ""
+    assert request.resource == model.ResourceRef(type="Execution", id="ex-1", tenant_id="acme")
+    assert request.context.subject_requester_id == "alice"
+
+
+@pytest.mark.parametrize(("request_kwargs", "expected"), [
+    ({"user_id": "alice"}, ("POLICY_EFFECT_ALLOW", ["execution.read_own"])),
+    ({}, ("POLICY_EFFECT_DENY", ["execution.not_requester_or_reader"])),
+    ({"roles": ("operator",)}, ("POLICY_EFFECT_ALLOW", ["execution.read_privileged"])),
+])
+def test_read_execution_over_the_servicer(servicer: PolicyServicer, request_kwargs: dict[str, Any],
+                                          expected: tuple[str, list[str]]) -> None:
+    assert _reasons(servicer, _on_execution(pb.OPERATION_KIND_READ_EXECUTION, **request_kwargs)) == expected
+
+
+@pytest.mark.parametrize(("request_kwargs", "expected"), [
+    ({"user_id": "alice"}, ("POLICY_EFFECT_ALLOW", ["execution.cancel_own"])),
+    ({"roles": ("reviewer",)}, ("POLICY_EFFECT_DENY", ["execution.not_requester_or_canceller"])),
+    ({"roles": ("admin",)}, ("POLICY_EFFECT_ALLOW", ["execution.cancel_privileged"])),
+])
+def test_cancel_execution_over_the_servicer(servicer: PolicyServicer, request_kwargs: dict[str, Any],
+                                            expected: tuple[str, list[str]]) -> None:
+    assert _reasons(servicer, _on_execution(pb.OPERATION_KIND_CANCEL_EXECUTION, **request_kwargs)) == expected
