@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import pytest
@@ -142,3 +143,89 @@ def test_policy_check_cli_explains_a_cross_tenant_denial(mesh: MeshConfig) -> No
     human = agentmesh_cli(mesh.home, "policy", "check", "--tenant", "acme", "--user", "alice", "--role", "analyst",
                           "--agent", "training-agent", "--capability", "training.getStatus")
     assert human.returncode == 0 and "decision: ALLOW" in human.stdout
+
+
+def _on_execution(operation: int, *, tenant: str = "acme", user_id: str = "carol",
+                  roles: tuple[str, ...] = ("viewer",), requester: str = "alice",
+                  execution_tenant: str = "acme") -> pb.AuthorizeRequest:
+    """A read or cancel of an execution as the supervisor asks for it (no capability)."""
+    return pb.AuthorizeRequest(
+        user=common_pb2.UserContext(tenant_id=tenant, user_id=user_id, roles=list(roles)),
+        actor_type=common_pb2.ACTOR_TYPE_USER,
+        agent=common_pb2.AgentPrincipal(agent_id="supervisor",
+                                        delegation_chain=[f"user:{tenant}/{user_id}", "svc:supervisor"]),
+        delegation_depth=1,
+        resource=pb.ResourceRef(type="Execution", id="ex-1", tenant_id=execution_tenant),
+        context=pb.OperationContext(subject_requester_id=requester),
+        operation=operation,  # type: ignore[arg-type]
+    )
+
+
+READ, CANCEL = pb.OPERATION_KIND_READ_EXECUTION, pb.OPERATION_KIND_CANCEL_EXECUTION
+
+
+def test_executions_are_private(mesh_config: MeshConfig, policy_proc: RoleProcess) -> None:
+    supervisor = _stub(mesh_config, policy_proc.address, spiffe.service("supervisor"))
+    cases = [
+        ("requester reads", _on_execution(READ, user_id="alice"), "POLICY_EFFECT_ALLOW", ["execution.read_own"]),
+        ("requester cancels", _on_execution(CANCEL, user_id="alice"), "POLICY_EFFECT_ALLOW",
+         ["execution.cancel_own"]),
+        ("viewer reads another's", _on_execution(READ), "POLICY_EFFECT_DENY",
+         ["execution.not_requester_or_reader"]),
+        ("viewer cancels another's", _on_execution(CANCEL), "POLICY_EFFECT_DENY",
+         ["execution.not_requester_or_canceller"]),
+        ("reviewer reads another's", _on_execution(READ, roles=("reviewer",)), "POLICY_EFFECT_ALLOW",
+         ["execution.read_privileged"]),
+        ("operator reads another's", _on_execution(READ, roles=("operator",)), "POLICY_EFFECT_ALLOW",
+         ["execution.read_privileged"]),
+        ("reviewer cancels another's", _on_execution(CANCEL, roles=("reviewer",)), "POLICY_EFFECT_DENY",
+         ["execution.not_requester_or_canceller"]),
+        ("admin cancels another's", _on_execution(CANCEL, roles=("admin",)), "POLICY_EFFECT_ALLOW",
+         ["execution.cancel_privileged"]),
+        ("globex admin reads acme's", _on_execution(READ, tenant="globex", roles=("admin",)), "POLICY_EFFECT_DENY",
+         ["tenant.isolation"]),
+        ("globex admin cancels acme's", _on_execution(CANCEL, tenant="globex", roles=("admin",)),
+         "POLICY_EFFECT_DENY", ["tenant.isolation"]),
+    ]
+    for name, request, effect, reasons in cases:
+        decision = supervisor.Authorize(request).decision
+        assert (common_pb2.PolicyEffect.Name(decision.effect), list(decision.reason_codes)) == (effect, reasons), name
+
+    scanner = _on_execution(READ, requester="TrainingExpirationScanner")
+    scanner.actor_type = common_pb2.ACTOR_TYPE_SYSTEM
+    scanner.system_actor = "TrainingExpirationScanner"
+    scanner.user.user_id = ""
+    denied = supervisor.Authorize(scanner).decision
+    assert list(denied.reason_codes) == ["execution.system_actor"]
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda r: r.context.ClearField("subject_requester_id"), "context.subject_requester_id"),
+    (lambda r: setattr(r, "capability_id", "workPermit.get"), "capability_id"),
+    (lambda r: setattr(r.resource, "type", "WorkPermit"), "resource.type"),
+], ids=["no-subject-requester", "capability-given", "not-an-execution"])
+def test_bad_execution_request_is_invalid_argument(mesh_config: MeshConfig, policy_proc: RoleProcess,
+                                                   change: Any, field: str) -> None:
+    request = _on_execution(READ, user_id="alice")
+    change(request)
+    stub = _stub(mesh_config, policy_proc.address, spiffe.service("supervisor"))
+    with pytest.raises(grpc.RpcError) as info:
+        stub.Authorize(request)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    detail = errors.error_info(info.value)
+    assert detail is not None and detail.metadata["field"] == field
+
+
+def test_kill_switch_stops_execution_reads_and_policy_info_lists_the_rules(mesh_config: MeshConfig,
+                                                                           policy_proc: RoleProcess) -> None:
+    operator = _stub(mesh_config, policy_proc.address, OPERATOR)
+    supervisor = _stub(mesh_config, policy_proc.address, spiffe.service("supervisor"))
+    ids = set(operator.GetPolicyInfo(pb.GetPolicyInfoRequest()).policy_ids)
+    assert {"execution.read_own", "execution.read_privileged", "execution.cancel_own", "execution.cancel_privileged",
+            "execution.not_requester_or_reader", "execution.not_requester_or_canceller",
+            "execution.system_actor"} <= ids
+    operator.SetKillSwitch(pb.SetKillSwitchRequest(scope=pb.KILL_SWITCH_SCOPE_TENANT, target="acme", enabled=True,
+                                                   reason="incident"))
+    stopped = supervisor.Authorize(_on_execution(READ, user_id="alice")).decision
+    assert list(stopped.reason_codes) == ["kill_switch.tenant"]
+    assert stopped.effect == common_pb2.POLICY_EFFECT_DENY
