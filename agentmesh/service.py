@@ -21,9 +21,9 @@ from pathlib import Path
 import grpc
 
 from agentmesh import config as mesh_config
-from agentmesh import spiffe, transport
+from agentmesh import errors, spiffe, transport
 from agentmesh.access import AccessTable, AccessTableError
-from agentmesh.audit_client import AuditRecorder
+from agentmesh.audit_client import AuditOutbox, AuditRecorder, outbox_path
 from agentmesh.config import ConfigError, MeshConfig
 from agentmesh.pki import PkiError, leaf_paths
 
@@ -45,6 +45,7 @@ class ServiceContext:
     args: argparse.Namespace
     _channels: dict[str, grpc.Channel] = field(default_factory=dict)
     _on_stop: list[Callable[[], None]] = field(default_factory=list)
+    _audit: AuditRecorder | None = None
 
     @property
     def data_dir(self) -> Path:
@@ -64,8 +65,23 @@ class ServiceContext:
         return self._channels[peer]
 
     def audit(self) -> AuditRecorder:
-        """A recorder to the audit service (shared channel)."""
-        return AuditRecorder(self.channel("audit"), timeout_s=min(5.0, self.config.call_timeout_s))
+        """This process's one recorder to the audit service, with its durable outbox.
+
+        The outbox is ``<data dir>/<role>-audit-outbox.db``; its delivery thread
+        starts here (delivering what a previous run left too) and stops when
+        the service stops. Raises StartupError if the outbox cannot be opened.
+        """
+        if self._audit is None:
+            try:
+                outbox = AuditOutbox(outbox_path(self.data_dir, self.name))
+            except errors.MeshError as err:
+                raise StartupError(str(err)) from err
+            recorder = AuditRecorder(self.channel("audit"), timeout_s=min(5.0, self.config.call_timeout_s),
+                                     outbox=outbox)
+            recorder.start()
+            self._audit = recorder
+            self.on_stop(recorder.close)
+        return self._audit
 
     def on_stop(self, fn: Callable[[], None]) -> None:
         """Registers cleanup run after the server has stopped."""
