@@ -2,7 +2,9 @@
 
 A grant names the execution and task, the tenant and user (by assertion
 digest), its audience (the agent's SPIFFE id), the capabilities allowed for the
-task, the context-projection digest, the depth and an expiry. It is signed
+task, the resources the task may act on (``"permit:WP-10231"``,
+``"worker:W-1001"``, ``"tenant:acme"`` for an operation over the whole tenant),
+the context-projection digest, the depth and an expiry. It is signed
 with the supervisor's Ed25519 key over its deterministic protobuf encoding, so
 the capability runtime and anyone reading the audit log can verify it offline.
 """
@@ -68,6 +70,7 @@ class GrantSigner:
         user_id: str,
         assertion_digest: str,
         capabilities: Sequence[str],
+        resources: Sequence[str] = (),
         projection_digest: str = "",
         depth: int = 1,
         roles: Sequence[str] = (),
@@ -82,7 +85,12 @@ class GrantSigner:
         ttl: dt.timedelta = DEFAULT_TTL,
         now: dt.datetime | None = None,
     ) -> common_pb2.SignedTaskGrant:
-        """Builds and signs a fresh grant."""
+        """Builds and signs a fresh grant.
+
+        ``resources`` are the ``"TYPE:ID"`` the task may act on; the capability
+        runtime refuses a call on any other (and every call of a grant that
+        lists none), so leaving them out gives a grant that can do nothing.
+        """
         start = now or dt.datetime.now(dt.UTC)
         grant = common_pb2.TaskGrant(
             grant_id=f"grant-{uuid.uuid4().hex}",
@@ -94,6 +102,7 @@ class GrantSigner:
             issuer=issuer,
             audience=audience,
             capabilities=list(capabilities),
+            resources=list(resources),
             projection_digest=projection_digest,
             depth=depth,
             issued_at=_ts(start),
@@ -181,5 +190,7 @@ def verify_chain(
                 raise GrantInvalid(f"delegation chain link {i} changes tenant or user", "CHAIN_BROKEN")
             if not set(grant.capabilities) <= set(parent.capabilities):
                 raise GrantInvalid(f"delegation chain link {i} widens the capabilities", "CHAIN_WIDENED")
+            if not set(grant.resources) <= set(parent.resources):
+                raise GrantInvalid(f"delegation chain link {i} widens the resources", "CHAIN_WIDENED")
         bodies.append(grant)
     return bodies

@@ -81,3 +81,27 @@ def test_chain_must_derive_and_never_widen(signer: grants.GrantSigner) -> None:
     with pytest.raises(grants.GrantInvalid) as info:
         grants.verify_chain([root, wider], trusted(signer))  # type: ignore[arg-type]
     assert info.value.reason == "CHAIN_WIDENED"
+
+
+def test_grant_names_its_resources_and_they_are_signed(signer: grants.GrantSigner) -> None:
+    signed = _issue(signer, resources=["permit:WP-10231", "worker:W-1001"])
+    body = grants.verify(signed, trusted(signer))  # type: ignore[arg-type]
+    assert list(body.resources) == ["permit:WP-10231", "worker:W-1001"]
+    # Naming another resource afterwards breaks the signature.
+    body.resources.append("permit:WP-10233")
+    signed.grant = body.SerializeToString(deterministic=True)
+    with pytest.raises(grants.GrantInvalid) as info:
+        grants.verify(signed, trusted(signer))  # type: ignore[arg-type]
+    assert info.value.reason == "GRANT_BAD_SIGNATURE"
+    assert list(grants.decode(_issue(signer)).resources) == []  # none named: a grant that can act on nothing
+
+
+def test_chain_never_widens_the_resources(signer: grants.GrantSigner) -> None:
+    root = _issue(signer, resources=["permit:WP-10231", "worker:W-1001"])
+    root_id = grants.decode(root).grant_id
+    narrower = _issue(signer, resources=["worker:W-1001"], parent_grant_id=root_id)
+    assert len(grants.verify_chain([root, narrower], trusted(signer))) == 2  # type: ignore[arg-type]
+    wider = _issue(signer, resources=["worker:W-1001", "permit:WP-10233"], parent_grant_id=root_id)
+    with pytest.raises(grants.GrantInvalid) as info:
+        grants.verify_chain([root, wider], trusted(signer))  # type: ignore[arg-type]
+    assert info.value.reason == "CHAIN_WIDENED"
