@@ -11,6 +11,7 @@ import pytest
 
 from policy_svc import engine as engine_module
 from policy_svc.engine import PolicyEngine
+from policy_svc.errors import InvalidRequestError
 from policy_svc.model import Effect, OperationKind, RiskLevel
 
 # Passes strict validation, errors at run time: Long overflow for any depth >= 1.
@@ -190,3 +191,79 @@ def test_privilege_missing_from_the_data_denies_even_the_requester(policy_dir: P
     assert decision.effect is Effect.DENY
     assert decision.reason_codes == ("policy.evaluation_error",)
     assert "execution.read" in decision.explanation
+
+
+# One well-formed, allowed request per operation, as its caller sends it.
+_ALLOWED_BY_OPERATION: dict[OperationKind, dict[str, Any]] = {
+    OperationKind.INVOKE: {},
+    OperationKind.OVERRIDE: {"roles": ("admin",), "subject_requester_id": "bob", "override_reason": "checked"},
+    OperationKind.REVIEW: {"roles": ("reviewer",), "subject_requester_id": "bob", "capability": "workPermit.release"},
+    OperationKind.READ_EXECUTION: {
+        "capability": "", "resource_type": "Execution", "resource_id": "ex-1", "subject_requester_id": "alice",
+    },
+    OperationKind.CANCEL_EXECUTION: {
+        "capability": "", "resource_type": "Execution", "resource_id": "ex-1", "subject_requester_id": "alice",
+    },
+}
+
+
+def test_every_operation_is_decided_by_policies(validating_engine: PolicyEngine, make_request: Any) -> None:
+    # Each model operation has a Cedar action the schema knows (the validating
+    # engine would answer policy.no_decision otherwise), and each has a permit.
+    assert set(_ALLOWED_BY_OPERATION) == set(OperationKind) - {OperationKind.UNSPECIFIED}
+    assert set(engine_module._ACTIONS) == set(_ALLOWED_BY_OPERATION)
+    for operation, request in _ALLOWED_BY_OPERATION.items():
+        decision = validating_engine.authorize(make_request(operation=operation, **request), kill_switches=())
+        assert decision.effect is Effect.ALLOW, f"{operation.name}: {decision.explanation}"
+        assert not any(code.startswith("policy.") for code in decision.reason_codes)
+
+
+def test_an_operation_without_a_cedar_action_is_invalid(
+    engine: PolicyEngine, make_request: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A member added to the model but not mapped to an action is refused as a
+    # bad request; it never reaches Cedar under some other action's name.
+    actions = dict(engine_module._ACTIONS)
+    del actions[OperationKind.READ_EXECUTION]
+    monkeypatch.setattr(engine_module, "_ACTIONS", actions)
+    read = OperationKind.READ_EXECUTION
+    request = make_request(operation=read, **_ALLOWED_BY_OPERATION[read])
+    with pytest.raises(InvalidRequestError) as caught:
+        engine.authorize(request, kill_switches=())
+    assert caught.value.field == "operation"
+
+
+@pytest.mark.parametrize("validate", [False, True], ids=["service", "schema-checked"])
+def test_an_action_the_policies_do_not_know_denies(
+    engine: PolicyEngine,
+    validating_engine: PolicyEngine,
+    make_request: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    validate: bool,
+) -> None:
+    # An action mapped in code but absent from the schema and the policies:
+    # no permit names it, so nothing allows it.
+    monkeypatch.setattr(engine_module, "_ACTIONS", {**engine_module._ACTIONS, OperationKind.READ_EXECUTION: "peek"})
+    subject = validating_engine if validate else engine
+    read = OperationKind.READ_EXECUTION
+    request = make_request(operation=read, **_ALLOWED_BY_OPERATION[read])
+    decision = subject.authorize(request, kill_switches=())
+    assert decision.effect is Effect.DENY
+    assert decision.reason_codes == (("policy.no_decision",) if validate else ("policy.default_deny",))
+
+
+@pytest.mark.parametrize("operation", [OperationKind.READ_EXECUTION, OperationKind.CANCEL_EXECUTION])
+def test_a_refused_execution_operation_is_never_an_obligation(
+    engine: PolicyEngine, make_request: Any, operation: OperationKind
+) -> None:
+    # Whatever risk the caller declares, a refusal on an execution stays a
+    # DENY: no confirmation or approval turns it into an ALLOW.
+    request = make_request(
+        operation=operation,
+        **{**_ALLOWED_BY_OPERATION[operation], "subject_requester_id": "bob"},
+        can_mutate=True,
+        max_risk=RiskLevel.CRITICAL,
+    )
+    decision = engine.authorize(request, kill_switches=())
+    assert decision.effect is Effect.DENY
+    assert all(code.startswith("execution.not_requester_or_") for code in decision.reason_codes)
