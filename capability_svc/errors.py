@@ -57,6 +57,7 @@ __all__ = [
     "StatusChangeRefused",
     "VerificationFailed",
     "WorldFormatError",
+    "not_found",
 ]
 
 
@@ -197,6 +198,16 @@ class ResourceNotFound(CapabilityError):
     """
 
     default_reason = "RESOURCE_NOT_FOUND"
+
+
+def not_found(resource_id: str) -> ResourceNotFound:
+    """The one answer for a record the caller's tenant does not hold: ``'WP-10231' not found``.
+
+    Byte-identical whether the record is missing everywhere, belongs to another
+    tenant, is a permit, a worker or anything else: no field, no type, no
+    metadata, only the id the caller itself sent.
+    """
+    return ResourceNotFound(f"'{resource_id}' not found")
 
 
 class PreconditionFailed(CapabilityError):

@@ -26,9 +26,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
-from capability_svc.errors import CapabilityNotFound, PreconditionFailed, ResourceNotFound
+from capability_svc.errors import CapabilityNotFound, PreconditionFailed, not_found
 from capability_svc.invocation import (
     CompensationResult,
     Execution,
@@ -223,14 +223,21 @@ class InternalStore:
                 raise
             conn.execute("COMMIT")
 
+    _RECORD_TABLES: Final = {"permit": ("permits", "permit_id"), "worker": ("workers", "worker_id")}
+
+    def holds(self, resource_type: str) -> bool:
+        """Whether records of this type live here (``permit``, ``worker``), so :meth:`owner_tenants` knows them."""
+        return resource_type in self._RECORD_TABLES
+
     def owner_tenants(self, resource_type: str, resource_id: str) -> list[str]:
         """Which tenants hold a record with this id; for the policy's tenant-isolation check only.
 
         This is the one deliberately unscoped read: it returns tenant ids, never
         record data, so the policy engine can see (and audit) a cross-tenant
         attempt that the tenant-scoped reads would only report as "not found".
+        An empty list for a type this store does not hold (see :meth:`holds`).
         """
-        table = {"permit": ("permits", "permit_id"), "worker": ("workers", "worker_id")}.get(resource_type)
+        table = self._RECORD_TABLES.get(resource_type)
         if table is None:
             return []
         with self._connect() as conn:
@@ -508,7 +515,7 @@ class TenantScope:
         """The permit, or :class:`ResourceNotFound` (same for other tenants' permits)."""
         permit = self.get_permit(permit_id)
         if permit is None:
-            raise ResourceNotFound(f"permit {permit_id!r} not found", field="permit_id")
+            raise not_found(permit_id)
         return permit
 
     def permit_workers(self, permit_id: str) -> list[AssignedWorker]:
@@ -635,7 +642,7 @@ class TenantScope:
         with self._store._transaction() as conn:
             rows = self._select(conn, "permits", "permit_id = ?", (permit_id,))
             if not rows:
-                raise ResourceNotFound(f"permit {permit_id!r} not found", field="permit_id")
+                raise not_found(permit_id)
             before = _permit(rows[0])
             if before.status == "RELEASED":
                 raise PreconditionFailed(
@@ -699,7 +706,7 @@ class TenantScope:
         with self._store._transaction() as conn:
             rows = self._select(conn, "permits", "permit_id = ?", (permit_id,))
             if not rows:
-                raise ResourceNotFound(f"permit {permit_id!r} not found", field="permit_id")
+                raise not_found(permit_id)
             before = _permit(rows[0])
             if before.status in ("CLOSED", "CANCELLED"):
                 raise PreconditionFailed(
@@ -797,7 +804,7 @@ class TenantScope:
                 (permit_id,),
             )
         if changed == 0:
-            raise ResourceNotFound(f"permit {permit_id!r} not found", field="permit_id")
+            raise not_found(permit_id)
 
 
 # --- capability handlers -------------------------------------------------------
@@ -1028,7 +1035,7 @@ class InternalBackend:
         worker_id = str(args["worker_id"])
         worker = scope.get_worker(worker_id)
         if worker is None:
-            raise ResourceNotFound(f"worker {worker_id!r} not found", field="worker_id")
+            raise not_found(worker_id)
         return {
             "worker_id": worker.worker_id,
             "name": worker.name,
