@@ -36,13 +36,18 @@ GatewayFactory = Callable[..., ExternalGateway]
 TLS = httpx.create_ssl_context()
 
 
+def _admin(lms: LmsSandbox) -> dict[str, str]:
+    return {"Authorization": f"Bearer {lms.admin_token}"}
+
+
 def set_fault(lms: LmsSandbox, **fault: Any) -> None:
-    response = httpx.post(f"{lms.base_url}/admin/faults", json=fault, timeout=5, verify=TLS)
+    response = httpx.post(f"{lms.base_url}/admin/faults", json=fault, timeout=5, verify=TLS, headers=_admin(lms))
     assert response.status_code == 201, response.text
 
 
 def clear_faults(lms: LmsSandbox) -> None:
-    assert httpx.delete(f"{lms.base_url}/admin/faults", timeout=5, verify=TLS).status_code == 200
+    response = httpx.delete(f"{lms.base_url}/admin/faults", timeout=5, verify=TLS, headers=_admin(lms))
+    assert response.status_code == 200
 
 
 # --- honest answers --------------------------------------------------------------
