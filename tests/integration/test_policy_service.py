@@ -216,7 +216,8 @@ def test_bad_execution_request_is_invalid_argument(mesh_config: MeshConfig, poli
     assert detail is not None and detail.metadata["field"] == field
 
 
-def test_kill_switch_stops_execution_reads_and_policy_info_lists_the_rules(mesh_config: MeshConfig,
+def test_kill_switch_stops_invocations_not_reading_or_cancelling_and_policy_info_lists_the_rules(
+        mesh_config: MeshConfig,
                                                                            policy_proc: RoleProcess) -> None:
     operator = _stub(mesh_config, policy_proc.address, OPERATOR)
     supervisor = _stub(mesh_config, policy_proc.address, spiffe.service("supervisor"))
@@ -226,6 +227,14 @@ def test_kill_switch_stops_execution_reads_and_policy_info_lists_the_rules(mesh_
             "execution.system_actor"} <= ids
     operator.SetKillSwitch(pb.SetKillSwitchRequest(scope=pb.KILL_SWITCH_SCOPE_TENANT, target="acme", enabled=True,
                                                    reason="incident"))
-    stopped = supervisor.Authorize(_on_execution(READ, user_id="alice")).decision
-    assert list(stopped.reason_codes) == ["kill_switch.tenant"]
-    assert stopped.effect == common_pb2.POLICY_EFFECT_DENY
+    try:
+        stopped = supervisor.Authorize(_request()).decision
+        assert "kill_switch.tenant" in stopped.reason_codes
+        assert stopped.effect == common_pb2.POLICY_EFFECT_DENY
+        # A safety stop never keeps anyone from looking at work or stopping it.
+        for operation in (READ, CANCEL):
+            still = supervisor.Authorize(_on_execution(operation, user_id="alice")).decision
+            assert still.effect == common_pb2.POLICY_EFFECT_ALLOW, (operation, list(still.reason_codes))
+    finally:
+        operator.SetKillSwitch(pb.SetKillSwitchRequest(scope=pb.KILL_SWITCH_SCOPE_TENANT, target="acme",
+                                                       enabled=False, reason="incident over"))
