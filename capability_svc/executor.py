@@ -75,6 +75,24 @@ class PreparedCall:
         """The record the call acts on (``WP-10231``), for the policy request."""
         return self.manifest.resource_id(self.arguments)
 
+    @property
+    def resource_ref(self) -> str:
+        """What the call acts on, as a grant names it: ``permit:WP-10231``, ``worker:W-1001``.
+
+        A capability over no single record (``workPermit.search``) acts on the
+        tenant as a whole: ``tenant:acme``. A declared resource whose id is
+        missing from the input gives ``permit:``, which no grant names.
+        """
+        m = self.manifest
+        if m.resource_id_field is None:
+            return f"tenant:{self.ctx.tenant_id}"
+        return f"{m.resource_type}:{self.resource_id or ''}"
+
+    @property
+    def resource_field(self) -> str:
+        """The input field naming the resource (``permit_id``); ``input`` for an operation on the tenant."""
+        return self.manifest.resource_id_field or "input"
+
 
 @dataclass(frozen=True)
 class ExecutionResult:

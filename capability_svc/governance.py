@@ -4,18 +4,31 @@ In this order, each step failing closed:
 
 1. the caller's SPIFFE id must equal the grant's audience; the grant's
    signature (the supervisor's key), expiry, tenant and capability list hold;
+   the caller's principal verifies against the grants and chains to this one
+   (``capability_svc.delegation``) — the principal recorded and shown to the
+   policy is rebuilt from verified grants, never copied from the caller;
 2. the capability is executable and the input passes its JSON Schema;
-3. a mutation carries an idempotency key; a replay returns the first outcome;
-4. PolicyService.Authorize decides, with the user from the grant;
-5. an audit record of the decision, durable before any effect;
-6. execution with the caller's deadline; output validated;
-7. for mutations, the effect is read back and the check audited; a failed
+3. the grant names the resource the call acts on (``permit:WP-10231``, or
+   ``tenant:acme`` for a search); an empty list names none;
+4. a mutation carries an idempotency key, held by the principal that first
+   used it; a replay by that principal goes through step 5 again and is
+   answered with the first outcome, audited (``IDEMPOTENT_REPLAY``);
+5. PolicyService.Authorize decides, with the user from the grant; a record
+   the tenant does not hold (missing or another tenant's) is "not found",
+   byte-identical either way;
+6. an audit record of the decision, durable before any effect;
+7. execution with the caller's deadline; output validated;
+8. for mutations, the effect is read back and the check audited; a failed
    read-back is a failure, and the write is compensated: the record is put
    back into its previous state and read back again (PRD §73);
-8. an audit record of the outcome, naming the compensation if there was one.
+9. an audit record of the outcome, naming the compensation if there was one.
 
-Every refusal is audited too. Transport-free: the servicer passes the caller
-identity, the request and the remaining deadline; policy and audit are ports.
+Every refusal is audited too, through the durable outbox (``record_durably``:
+a refusal stands whether or not audit answers at once), as is every record
+after an effect; the decision record before an effect uses ``record`` and
+nothing happens if it cannot be written. Transport-free: the servicer passes
+the caller identity, the request and the remaining deadline; policy and audit
+are ports.
 """
 
 from __future__ import annotations
@@ -25,21 +38,29 @@ import datetime as dt
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from google.protobuf import json_format, struct_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from agentmesh import errors, grants, spiffe, telemetry
+from agentmesh import errors, grants, telemetry
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import capability_service_pb2 as pb
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import policy_service_pb2 as policy_pb2
+from capability_svc import delegation
 from capability_svc import errors as cap_errors
 from capability_svc.executor import PreparedCall, verification_failure
-from capability_svc.idempotency import IdempotencyConflict, IdempotencyFailed, IdempotencyInFlight, IdempotencyStore
+from capability_svc.idempotency import (
+    Claim,
+    IdempotencyConflict,
+    IdempotencyFailed,
+    IdempotencyInFlight,
+    IdempotencyStore,
+    KeyHolder,
+)
 from capability_svc.invocation import CompensationResult, Execution, InvocationContext, VerificationResult
 from capability_svc.runtime import CapabilityRuntime
 
@@ -57,7 +78,13 @@ class Authorizer(Protocol):
 class Recorder(Protocol):
     """The audit log, as this service sees it (see agentmesh.audit_client.AuditRecorder)."""
 
-    def record(self, event_type: int, **fields: Any) -> audit_pb2.AppendRecordResponse: ...
+    def record(self, event_type: int, **fields: Any) -> audit_pb2.AppendRecordResponse:
+        """Durable before it returns; raises a MeshError (then the action it records must not happen)."""
+        ...
+
+    def record_durably(self, event_type: int, **fields: Any) -> None:
+        """Appended now, or kept in a local outbox until audit takes it; raises only if the outbox cannot write."""
+        ...
 
     def record_later(self, event_type: int, **fields: Any) -> Any: ...
 
@@ -143,22 +170,30 @@ class GovernedInvoker:
     # -- refusals -------------------------------------------------------------
 
     def _refuse(self, err: errors.MeshError, req: pb.InvokeCapabilityRequest, grant: common_pb2.TaskGrant | None,
-                *, decision: common_pb2.PolicyDecision | None = None, resource: str = "",
-                unverified: bool = False) -> errors.MeshError:
-        """Records a refusal in audit and returns the error to raise."""
+                *, principal: common_pb2.AgentPrincipal | None = None,
+                decision: common_pb2.PolicyDecision | None = None, resource: str = "",
+                details: Sequence[str] = ()) -> errors.MeshError:
+        """Records a refusal in audit (durably, without blocking it) and returns the error to raise.
+
+        ``grant`` and ``principal`` are recorded only once verified (without a
+        grant, the ids are those of the call's trace); ``details`` follow the
+        error's reason in ``reason_codes`` (the record may say what the caller
+        is not told, e.g. ``RESOURCE_IN_ANOTHER_TENANT``).
+        """
+        denied_by_policy = decision is not None and decision.effect != common_pb2.POLICY_EFFECT_ALLOW
         try:
-            self._audit.record(
-                audit_pb2.AUDIT_EVENT_TYPE_POLICY_DECISION if decision else audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED,
+            self._audit.record_durably(
+                audit_pb2.AUDIT_EVENT_TYPE_POLICY_DECISION if denied_by_policy
+                else audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED,
                 outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
-                reason_codes=[err.reason, *(decision.reason_codes if decision else []),
-                              *(["GRANT_CLAIMS_UNVERIFIED"] if unverified else [])],
+                reason_codes=[err.reason, *details, *(decision.reason_codes if decision else [])],
                 capability_id=req.capability_id,
                 tenant_id=grant.tenant_id if grant else "",
                 user_id=grant.user_id if grant else "",
                 execution_id=grant.execution_id if grant else req.trace.execution_id,
                 task_id=grant.task_id if grant else "",
                 agent_id=grant.audience.rsplit("/", 1)[-1] if grant else "",
-                principal=self._principal(req, grant) if grant and not unverified else None,
+                principal=principal,
                 policy_decision=decision,
                 resource=resource,
                 input_digest=_digest(json_format.MessageToDict(req.input)),
@@ -166,21 +201,6 @@ class GovernedInvoker:
         except errors.MeshError:
             log.exception("refusal of %s could not be audited", req.capability_id)
         return err
-
-    def _principal(self, req: pb.InvokeCapabilityRequest, grant: common_pb2.TaskGrant) -> common_pb2.AgentPrincipal:
-        chain = list(req.principal.delegation_chain) or [
-            f"user:{grant.tenant_id}/{grant.user_id}", f"svc:{spiffe.parse(grant.issuer).name}"]
-        agent = spiffe.parse(grant.audience)
-        if f"{agent.kind}:{agent.name}" not in chain:
-            chain.append(f"{agent.kind}:{agent.name}")
-        principal = common_pb2.AgentPrincipal(
-            agent_id=agent.name, agent_version=req.principal.agent_version, execution_id=grant.execution_id,
-            parent_agent_id=req.principal.parent_agent_id, delegation_chain=[*chain, f"capability:{req.capability_id}"])
-        known = {s.SerializeToString(deterministic=True) for s in req.principal.grants}
-        principal.grants.extend(req.principal.grants)
-        if req.grant.SerializeToString(deterministic=True) not in known:
-            principal.grants.append(req.grant)
-        return principal
 
     # -- the path -------------------------------------------------------------
 
@@ -191,77 +211,100 @@ class GovernedInvoker:
         try:
             grant = grants.verify(req.grant, self._keys, now=self._clock())
         except grants.GrantInvalid as err:
-            # Record what the refused grant claims (marked unverified), so the
-            # attempt can be found by its execution id.
+            # An authentic grant out of its validity window is recorded with its
+            # (signed) ids; of anything else only a digest, never its claims.
             try:
-                claims: common_pb2.TaskGrant | None = grants.decode(req.grant) if req.grant.grant else None
+                authentic: common_pb2.TaskGrant | None = grants.verify(req.grant, self._keys, check_expiry=False)
             except grants.GrantInvalid:
-                claims = None
+                authentic = None
+            presented = [f"grant_sha256={hashlib.sha256(req.grant.grant).hexdigest()}"] if req.grant.grant else []
             raise self._refuse(errors.Unauthenticated(str(err), reason=err.reason, metadata={"field": "grant"}),
-                               req, claims, unverified=claims is not None) from err
+                               req, authentic, details=[] if authentic else presented) from err
         if grant.audience != caller:
             raise self._refuse(errors.PermissionDenied(
                 "the grant was issued to another identity", reason="GRANT_AUDIENCE_MISMATCH",
                 metadata={"field": "grant", "caller": caller}), req, grant)
+        # The principal: rebuilt from grants that verify and chain to this one, or refused.
+        # Until it verifies nothing of it is recorded, only the verified grant's ids.
+        try:
+            verified = delegation.verify_principal(req.principal, req.grant, grant, self._keys)
+        except delegation.PrincipalInvalid as err:
+            raise self._refuse(errors.Unauthenticated(
+                f"the principal does not verify: {err}", reason="PRINCIPAL_INVALID", metadata={"field": "principal"}),
+                req, grant, details=[err.reason, f"grant_id={grant.grant_id}"]) from err
         if not req.capability_id:
             raise self._refuse(errors.InvalidArgument("capability_id is required", reason="MISSING_FIELD",
-                                                      metadata={"field": "capability_id"}), req, grant)
+                                                      metadata={"field": "capability_id"}),
+                               req, grant, principal=verified.principal())
         if req.capability_id not in grant.capabilities:
             raise self._refuse(errors.PermissionDenied(
                 f"the grant does not list {req.capability_id}", reason="GRANT_CAPABILITY_NOT_LISTED",
-                metadata={"field": "capability_id"}), req, grant)
+                metadata={"field": "capability_id"}), req, grant, principal=verified.principal())
+        principal = verified.principal(req.capability_id)
         if not grant.tenant_id:
             raise self._refuse(errors.PermissionDenied("the grant names no tenant", reason="GRANT_NO_TENANT",
-                                                       metadata={"field": "grant"}), req, grant)
-        agent_id = spiffe.parse(grant.audience).name
-        ctx = InvocationContext(grant.tenant_id, grant.user_id, agent_id, grant.execution_id)
+                                                       metadata={"field": "grant"}), req, grant, principal=principal)
+        ctx = InvocationContext(grant.tenant_id, grant.user_id, verified.agent_id, grant.execution_id)
 
         # 2. Executable, and the input matches its schema. Nothing runs yet.
         arguments = json_format.MessageToDict(req.input)
         try:
             call = self._rt.executor.prepare(ctx, req.capability_id, arguments)
         except cap_errors.CapabilityError as err:
-            raise self._refuse(mesh_error(err), req, grant) from err
+            raise self._refuse(mesh_error(err), req, grant, principal=principal) from err
         m = call.manifest
-        resource_id = call.resource_id or ""
-        resource = f"{m.resource_type or 'none'}:{resource_id}"
+        resource = call.resource_ref
 
-        # 3. Idempotency for mutations.
+        # 3. The grant names the resource (an empty list names none: fail closed).
+        # Checked before anything looks the resource up, so the answer is the
+        # same whether it exists, is another tenant's or is missing.
+        if resource not in grant.resources:
+            raise self._refuse(errors.PermissionDenied(
+                f"the grant does not name the resource {resource}", reason="GRANT_RESOURCE_NOT_LISTED",
+                metadata={"field": call.resource_field}), req, grant, principal=principal, resource=resource,
+                details=[] if grant.resources else ["GRANT_NAMES_NO_RESOURCE"])
+
+        # 4. Idempotency for mutations: a key belongs to the principal that first used it.
         payload = _digest({"capability": m.key, "input": arguments})
         claimed = False
         if call.mutates:
             if not req.idempotency_key:
                 raise self._refuse(errors.InvalidArgument(
                     "a mutation needs an idempotency_key", reason="MISSING_FIELD",
-                    metadata={"field": "idempotency_key"}), req, grant)
+                    metadata={"field": "idempotency_key"}), req, grant, principal=principal, resource=resource)
+            holder = KeyHolder(grant.tenant_id, grant.user_id, verified.agent_id)
             try:
-                claim = self._idem.claim(grant.tenant_id, m.id, req.idempotency_key, payload)
+                claim = self._idem.claim(holder, m.id, req.idempotency_key, payload)
             except cap_errors.CapabilityError as err:
-                raise self._refuse(mesh_error(err), req, grant, resource=resource) from err
+                raise self._refuse(mesh_error(err), req, grant, principal=principal, resource=resource,
+                                   details=[err.cause] if isinstance(err, IdempotencyConflict) else []) from err
             if not claim.new:
-                first = pb.InvokeCapabilityResponse()
-                first.ParseFromString(claim.response or b"")
-                first.replayed = True
-                return first
+                return self._replay(req, grant, call, principal, resource, payload, claim)
             claimed = True
         try:
-            return self._authorized_call(req, grant, call, resource, payload, deadline_s)
+            decision = self._decide(req, grant, call, principal, resource)
+            return self._execute(req, grant, call, principal, resource, payload, decision, deadline_s)
         except BaseException:
             if claimed:
                 self._idem.release(grant.tenant_id, m.id, req.idempotency_key)
             raise
 
-    def _authorized_call(self, req: pb.InvokeCapabilityRequest, grant: common_pb2.TaskGrant, call: PreparedCall,
-                         resource: str, payload: str, deadline_s: float | None) -> pb.InvokeCapabilityResponse:
+    def _decide(self, req: pb.InvokeCapabilityRequest, grant: common_pb2.TaskGrant, call: PreparedCall,
+                principal: common_pb2.AgentPrincipal, resource: str) -> common_pb2.PolicyDecision:
+        """5. PolicyService.Authorize on the user's authority: the ALLOW, or a refusal (audited) for anything else.
+
+        A record this tenant does not hold (missing, or another tenant's) is
+        refused as not found whatever the policy says, with one answer for both.
+        """
         m = call.manifest
         resource_id = call.resource_id or ""
+        resource_type = m.resource_type or ""
         # The resource's owning tenant, so the policy sees (and audit records) a
         # cross-tenant attempt; the caller only ever hears "not found".
-        owners = self._rt.store.owner_tenants(m.resource_type or "", resource_id) if resource_id else []
-        resource_tenant = grant.tenant_id if (not owners or grant.tenant_id in owners) else owners[0]
-        principal = self._principal(req, grant)
-
-        # 4. The policy engine decides, on the user's authority.
+        held = bool(resource_id) and self._rt.store.holds(resource_type)
+        owners = self._rt.store.owner_tenants(resource_type, resource_id) if held else []
+        elsewhere = held and grant.tenant_id not in owners
+        resource_tenant = owners[0] if elsewhere and owners else grant.tenant_id
         policy_req = policy_pb2.AuthorizeRequest(
             user=common_pb2.UserContext(tenant_id=grant.tenant_id, user_id=grant.user_id, roles=list(grant.roles),
                                         session_id=grant.session_id, conversation_id=grant.conversation_id,
@@ -273,7 +316,7 @@ class GovernedInvoker:
             capability_id=m.id,
             capability_version=str(m.version),
             # A capability over no single record (a search) acts on the tenant's registry as a whole.
-            resource=policy_pb2.ResourceRef(type=_POLICY_RESOURCE.get(m.resource_type or "", m.resource_type or "")
+            resource=policy_pb2.ResourceRef(type=_POLICY_RESOURCE.get(resource_type, resource_type)
                                             if resource_id else "Tenant",
                                             id=resource_id or grant.tenant_id, tenant_id=resource_tenant),
             # Confirmation and approval count only when the supervisor signed them
@@ -296,20 +339,57 @@ class GovernedInvoker:
         except errors.MeshError as err:
             raise self._refuse(errors.Unavailable(
                 f"no policy decision, so no execution: {err.message}", reason="POLICY_UNAVAILABLE"),
-                req, grant, resource=resource) from err
-        versions = common_pb2.VersionStamp(agent_version=req.principal.agent_version,
-                                           capability_version=str(m.version),
-                                           policy_version=decision.policy_version, runtime_version=RUNTIME_VERSION)
+                req, grant, principal=principal, resource=resource) from err
+        if elsewhere:
+            # Byte-identical to the runtime's own "not found": no hint that
+            # another tenant holds it. The audit record says the truth.
+            raise self._refuse(mesh_error(cap_errors.not_found(resource_id)), req, grant, principal=principal,
+                               decision=decision, resource=resource,
+                               details=["RESOURCE_IN_ANOTHER_TENANT" if owners else "RESOURCE_MISSING"])
         if decision.effect != common_pb2.POLICY_EFFECT_ALLOW:
-            raise self._refuse(self._policy_error(decision, resource_tenant != grant.tenant_id, m.id, resource_id),
-                               req, grant, decision=decision, resource=resource)
+            raise self._refuse(self._policy_error(decision, m.id), req, grant, principal=principal,
+                               decision=decision, resource=resource)
+        return decision
 
-        # 5. Audit the decision. A mutation waits until it is durable before any
+    @staticmethod
+    def _common(grant: common_pb2.TaskGrant, principal: common_pb2.AgentPrincipal, call: PreparedCall,
+                decision: common_pb2.PolicyDecision, resource: str, payload: str) -> dict[str, Any]:
+        """The fields every record of one allowed call carries."""
+        m = call.manifest
+        versions = common_pb2.VersionStamp(agent_version=principal.agent_version, capability_version=str(m.version),
+                                           policy_version=decision.policy_version, runtime_version=RUNTIME_VERSION)
+        return dict(tenant_id=grant.tenant_id, user_id=grant.user_id, execution_id=grant.execution_id,
+                    task_id=grant.task_id, agent_id=principal.agent_id, principal=principal,
+                    capability_id=m.id, capability_version=str(m.version), policy_decision=decision,
+                    versions=versions, resource=resource, input_digest=payload)
+
+    def _replay(self, req: pb.InvokeCapabilityRequest, grant: common_pb2.TaskGrant, call: PreparedCall,
+                principal: common_pb2.AgentPrincipal, resource: str, payload: str,
+                claim: Claim) -> pb.InvokeCapabilityResponse:
+        """The stored outcome of a key's first call, to its own principal, after a new ALLOW, audited."""
+        decision = self._decide(req, grant, call, principal, resource)
+        first = pb.InvokeCapabilityResponse()
+        first.ParseFromString(claim.response or b"")
+        reasons = ["IDEMPOTENT_REPLAY", f"first_decision_id={first.decision.decision_id}"]
+        # The answer carries the decision that allowed this answer, not the first one.
+        first.decision.CopyFrom(decision)
+        first.replayed = True
+        try:
+            self._audit.record(audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME, outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS,
+                               reason_codes=reasons, output_digest=claim.output_digest,
+                               **self._common(grant, principal, call, decision, resource, payload))
+        except errors.MeshError as err:
+            raise errors.Unavailable(f"audit unavailable; the stored result is withheld: {err.message}",
+                                     reason="AUDIT_UNAVAILABLE") from err
+        return first
+
+    def _execute(self, req: pb.InvokeCapabilityRequest, grant: common_pb2.TaskGrant, call: PreparedCall,
+                 principal: common_pb2.AgentPrincipal, resource: str, payload: str,
+                 decision: common_pb2.PolicyDecision, deadline_s: float | None) -> pb.InvokeCapabilityResponse:
+        m = call.manifest
+        # 6. Audit the decision. A mutation waits until it is durable before any
         # effect; a read sends it alongside the execution and waits before answering.
-        common = dict(tenant_id=grant.tenant_id, user_id=grant.user_id, execution_id=grant.execution_id,
-                      task_id=grant.task_id, agent_id=principal.agent_id, principal=principal,
-                      capability_id=m.id, capability_version=str(m.version), policy_decision=decision,
-                      versions=versions, resource=resource, input_digest=payload)
+        common = self._common(grant, principal, call, decision, resource, payload)
         sent: list[Any] = []
         try:
             if call.mutates:
@@ -322,7 +402,7 @@ class GovernedInvoker:
             raise errors.Unavailable(f"audit unavailable, nothing executed: {err.message}",
                                      reason="AUDIT_UNAVAILABLE") from err
 
-        # 6–7. Execute within the deadline; verify mutations by reading back,
+        # 7–8. Execute within the deadline; verify mutations by reading back,
         # and compensate one whose effect is not (wholly) visible.
         verified = False
         try:
@@ -352,7 +432,7 @@ class GovernedInvoker:
             self._record_outcome(common, outcome, reasons, "")
             raise failure from err
 
-        # 8. Audit the outcome; every record of this call is durable before the answer.
+        # 9. Audit the outcome; every record of this call is durable before the answer.
         if call.mutates:
             self._record_outcome(common, audit_pb2.AUDIT_OUTCOME_SUCCESS, ["VERIFIED"], output_digest)
         else:
@@ -374,7 +454,8 @@ class GovernedInvoker:
             capability_id=m.id, capability_version=str(m.version), output=out_struct,
             evidence=evidence_of(output, m.key), decision=decision, verified=verified, completed_at=completed)
         if call.mutates:
-            self._idem.complete(grant.tenant_id, m.id, req.idempotency_key, resp.SerializeToString(deterministic=True))
+            self._idem.complete(grant.tenant_id, m.id, req.idempotency_key, resp.SerializeToString(deterministic=True),
+                                output_digest)
         return resp
 
     def _compensate(self, common: dict[str, Any], call: PreparedCall, ran: Execution, check: VerificationResult,
@@ -405,23 +486,19 @@ class GovernedInvoker:
 
     def _record(self, common: dict[str, Any], event_type: int, outcome: int, reasons: list[str],
                 output_digest: str) -> None:
+        """A record after an effect: never lost (the outbox holds it while audit is down), never blocking."""
         try:
-            self._audit.record(event_type, outcome=outcome, reason_codes=reasons, output_digest=output_digest,
-                               **common)
+            self._audit.record_durably(event_type, outcome=outcome, reason_codes=reasons,
+                                       output_digest=output_digest, **common)
         except errors.MeshError:
-            # The effect happened and the decision was recorded before it;
-            # losing a later record is logged loudly, not hidden.
+            # Not even the outbox could take it. The effect happened and the
+            # decision was recorded before it; the loss is logged loudly.
             log.exception("%s of %s could not be audited", audit_pb2.AuditEventType.Name(event_type),
                           common.get("capability_id"))
 
     @staticmethod
-    def _policy_error(decision: common_pb2.PolicyDecision, cross_tenant: bool, capability: str,
-                      resource_id: str) -> errors.MeshError:
+    def _policy_error(decision: common_pb2.PolicyDecision, capability: str) -> errors.MeshError:
         meta = {"decision_id": decision.decision_id, "reason_codes": ",".join(decision.reason_codes)}
-        if cross_tenant:
-            # Indistinguishable from a record that does not exist: no hint
-            # that another tenant holds it. The audit record says the truth.
-            return errors.NotFound(f"{resource_id!r} not found", reason="RESOURCE_NOT_FOUND")
         if decision.effect == common_pb2.POLICY_EFFECT_CONFIRMATION_REQUIRED:
             return errors.FailedPrecondition(f"{capability} needs the user's confirmation",
                                              reason="CONFIRMATION_REQUIRED", metadata=meta)

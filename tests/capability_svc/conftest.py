@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -132,3 +133,15 @@ def demo_world() -> Path:
 @pytest.fixture
 def monotonic() -> FakeMonotonic:
     return FakeMonotonic()
+
+
+@pytest.fixture
+def mesh(tmp_path: Path, registry: CapabilityRegistry, store: InternalStore, backend: InternalBackend) -> Iterator[Any]:
+    """The governed invoker over the demo world (see ``governed.py``)."""
+    from .governed import make_mesh
+
+    built, idempotency = make_mesh(tmp_path, registry, store, backend)
+    try:
+        yield built
+    finally:
+        idempotency.close()

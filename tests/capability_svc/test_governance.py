@@ -1,136 +1,20 @@
 """The governed path of a mutation, in process: read-back verification, compensation and their audit records.
 
-Grant, policy and audit are the real invoker's ports: grants are signed with a
-key made per test, the policy engine allows everything, and audit is a recorder
-that keeps what it was given (and can be told to fail).
+Grant, policy and audit are the real invoker's ports (see ``governed.py``):
+grants are signed with a key made per test, the policy engine allows, and
+audit is a recorder that keeps what it was given (and can be told to fail).
 """
 
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import grpc
 import pytest
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from google.protobuf import struct_pb2
-from google.rpc import error_details_pb2
 
-from agentmesh import errors, grants, spiffe
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
-from agentmesh.v1 import capability_service_pb2 as pb
-from agentmesh.v1 import common_pb2
-from agentmesh.v1 import policy_service_pb2 as policy_pb2
-from capability_svc.executor import CapabilityExecutor
-from capability_svc.external_gateway import LmsClient
-from capability_svc.governance import GovernedInvoker
-from capability_svc.idempotency import IdempotencyStore
-from capability_svc.internal_runtime import InternalBackend, InternalStore
-from capability_svc.registry import CapabilityRegistry
-from capability_svc.runtime import CapabilityRuntime
 
-from .conftest import NOW
-
-AGENT = str(spiffe.agent("work-permit-agent"))
-SUPERVISOR = str(spiffe.service("supervisor"))
-MUTATIONS = ["workPermit.release", "workPermit.updateValidity"]
-
-INVOKED = (audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_INVOKED, audit_pb2.AUDIT_OUTCOME_PENDING, [])
-VERIFIED = (audit_pb2.AUDIT_EVENT_TYPE_VERIFICATION, audit_pb2.AUDIT_OUTCOME_SUCCESS, ["VERIFIED", "EFFECT_VISIBLE"])
-NOT_VISIBLE = (audit_pb2.AUDIT_EVENT_TYPE_VERIFICATION, audit_pb2.AUDIT_OUTCOME_FAILURE,
-               ["VERIFICATION_FAILED", "EFFECT_NOT_VISIBLE"])
-
-
-def outcome(result: int, *reasons: str) -> tuple[int, int, list[str]]:
-    return (audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME, result, list(reasons))
-
-
-class Recorder:
-    """Keeps every record it is given; ``failing`` lists event types it refuses (audit down)."""
-
-    def __init__(self) -> None:
-        self.records: list[tuple[int, dict[str, Any]]] = []
-        self.failing: set[int] = set()
-
-    def record(self, event_type: int, **fields: Any) -> audit_pb2.AppendRecordResponse:
-        if event_type in self.failing:
-            raise errors.Unavailable("audit down", reason="AUDIT_UNAVAILABLE")
-        self.records.append((event_type, fields))
-        return audit_pb2.AppendRecordResponse()
-
-    def record_later(self, event_type: int, **fields: Any) -> Any:
-        self.record(event_type, **fields)
-        return None
-
-    def wait(self, sent: Any) -> bool:
-        return True
-
-    def trail(self) -> list[tuple[int, int, list[str]]]:
-        return [(t, f["outcome"], list(f.get("reason_codes", []))) for t, f in self.records]
-
-
-def allow(request: policy_pb2.AuthorizeRequest) -> policy_pb2.AuthorizeResponse:
-    return policy_pb2.AuthorizeResponse(decision=common_pb2.PolicyDecision(
-        decision_id="d-1", effect=common_pb2.POLICY_EFFECT_ALLOW, policy_version="test"))
-
-
-class Mesh:
-    """A GovernedInvoker over the demo world, and what it recorded."""
-
-    def __init__(self, runtime: CapabilityRuntime, invoker: GovernedInvoker, audit: Recorder,
-                 signer: grants.GrantSigner, store: InternalStore) -> None:
-        self.runtime = runtime
-        self.invoker = invoker
-        self.audit = audit
-        self.signer = signer
-        self.store = store
-
-    def invoke(self, capability: str, key: str = "k-1", **arguments: Any) -> pb.InvokeCapabilityResponse:
-        grant = self.signer.issue(issuer=SUPERVISOR, audience=AGENT, execution_id="exe-1", task_id="task-1",
-                                  tenant_id="acme", user_id="alice", assertion_digest="0" * 64,
-                                  roles=["permit-manager"], capabilities=MUTATIONS, now=NOW)
-        struct = struct_pb2.Struct()
-        struct.update(arguments)
-        req = pb.InvokeCapabilityRequest(grant=grant, capability_id=capability, input=struct, idempotency_key=key)
-        return self.invoker.invoke(AGENT, req, deadline_s=5.0)
-
-    def refused(self, capability: str, key: str = "k-1", **arguments: Any) -> errors.MeshError:
-        with pytest.raises(errors.MeshError) as info:
-            self.invoke(capability, key, **arguments)
-        return info.value
-
-    def permit(self, permit_id: str) -> Any:
-        permit = self.store.scope("acme").get_permit(permit_id)
-        assert permit is not None
-        return permit
-
-
-@pytest.fixture
-def mesh(tmp_path: Path, registry: CapabilityRegistry, store: InternalStore,
-         backend: InternalBackend) -> Iterator[Mesh]:
-    executor = CapabilityExecutor(registry, backend, {})
-    # The LMS is not on this path; the runtime only needs the internal systems.
-    runtime = CapabilityRuntime(registry, store, backend, cast(LmsClient, None), executor)
-    idempotency = IdempotencyStore(tmp_path / "idempotency.db")
-    key = Ed25519PrivateKey.generate()
-    signer = grants.GrantSigner(key)
-    audit = Recorder()
-    invoker = GovernedInvoker(runtime, idempotency, allow, audit, {signer.key_id: key.public_key()},
-                              clock=lambda: NOW + dt.timedelta(seconds=1))
-    try:
-        yield Mesh(runtime, invoker, audit, signer, store)
-    finally:
-        idempotency.close()
-
-
-def error_info(err: errors.MeshError) -> error_details_pb2.ErrorInfo:
-    """The ErrorInfo the caller receives (as the servicer aborts with ``err.to_status()``)."""
-    (detail,) = err.to_status().details
-    info = error_details_pb2.ErrorInfo()
-    assert detail.Unpack(info)
-    return info
+from .governed import INVOKED, NOT_VISIBLE, VERIFIED, Mesh, error_info, outcome
 
 
 def test_verified_release_records_the_verification(mesh: Mesh) -> None:
@@ -236,9 +120,29 @@ def test_update_validity_is_compensated(mesh: Mesh, permit_id: str, mode: str | 
 
 
 def test_compensation_runs_even_when_audit_of_the_failed_check_is_lost(mesh: Mesh) -> None:
-    mesh.audit.failing.add(audit_pb2.AUDIT_EVENT_TYPE_VERIFICATION)
+    # Audit down and not even the outbox can write: the compensation still runs.
+    mesh.audit.outbox_broken = True
     err = mesh.refused("workPermit.release", permit_id="WP-10244", reason="all checks passed")
     assert error_info(err).metadata["compensated"] == "true"
     assert mesh.permit("WP-10244").status == "PENDING_RELEASE"
-    assert [t for t, _, _ in mesh.audit.trail()] == [audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_INVOKED,
-                                                      audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME]
+    assert [t for t, _, _ in mesh.audit.trail()] == [audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_INVOKED]
+
+
+def test_records_after_an_effect_go_through_the_outbox(mesh: Mesh) -> None:
+    # Audit refuses everything after the decision record: the verification and
+    # the outcome wait in the outbox, the release stands and is answered.
+    mesh.audit.failing |= {audit_pb2.AUDIT_EVENT_TYPE_VERIFICATION, audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME}
+    assert mesh.invoke("workPermit.release", permit_id="WP-10231", reason="all checks passed").verified
+    assert mesh.audit.how() == [(audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_INVOKED, "record"),
+                                (audit_pb2.AUDIT_EVENT_TYPE_VERIFICATION, "record_durably"),
+                                (audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME, "record_durably")]
+
+
+def test_no_decision_record_no_mutation(mesh: Mesh) -> None:
+    mesh.audit.failing.add(audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_INVOKED)
+    err = mesh.refused("workPermit.release", permit_id="WP-10231", reason="all checks passed")
+    assert (err.code, err.reason) == (grpc.StatusCode.UNAVAILABLE, "AUDIT_UNAVAILABLE")
+    assert mesh.permit("WP-10231").status == "PENDING_RELEASE"
+    # Nothing happened, so the key is free for a retry once audit is back.
+    mesh.audit.failing.clear()
+    assert mesh.invoke("workPermit.release", permit_id="WP-10231", reason="all checks passed").verified
