@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import functools
 import hashlib
 import json
 import subprocess
@@ -34,6 +35,7 @@ from typing import Any
 
 import grpc
 import pytest
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -522,3 +524,53 @@ def b64_forms(data: bytes) -> set[str]:
     """How bytes would look if they were written into text."""
     forms = {data.hex(), base64.b64encode(data).decode(), base64.urlsafe_b64encode(data).decode()}
     return forms | {f.rstrip("=") for f in forms}
+
+
+def unique(prefix: str) -> str:
+    """A fresh name, so the records of one attack are told apart from every other."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def alice_execution(mesh: Mesh) -> sup_pb2.Execution:
+    """A finished analysis of WP-10231 asked by alice (permit-manager) in acme."""
+    ex = mesh.analyze(ANALYSIS.format("WP-10231"), mesh.token("alice", "permit-manager"))
+    assert ex.decision == common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE, ex.summary
+    return ex
+
+
+@pytest.fixture(scope="session")
+def conflict_review(mesh: Mesh) -> tuple[sup_pb2.Execution, str]:
+    """WP-10233 asked by carol: the conflict goes to the Decision Center as an open review."""
+    ex = mesh.analyze(ANALYSIS.format("WP-10233"), mesh.token("carol", "analyst"))
+    assert ex.decision == common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW, ex.summary
+    review_id = ex.conflicts[0].review_id
+    assert review_id
+    return ex, review_id
+
+
+@functools.cache
+def world() -> dict[str, Any]:
+    """The demo world the mesh loaded (``agentmesh/data/demo_world.yaml``), for facts the tests check against."""
+    from agentmesh.launcher import demo_world
+
+    doc: dict[str, Any] = yaml.safe_load(demo_world().read_text())
+    return doc
+
+
+def world_tenant(tenant: str) -> dict[str, Any]:
+    return next(t for t in world()["tenants"] if t["id"] == tenant)
+
+
+def world_permit(tenant: str, permit_id: str) -> dict[str, Any]:
+    return next(p for p in world_tenant(tenant)["permits"] if p["id"] == permit_id)
+
+
+def world_worker(tenant: str, worker_id: str) -> dict[str, Any]:
+    return next(w for w in world_tenant(tenant)["workers"] if w["id"] == worker_id)
+
+
+def lms_trainings(tenant: str, worker_id: str) -> list[dict[str, Any]]:
+    lms = world_tenant(tenant).get("lms", {})
+    entry = next((w for w in lms.get("workers", []) if w["worker_id"] == worker_id), {"trainings": []})
+    return list(entry["trainings"])
