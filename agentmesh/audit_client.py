@@ -56,7 +56,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any, Final
 
@@ -300,15 +300,22 @@ class AuditRecorder:
     """
 
     def __init__(self, channel: grpc.Channel, *, timeout_s: float = 5.0, outbox: AuditOutbox | None = None,
-                 direct_timeout_s: float = 2.0) -> None:
+                 direct_timeout_s: float = 2.0, connect: Callable[[], grpc.Channel] | None = None) -> None:
         """Args:
         channel: mTLS channel to the audit service.
         timeout_s: Deadline of ``record`` / ``record_later`` and of one outbox delivery.
         outbox: Where ``record_durably`` keeps what audit could not take at once; delivery
             starts with :meth:`start` (which :meth:`ServiceContext.audit` calls).
         direct_timeout_s: How long ``record_durably`` waits for audit before queuing instead.
+        connect: Opens a new channel to audit for the outbox's delivery. A gRPC
+            channel that failed to connect waits longer and longer (up to two
+            minutes) before trying again; delivery opens a fresh one after an
+            UNAVAILABLE instead, so records arrive within :data:`MAX_BACKOFF_S`
+            of audit coming back. Without it, delivery uses ``channel``.
         """
         self._stub = audit_grpc.AuditServiceStub(channel)
+        self._connect = connect
+        self._delivery: tuple[grpc.Channel, audit_grpc.AuditServiceStub] | None = None
         self._timeout = timeout_s
         self._direct_timeout = min(direct_timeout_s, timeout_s)
         self._outbox = outbox
@@ -445,6 +452,7 @@ class AuditRecorder:
                 log.warning("audit outbox delivery did not stop in time")
                 return
             self._thread = None
+        self._drop_delivery_channel()
         if self._outbox is not None:
             try:
                 left = self._outbox.pending()
@@ -502,9 +510,11 @@ class AuditRecorder:
         for row in rows:
             batch.records.append(audit_pb2.AppendRecordRequest.FromString(row.request).record)
         try:
-            self._stub.AppendRecords(batch, timeout=self._timeout)
+            self._delivery_stub().AppendRecords(batch, timeout=self._timeout)
         except grpc.RpcError as err:
             failure = errors.from_rpc_error(err)
+            if isinstance(failure, errors.Unavailable):
+                self._drop_delivery_channel()
             if not _permanent(failure):
                 with contextlib.suppress(sqlite3.Error):
                     outbox.attempted(r.seq for r in rows)
@@ -520,6 +530,19 @@ class AuditRecorder:
             return None
         outbox.delete(r.seq for r in rows)
         return None
+
+    def _delivery_stub(self) -> audit_grpc.AuditServiceStub:
+        if self._connect is None:
+            return self._stub
+        if self._delivery is None:
+            channel = self._connect()
+            self._delivery = (channel, audit_grpc.AuditServiceStub(channel))
+        return self._delivery[1]
+
+    def _drop_delivery_channel(self) -> None:
+        if self._delivery is not None:
+            channel, self._delivery = self._delivery[0], None
+            channel.close()
 
     def _set_aside(self, outbox: AuditOutbox, row: OutboxRow, failure: errors.MeshError) -> None:
         substitute = substitute_for(row.request, failure)

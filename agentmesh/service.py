@@ -77,11 +77,16 @@ class ServiceContext:
             except errors.MeshError as err:
                 raise StartupError(str(err)) from err
             recorder = AuditRecorder(self.channel("audit"), timeout_s=min(5.0, self.config.call_timeout_s),
-                                     outbox=outbox)
+                                     outbox=outbox, connect=self._audit_channel)
             recorder.start()
             self._audit = recorder
             self.on_stop(recorder.close)
         return self._audit
+
+    def _audit_channel(self) -> grpc.Channel:
+        """A channel of its own for the audit outbox's delivery (see ``AuditRecorder``'s ``connect``)."""
+        return transport.secure_channel(self.config.address("audit"), self.tls, spiffe.service("audit"),
+                                        default_timeout_s=self.config.call_timeout_s)
 
     def on_stop(self, fn: Callable[[], None]) -> None:
         """Registers cleanup run after the server has stopped."""
