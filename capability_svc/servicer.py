@@ -92,12 +92,14 @@ class CapabilityServicer(pb_grpc.CapabilityServiceServicer):
             entry = self._registry.get(request.capability_id)
         except cap_errors.CapabilityError as err:
             raise mesh_error(err) from err
+        # The status is in force (a safety stop must not wait for audit); its record
+        # reaches the log now or, through the outbox, as soon as audit is back.
         try:
-            self._audit.record(audit_pb2.AUDIT_EVENT_TYPE_STATUS_CHANGED, outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS,
-                               capability_id=request.capability_id,
-                               reason_codes=[f"status={status}", f"reason={request.reason}",
-                                             f"changed_by={operator}"])
+            self._audit.record_durably(
+                audit_pb2.AUDIT_EVENT_TYPE_STATUS_CHANGED, outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS,
+                capability_id=request.capability_id,
+                reason_codes=[f"status={status}", f"reason={request.reason}", f"changed_by={operator}"])
         except errors.MeshError:
-            # The status is already persisted in the registry's own history.
-            log.exception("capability status change not recorded in audit")
+            # Only when the outbox cannot write either; the registry's own history has the change.
+            log.exception("capability status change not recorded in audit nor in the outbox")
         return pb.SetCapabilityStatusResponse(capability=definition(entry))

@@ -134,9 +134,10 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
             raise _mesh_error(err) from err
         if self._audit is not None:
             # The switch is already in force and in the policy database's own
-            # history; a failing audit must not hold a safety stop back.
+            # history; a failing audit must not hold a safety stop back. The
+            # record reaches the log now or, through the outbox, once audit is back.
             try:
-                self._audit.record(
+                self._audit.record_durably(
                     audit_pb2.AUDIT_EVENT_TYPE_KILL_SWITCH_CHANGED,
                     outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS,
                     reason_codes=[f"scope={scope.value}", f"target={switch.target}",

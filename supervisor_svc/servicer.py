@@ -242,11 +242,15 @@ class AgentRegistryServicer(reg_grpc.AgentRegistryServiceServicer):
                                               request.reason, operator)
         except sup_errors.SupervisorError as err:
             raise mesh_error(err) from err
+        # The status is in force (a safety stop must not wait for audit); its record
+        # reaches the log now or, through the outbox, as soon as audit is back.
         try:
-            self._audit.record(audit_pb2.AUDIT_EVENT_TYPE_STATUS_CHANGED, outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS,
-                               agent_id=request.agent_id,
-                               reason_codes=[f"status={common_pb2.LifecycleStatus.Name(request.status)}",
-                                             f"reason={request.reason}", f"changed_by={operator}"])
+            self._audit.record_durably(
+                audit_pb2.AUDIT_EVENT_TYPE_STATUS_CHANGED, outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS,
+                agent_id=request.agent_id,
+                reason_codes=[f"status={common_pb2.LifecycleStatus.Name(request.status)}",
+                              f"reason={request.reason}", f"changed_by={operator}"])
         except errors.MeshError:
-            log.exception("agent status change not recorded in audit (kept in the registry history)")
+            log.exception("agent status change not recorded in audit nor in the outbox (kept in the registry "
+                          "history)")
         return reg_pb2.SetAgentStatusResponse(agent=entry.to_proto())
