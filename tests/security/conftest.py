@@ -386,7 +386,8 @@ class Mesh:
             grant_id=f"grant-{uuid.uuid4().hex}", execution_id=execution_id, task_id=f"{execution_id}-t1",
             tenant_id=tenant, user_id=user, assertion_digest=sha256_hex(f"{tenant}/{user}"),
             issuer=str(SUPERVISOR), audience=str(audience), capabilities=capabilities, depth=1,
-            issued_at=issued_at, expires_at=expires_at, actor_type=common_pb2.ACTOR_TYPE_USER, roles=list(roles),
+            issued_at=issued_at, expires_at=expires_at, actor_type=fields.pop("actor_type", common_pb2.ACTOR_TYPE_USER),
+            roles=list(roles),
             session_id=f"ses-{uuid.uuid4().hex[:12]}", conversation_id=f"conv-{uuid.uuid4().hex[:12]}",
             resources=resources, **fields)
         signed = (signer or self.signer).sign(body)
@@ -574,3 +575,23 @@ def lms_trainings(tenant: str, worker_id: str) -> list[dict[str, Any]]:
     lms = world_tenant(tenant).get("lms", {})
     entry = next((w for w in lms.get("workers", []) if w["worker_id"] == worker_id), {"trainings": []})
     return list(entry["trainings"])
+
+
+def task_grants(mesh: Mesh, ex: sup_pb2.Execution) -> dict[str, common_pb2.SignedTaskGrant]:
+    """The grant each agent got for its task in an execution: captured from the log where it keeps them,
+    else signed as the supervisor signed it (same execution, task, user and the task's resources)."""
+    out: dict[str, common_pb2.SignedTaskGrant] = {}
+    for node in ex.graph.nodes:
+        captured = mesh.captured_grants(ex.execution_id, node.target_agent_id)
+        if captured:
+            out[node.target_agent_id] = captured[-1]
+            continue
+        permit = world_permit(ex.tenant_id, ex.graph.nodes[0].input["permit_id"])
+        workers = [f"worker:{w['id']}" for w in permit["workers"]]
+        caps = {"training-agent": ["training.getStatus"], "risk-agent": ["risk.evaluate", "workPermit.get"],
+                "compliance-agent": ["compliance.getChecklist", "workPermit.get"]}.get(node.target_agent_id,
+                                                                                        ["workPermit.get"])
+        out[node.target_agent_id] = mesh.grant(
+            spiffe.agent(node.target_agent_id), caps, [f"permit:{permit['id']}", *workers], user=ex.user_id,
+            tenant=ex.tenant_id, execution_id=ex.execution_id)
+    return out
