@@ -148,7 +148,8 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
                     capability_id=switch.target if scope is model.KillSwitchScope.CAPABILITY else "",
                 )
             except errors.MeshError:
-                log.exception("kill switch change not recorded in audit (kept in the policy history)")
+                log.exception("kill switch change not recorded in audit nor in the outbox (kept in the policy "
+                              "history)")
         return pb.SetKillSwitchResponse(kill_switch=_switch(switch))
 
     def ListKillSwitches(self, request: pb.ListKillSwitchesRequest,
