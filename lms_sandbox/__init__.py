@@ -4,7 +4,8 @@ It plays the *external* learning-management system in development and tests,
 so it shares no code with the mesh: it reads the ``lms`` sections of a world
 data file and serves them over plain HTTP (stdlib only). Faults — latency,
 timeout, 5xx, malformed JSON, oversized bodies, hostile text — are configured
-per worker in the data file or switched at run time through ``/admin/faults``.
+per worker in the data file or switched at run time through ``/admin/faults``,
+which requires the sandbox's bearer admin token (``--admin-token-file``).
 
 Run it with ``python -m lms_sandbox --port 0 --data agentmesh/data/demo_world.yaml``.
 """

@@ -11,8 +11,11 @@ Endpoints::
     DELETE /admin/faults                                   clears every admin rule
 
 An unknown tenant and an unknown worker get the same 404, as a real
-multi-tenant LMS should answer. If ``admin_token`` is set, admin endpoints
-require ``Authorization: Bearer <token>``.
+multi-tenant LMS should answer. Every ``/admin`` route requires
+``Authorization: Bearer <admin token>`` (compared in constant time) and answers
+401 without it, before anything else (an unknown admin route is 401 too). The
+token is ``admin_token``, or a random one when none is given, readable in
+process as :attr:`LmsSandbox.admin_token`.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import datetime as _dt
 import hmac
 import json
 import logging
+import secrets
 import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -67,25 +71,34 @@ class _Handler(BaseHTTPRequestHandler):
         path = urllib.parse.urlsplit(self.path).path
         return [urllib.parse.unquote(s) for s in path.split("/") if s]
 
-    def _admin_allowed(self) -> bool:
-        token = self.server.sandbox.admin_token
-        if token is None:
-            return True
-        given = self.headers.get("Authorization", "")
-        if hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-            return True
-        self._error(401, "UNAUTHENTICATED", "admin token required")
-        return False
+    def _admin_refused(self) -> bool:
+        """For an ``/admin`` path without the right bearer token: answers 401, returns True."""
+        parts = self._segments()
+        if not parts or parts[0] != "admin":
+            return False
+        expected = f"Bearer {self.server.sandbox.admin_token}".encode()
+        given = self.headers.get("Authorization", "").encode("latin-1", "replace")
+        if hmac.compare_digest(given, expected):
+            return False
+        body = json.dumps({"error": {"code": "UNAUTHENTICATED", "message": "admin token required"}}).encode()
+        self.send_response(401)
+        self.send_header("WWW-Authenticate", 'Bearer realm="lms-sandbox admin"')
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        return True
 
     # -- routes --
 
     def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+        if self._admin_refused():
+            return
         parts = self._segments()
         if parts == ["healthz"]:
             self._send_json(200, {"status": "ok"})
         elif parts == ["admin", "faults"]:
-            if self._admin_allowed():
-                self._send_json(200, self.server.sandbox.faults.snapshot())
+            self._send_json(200, self.server.sandbox.faults.snapshot())
         elif len(parts) == 6 and parts[0] == "v1" and parts[1] == "tenants" and (
             parts[3] == "workers" and parts[5] == "trainings"
         ):
@@ -94,10 +107,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(404, "NOT_FOUND", "no such endpoint")
 
     def do_POST(self) -> None:  # noqa: N802 - stdlib naming
+        if self._admin_refused():
+            return
         if self._segments() != ["admin", "faults"]:
             self._error(404, "NOT_FOUND", "no such endpoint")
-            return
-        if not self._admin_allowed():
             return
         length = self.headers.get("Content-Length", "")
         if not length.isdigit() or int(length) > _MAX_ADMIN_BODY:
@@ -121,11 +134,18 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_json(201, {"fault": {**scope, **fault.to_dict()}})
 
     def do_DELETE(self) -> None:  # noqa: N802 - stdlib naming
+        if self._admin_refused():
+            return
         if self._segments() != ["admin", "faults"]:
             self._error(404, "NOT_FOUND", "no such endpoint")
             return
-        if self._admin_allowed():
-            self._send_json(200, {"cleared": self.server.sandbox.faults.clear()})
+        self._send_json(200, {"cleared": self.server.sandbox.faults.clear()})
+
+    def do_PUT(self) -> None:  # noqa: N802 - stdlib naming
+        if not self._admin_refused():
+            self._error(405, "METHOD_NOT_ALLOWED", "method not allowed")
+
+    do_PATCH = do_PUT
 
     # -- trainings --
 
@@ -226,10 +246,15 @@ class LmsSandbox:
         port: int = 0,
         admin_token: str | None = None,
     ):
-        """Bind to ``host:port`` (``0`` picks a free port) without serving yet."""
+        """Bind to ``host:port`` (``0`` picks a free port) without serving yet.
+
+        ``admin_token`` guards every ``/admin`` route; a random one when None.
+        """
+        if admin_token is not None and not admin_token:
+            raise ValueError("admin_token must not be empty")
         self.data = data
         self.faults = FaultTable(data.faults)
-        self.admin_token = admin_token
+        self.admin_token: str = admin_token or secrets.token_urlsafe(32)
         self.stopping = threading.Event()
         self._server = _Server((host, port), _Handler)
         self._server.sandbox = self

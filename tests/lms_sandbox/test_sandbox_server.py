@@ -26,9 +26,12 @@ DEMO_WORLD = Path(__file__).resolve().parents[2] / "agentmesh" / "data" / "demo_
 TLS = httpx.create_ssl_context()
 
 
+ADMIN_TOKEN = "test-admin-token"
+
+
 @pytest.fixture
 def sandbox() -> Iterator[LmsSandbox]:
-    server = LmsSandbox(load_lms_data(DEMO_WORLD)).start()
+    server = LmsSandbox(load_lms_data(DEMO_WORLD), admin_token=ADMIN_TOKEN).start()
     try:
         yield server
     finally:
@@ -37,7 +40,9 @@ def sandbox() -> Iterator[LmsSandbox]:
 
 @pytest.fixture
 def http(sandbox: LmsSandbox) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=sandbox.base_url, timeout=5, verify=TLS) as client:
+    """A client that sends the admin token (the data endpoints ignore it)."""
+    with httpx.Client(base_url=sandbox.base_url, timeout=5, verify=TLS,
+                      headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as client:
         yield client
 
 
@@ -160,19 +165,49 @@ def test_timeout_mode_never_answers(sandbox: LmsSandbox) -> None:
         client.get(trainings_path("acme", "W-1006"))
 
 
-def test_admin_token(tmp_path: Path) -> None:
-    server = LmsSandbox(load_lms_data(DEMO_WORLD), admin_token="s3cret").start()
+@pytest.mark.parametrize("headers", [
+    {},
+    {"Authorization": "Bearer wrong"},
+    {"Authorization": f"Bearer {ADMIN_TOKEN}x"},
+    {"Authorization": ADMIN_TOKEN},
+    {"Authorization": f"Basic {ADMIN_TOKEN}"},
+    {"Authorization": "Bearer"},
+], ids=["none", "wrong", "longer", "no-scheme", "basic", "empty"])
+def test_admin_endpoints_require_the_token(sandbox: LmsSandbox, headers: dict[str, str]) -> None:
+    with httpx.Client(base_url=sandbox.base_url, timeout=5, verify=TLS, headers=headers) as client:
+        for method, path in [("GET", "/admin/faults"), ("POST", "/admin/faults"), ("DELETE", "/admin/faults"),
+                             ("GET", "/admin/other"), ("PUT", "/admin/faults"), ("GET", "/%61dmin/faults"),
+                             ("GET", "/admin/faults/?x=1")]:
+            response = client.request(method, path, json={"mode": "5xx"} if method == "POST" else None)
+            assert response.status_code == 401, (method, path)
+            assert response.json()["error"]["code"] == "UNAUTHENTICATED"
+            assert response.headers["www-authenticate"].startswith("Bearer")
+            assert ADMIN_TOKEN not in response.text
+        # Nothing was changed, and the data endpoints stay open.
+        assert sandbox.faults.snapshot()["admin"] == []
+        assert client.get(trainings_path("acme", "W-1001")).status_code == 200
+
+
+def test_admin_with_the_token(http: httpx.Client) -> None:
+    assert http.get("/admin/faults").status_code == 200
+    assert http.get("/admin/other").status_code == 404
+    assert http.put("/admin/faults").status_code == 405
+
+
+def test_without_a_token_admin_is_closed_with_a_random_one() -> None:
+    server = LmsSandbox(load_lms_data(DEMO_WORLD)).start()
+    other = LmsSandbox(load_lms_data(DEMO_WORLD))
     try:
+        assert len(server.admin_token) >= 32 and server.admin_token != other.admin_token
         with httpx.Client(base_url=server.base_url, timeout=5, verify=TLS) as client:
             assert client.get("/admin/faults").status_code == 401
-            assert client.post("/admin/faults", json={"mode": "5xx"}).status_code == 401
-            assert client.delete("/admin/faults").status_code == 401
-            ok = client.get("/admin/faults", headers={"Authorization": "Bearer s3cret"})
+            ok = client.get("/admin/faults", headers={"Authorization": f"Bearer {server.admin_token}"})
             assert ok.status_code == 200
-            # The data endpoints stay open.
-            assert client.get(trainings_path("acme", "W-1001")).status_code == 200
     finally:
         server.stop()
+        other.stop()
+    with pytest.raises(ValueError):
+        LmsSandbox(load_lms_data(DEMO_WORLD), admin_token="")
 
 
 def test_stop_without_start_returns() -> None:
