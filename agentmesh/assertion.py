@@ -8,9 +8,11 @@ the mesh generates its own issuer key (``keys/idp.key``) next to the certs.
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 import jwt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -23,11 +25,17 @@ DEFAULT_TTL_S = 3600
 
 
 class AssertionInvalid(Exception):
-    """The user assertion is missing, malformed, badly signed or expired."""
+    """The user assertion is missing, malformed, badly signed or expired.
 
-    def __init__(self, message: str, reason: str = "ASSERTION_INVALID") -> None:
+    ``cause`` names the check that failed (``InvalidSignatureError``,
+    ``InvalidAudienceError``, ``InvalidAlgorithmError``, ...) — a class name,
+    safe to record.
+    """
+
+    def __init__(self, message: str, reason: str = "ASSERTION_INVALID", cause: str = "") -> None:
         super().__init__(message)
         self.reason = reason
+        self.cause = cause
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,9 +104,9 @@ def verify(token: str, key: Ed25519PublicKey, *, issuer: str = DEV_ISSUER) -> Us
             options={"require": ["exp", "iat", "sub", "iss", "aud"]},
         )
     except jwt.ExpiredSignatureError as err:
-        raise AssertionInvalid("user assertion has expired", "ASSERTION_EXPIRED") from err
+        raise AssertionInvalid("user assertion has expired", "ASSERTION_EXPIRED", type(err).__name__) from err
     except jwt.PyJWTError as err:
-        raise AssertionInvalid(f"user assertion rejected: {err}") from err
+        raise AssertionInvalid(f"user assertion rejected: {err}", cause=type(err).__name__) from err
     tenant, roles = claims.get("tenant"), claims.get("roles", [])
     if not isinstance(tenant, str) or not tenant:
         raise AssertionInvalid("user assertion has no tenant claim", "ASSERTION_NO_TENANT")
@@ -112,3 +120,52 @@ def verify(token: str, key: Ed25519PublicKey, *, issuer: str = DEV_ISSUER) -> Us
         conversation_id=str(claims.get("cid", "")),
         digest=digest(token),
     )
+
+
+_SAFE_CLAIM = re.compile(r"[A-Za-z0-9._:/@+=~-]+")
+_MAX_CLAIM_SHOWN = 64
+_SHOWN_CLAIMS = (("alg", "header"), ("iss", "claims"), ("sub", "claims"), ("tenant", "claims"))
+
+
+def _shown(value: Any) -> str:
+    """A claim as a record may show it: a short id-like string, else a note of what it was."""
+    if not isinstance(value, str):
+        return "absent" if value is None else f"non-string:{type(value).__name__}"
+    if not value:
+        return "empty"
+    if not _SAFE_CLAIM.fullmatch(value):
+        return f"unsafe:sha256:{hashlib.sha256(value.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
+    if len(value) > _MAX_CLAIM_SHOWN:
+        return f"{value[:_MAX_CLAIM_SHOWN]}+truncated"
+    return value
+
+
+def rejection_codes(token: str, err: AssertionInvalid | None = None) -> list[str]:
+    """What an audit record of a rejected assertion says about it — never the token itself.
+
+    ``assertion_sha256=<hex>`` (or ``assertion=absent``), the failed check, and the
+    *unverified* ``alg``, ``iss``, ``sub`` and ``tenant``: each shown only if it is a
+    short string of id characters (longer ones are cut at 64 and marked
+    ``+truncated``; anything else is replaced by a note and a digest prefix), so no
+    caller can make the record invalid or carry text through it.
+    """
+    if not token:
+        return ["assertion=absent"]
+    codes = [f"assertion_sha256={digest(token)}"]
+    if err is not None and err.cause:
+        codes.append(f"cause={_shown(err.cause)}")
+    parts: dict[str, Any] = {"header": {}, "claims": {}}
+    try:
+        parts["header"] = jwt.get_unverified_header(token)
+    except (jwt.PyJWTError, ValueError, TypeError):
+        codes.append("header=unreadable")
+    try:
+        parts["claims"] = jwt.decode(token, options={"verify_signature": False, "verify_exp": False,
+                                                    "verify_aud": False, "verify_iss": False})
+    except (jwt.PyJWTError, ValueError, TypeError):
+        codes.append("claims=unreadable")
+    for name, part in _SHOWN_CLAIMS:
+        source = parts[part]
+        if isinstance(source, dict) and name in source:
+            codes.append(f"{name}={_shown(source[name])}")
+    return codes
