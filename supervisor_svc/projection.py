@@ -24,6 +24,28 @@ purpose, and the SHA-256 digest of the projected data's canonical JSON (keys
 sorted, no whitespace, UTF-8, integral numbers written as integers so that the
 digest is the same whether computed from a dict or from its protobuf Struct).
 Only the digest is audited and put in the task grant.
+
+Resources
+---------
+
+The same file says which resources a task's grant names (``resources``)::
+
+    resources:
+      fields:                        # input path -> resource type
+        permit_id: permit
+        "workers[].worker_id": worker
+      tenant_wide: [workPermit.search]
+
+A task's resources are every id found at those paths of its input (its
+projected context, or the input the supervisor gave it), as ``TYPE:ID`` in
+the order of the file and of the input, without repeats; plus
+``tenant:<tenant>`` when the task is granted a ``tenant_wide`` capability (one
+that works over the tenant as a whole, such as a search). A value that is not
+an id is never listed. The capability runtime refuses a call on a resource the
+grant does not list, so a task whose input names nothing can act on nothing
+(fail closed). The types are those of the capability registry's manifests
+(``resource.type``); ``tenant`` is reserved. Without a ``resources`` section
+grants name nothing.
 """
 
 from __future__ import annotations
@@ -32,7 +54,8 @@ import datetime as _dt
 import hashlib
 import json
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -48,6 +71,7 @@ from supervisor_svc.registry import AGENT_ID_PATTERN
 __all__ = [
     "ProjectionConfig",
     "Projector",
+    "ResourceRules",
     "canonical_json",
     "context_digest",
     "default_projections_file",
@@ -61,10 +85,25 @@ _Purpose = Annotated[str, pydantic.StringConstraints(pattern=r"^[a-z][a-z0-9._-]
 _AgentId = Annotated[str, pydantic.StringConstraints(pattern=AGENT_ID_PATTERN)]
 
 
+_ResourceType = Annotated[str, pydantic.StringConstraints(pattern=r"^[a-z][a-z0-9_-]{0,31}$")]
+_CapabilityId = Annotated[str, pydantic.StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9._-]{0,127}$")]
+_RESOURCE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+TENANT = "tenant"
+"""The resource type of an operation over the whole tenant."""
+
+
+class _ResourcesModel(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", strict=True, frozen=True)
+    fields: dict[_Path, _ResourceType]
+    tenant_wide: list[_CapabilityId] = []
+
+
 class _FileModel(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", strict=True, frozen=True)
     sensitive_fields: list[Annotated[str, pydantic.StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]]
     agents: dict[_AgentId, dict[_Purpose, list[_Path]]]
+    resources: _ResourcesModel = _ResourcesModel(fields={})
+    """Absent: grants name no resource, so their tasks can act on nothing (fail closed)."""
 
 
 def _tokens(path: str) -> list[str]:
@@ -82,13 +121,47 @@ def default_projections_file() -> Path:
     return Path(__file__).parent / "config" / "projections.yaml"
 
 
+def _values(value: Any, tokens: list[str]) -> list[Any]:
+    """Every value at a tokenized path (``[]`` = each item of a list); nothing where the shape differs."""
+    if not tokens:
+        return [value]
+    head, rest = tokens[0], tokens[1:]
+    if head == _LIST:
+        return [v for item in value for v in _values(item, rest)] if isinstance(value, list | tuple) else []
+    if isinstance(value, Mapping) and head in value:
+        return _values(value[head], rest)
+    return []
+
+
+@dataclass(frozen=True)
+class ResourceRules:
+    """Which resources a task's grant names (see the module docstring)."""
+
+    fields: tuple[tuple[str, str], ...] = ()
+    """(input path, resource type), in file order."""
+    tenant_wide: frozenset[str] = frozenset()
+    """Capabilities that work over the whole tenant: a task granted one names ``tenant:<tenant>``."""
+
+    def resources(self, task_input: Mapping[str, Any], capabilities: Iterable[str], tenant_id: str) -> list[str]:
+        """The ``TYPE:ID`` resources of a task with this input and these granted capabilities."""
+        out: list[str] = []
+        for path, kind in self.fields:
+            for value in _values(task_input, _tokens(path)):
+                if isinstance(value, str) and _RESOURCE_ID.match(value) and f"{kind}:{value}" not in out:
+                    out.append(f"{kind}:{value}")
+        if tenant_id and self.tenant_wide.intersection(capabilities):
+            out.append(f"{TENANT}:{tenant_id}")
+        return out
+
+
 @dataclass(frozen=True)
 class ProjectionConfig:
-    """Validated whitelists per agent and purpose."""
+    """Validated whitelists per agent and purpose, and the resource rules of grants."""
 
     sensitive_fields: frozenset[str]
     whitelists: Mapping[str, Mapping[str, tuple[str, ...]]] = field(default_factory=dict)
     """agent id → purpose → allowed paths (sorted)."""
+    resources: ResourceRules = field(default_factory=ResourceRules)
 
     @classmethod
     def load(cls, path: Path | None = None) -> ProjectionConfig:
@@ -119,7 +192,13 @@ class ProjectionConfig:
                             reason="PROJECTION_SENSITIVE_FIELD",
                         )
                 whitelists[agent_id][purpose] = tuple(sorted(set(paths)))
-        return cls(sensitive, whitelists)
+        for p, kind in model.resources.fields.items():
+            if kind == TENANT:
+                raise ConfigError(f"{kind!r} is reserved for an operation over the whole tenant (tenant_wide)",
+                                  file=str(path), field=f"resources.fields.{p}",
+                                  line=doc.line_of(("resources", "fields", p)), reason="RESOURCE_TYPE_RESERVED")
+        rules = ResourceRules(tuple(model.resources.fields.items()), frozenset(model.resources.tenant_wide))
+        return cls(sensitive, whitelists, rules)
 
     def whitelist(self, agent_id: str, purpose: str) -> tuple[str, ...]:
         """The allowed paths, or ``()`` for an unknown agent or purpose."""
@@ -209,6 +288,11 @@ class Projector:
         config: The validated whitelists.
         """
         self._config = config
+
+    @property
+    def resource_rules(self) -> ResourceRules:
+        """Which resources a task's grant names."""
+        return self._config.resources
 
     def _sanitize(self, value: Any) -> Any:
         if isinstance(value, Mapping):

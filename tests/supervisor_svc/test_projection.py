@@ -171,3 +171,36 @@ def test_canonical_json_form() -> None:
     assert canonical_json({"b": 1.0, "a": [2.5, "é"]}) == '{"a":[2.5,"é"],"b":1}'.encode()
     with pytest.raises(ValueError):
         canonical_json({"x": float("nan")})
+
+
+def test_a_tasks_resources_are_the_ids_its_input_names() -> None:
+    rules = ProjectionConfig.load().resources
+    training_input = {"permit_id": "WP-10231", "required_trainings": ["NR-10"],
+                      "workers": [{"worker_id": "W-1001"}, {"worker_id": "W-1002"}, {"worker_id": "W-1001"}]}
+    assert rules.resources(training_input, ["training.getStatus"], "acme") == [
+        "permit:WP-10231", "worker:W-1001", "worker:W-1002"]
+    assert rules.resources({"permit_id": "WP-10231"}, ["workPermit.get"], "acme") == ["permit:WP-10231"]
+    # A search works over the whole tenant: only then is the tenant named.
+    event_step = {"operation": "affected_by_training", "worker_id": "W-1003", "training_code": "NR-10"}
+    assert rules.resources(event_step, ["workPermit.search", "workPermit.get"], "acme") == [
+        "worker:W-1003", "tenant:acme"]
+    # Nothing that is not an id, nothing from another shape, nothing at all for an empty input.
+    odd = {"permit_id": "WP 1; DROP", "workers": {"worker_id": "W-1"}, "worker_id": 7}
+    assert rules.resources(odd, ["training.getStatus"], "acme") == []
+    assert rules.resources({}, ["workPermit.get"], "acme") == []
+
+
+def test_resource_rules_are_data_and_tenant_is_reserved(tmp_path: Path) -> None:
+    cfg = tmp_path / "projections.yaml"
+    cfg.write_text("sensitive_fields: []\nagents: {}\nresources:\n  fields:\n    site_id: site\n"
+                   "  tenant_wide: [site.search]\n")
+    rules = ProjectionConfig.load(cfg).resources
+    assert rules.resources({"site_id": "S-1", "permit_id": "WP-1"}, ["site.search"], "globex") == [
+        "site:S-1", "tenant:globex"]
+    cfg.write_text("sensitive_fields: []\nagents: {}\n")
+    assert ProjectionConfig.load(cfg).resources.resources({"permit_id": "WP-1"}, [], "acme") == []
+    cfg.write_text("sensitive_fields: []\nagents: {}\nresources:\n  fields:\n    tenant_id: tenant\n")
+    with pytest.raises(ConfigError) as err:
+        ProjectionConfig.load(cfg)
+    assert (err.value.reason, err.value.field, err.value.line) == (
+        "RESOURCE_TYPE_RESERVED", "resources.fields.tenant_id", 5)
