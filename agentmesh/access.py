@@ -3,11 +3,16 @@
 Loaded once at start-up from YAML (``agentmesh/access_policy.yaml`` unless the
 config names another file) and checked by the server interceptor on every
 call, before any servicer code runs.
+
+The ``operators`` group is special: it is an explicit list of identities,
+never a pattern, and when the table is loaded for a mesh it is exactly the
+configured ``operators`` (whatever the file lists).
 """
 
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -16,6 +21,8 @@ from typing import Any
 import yaml
 
 from agentmesh import spiffe
+
+OPERATORS_GROUP = "operators"
 
 
 class AccessTableError(ValueError):
@@ -47,8 +54,11 @@ class AccessTable:
         return False
 
     @classmethod
-    def load(cls, path: Path | None = None) -> AccessTable:
-        """Loads a table file, or the shipped default when ``path`` is None."""
+    def load(cls, path: Path | None = None, *, operators: Sequence[str] | None = None) -> AccessTable:
+        """Loads a table file, or the shipped default when ``path`` is None.
+
+        ``operators`` (the config's list) replaces the file's ``operators`` group.
+        """
         if path is None:
             text = resources.files("agentmesh").joinpath("access_policy.yaml").read_text()
             source = "agentmesh/access_policy.yaml"
@@ -62,16 +72,35 @@ class AccessTable:
             doc = yaml.safe_load(text)
         except yaml.YAMLError as err:
             raise AccessTableError(f"{source}: not valid YAML: {err}") from err
-        return cls.parse(doc, source)
+        return cls.parse(doc, source, operators=operators)
 
     @classmethod
-    def parse(cls, doc: Any, source: str = "<memory>") -> AccessTable:
-        """Builds a table from a parsed document, expanding named groups."""
+    def parse(
+        cls, doc: Any, source: str = "<memory>", *, operators: Sequence[str] | None = None
+    ) -> AccessTable:
+        """Builds a table from a parsed document, expanding named groups.
+
+        ``operators``, when given, becomes the ``operators`` group. That group
+        must list exact SPIFFE ids: a pattern (``*``) is refused.
+        """
         if not isinstance(doc, dict) or not isinstance(doc.get("rules"), list):
             raise AccessTableError(f"{source}: expected a mapping with a 'rules' list")
-        groups = doc.get("groups") or {}
-        if not isinstance(groups, dict):
+        if not isinstance(doc.get("groups") or {}, dict):
             raise AccessTableError(f"{source}: 'groups' must be a mapping")
+        groups = dict(doc.get("groups") or {})
+        if operators is not None:
+            groups[OPERATORS_GROUP] = list(operators)
+        for name, members in groups.items():
+            if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+                raise AccessTableError(f"{source}: groups.{name}: expected a list of SPIFFE ids")
+        for member in groups.get(OPERATORS_GROUP, []):
+            try:
+                exact = str(spiffe.parse(member)) == member
+            except spiffe.InvalidSpiffeId:
+                exact = False
+            if not exact:
+                raise AccessTableError(f"{source}: groups.{OPERATORS_GROUP}: {member!r} is not one exact "
+                                       f"SPIFFE id (operators are listed one by one, never by pattern)")
         rules = []
         for i, raw in enumerate(doc["rules"]):
             where = f"{source}: rules[{i}]"

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from agentmesh import spiffe
 from agentmesh.home import MeshHome
 
 ROLES = ("audit", "policy", "capability", "supervisor")
@@ -30,6 +31,7 @@ DEFAULT_PORTS: dict[str, int] = {
     "compliance-agent": 7414,
     "lms": 7480,
 }
+DEFAULT_OPERATORS = ("spiffe://agentmesh.local/client/operator",)
 
 
 class ConfigError(Exception):
@@ -53,6 +55,8 @@ class MeshConfig(BaseModel):
     """Specialist agents the launcher starts, one process each."""
     access_file: Path | None = None
     """Caller table; the shipped deny-by-default table when unset."""
+    operators: tuple[str, ...] = DEFAULT_OPERATORS
+    """The operator identities, exactly (no patterns): the caller table's ``operators`` group."""
     call_timeout_s: float = Field(default=10.0, gt=0, le=600)
     """Deadline of an outgoing call that sets none."""
     lms_url: str | None = None
@@ -72,6 +76,20 @@ class MeshConfig(BaseModel):
         for name, port in value.items():
             if not 0 <= port <= 65535:
                 raise ValueError(f"ports.{name}: {port} is not a port number")
+        return value
+
+    @field_validator("operators")
+    @classmethod
+    def _operators_exact(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("at least one operator identity is required")
+        for i, text in enumerate(value):
+            try:
+                parsed = spiffe.parse(text)
+            except spiffe.InvalidSpiffeId as err:
+                raise ValueError(f"operators[{i}]: {err}") from None
+            if str(parsed) != text or not text.isprintable():
+                raise ValueError(f"operators[{i}]: {text!r} is not a canonical SPIFFE id")
         return value
 
     @property

@@ -166,7 +166,7 @@ def run(
         cfg = mesh_config.load(home=args.home, config_file=args.config, overrides=overrides)
         tls = transport.TlsFiles.of(leaf_paths(cfg.mesh_home.certs, spec.identity), cfg.mesh_home.certs / "ca.pem")
         tls.read()  # a missing or unreadable certificate stops us here, naming the file
-        access = AccessTable.load(cfg.access_file)
+        access = AccessTable.load(cfg.access_file, operators=cfg.operators)
         ctx = ServiceContext(spec.name, spec.identity, cfg, tls, args)
         hooks: list[transport.DenialHook] = []
 
