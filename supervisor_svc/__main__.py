@@ -68,17 +68,18 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
     specialists = GrpcSpecialists(ctx.channel)
     authorize = GrpcAuthorizer(ctx.channel("policy"), ctx.config.call_timeout_s)
     dispatcher = TaskDispatcher(identity=ctx.identity, registry=registry, signer=signer, specialists=specialists,
-                                audit=audit, store=store, task_timeout_s=ctx.config.task_timeout_s)
+                                audit=audit, store=store, task_timeout_s=ctx.config.task_timeout_s,
+                                resources=projector.resource_rules)
     actions = ReleaseActions(store=store, dispatcher=dispatcher, authorize=authorize,
                              capabilities={c.capability_id: c for c in caps},
                              confirmation_ttl_s=ctx.config.confirmation_ttl_s)
     orchestrator = Orchestrator(
         identity=ctx.identity, registry=registry, selector=selector, tenants=tenants, projector=projector,
         evidence=evidence, store=store, signer=signer, specialists=specialists, audit=audit,
-        verify_assertion=functools.partial(assertion.verify, key=idp_key),
+        verify_assertion=functools.partial(assertion.verify, key=idp_key), authorize=authorize,
         task_timeout_s=ctx.config.task_timeout_s, actions=actions)
     center = DecisionCenter(store=store, actions=actions, authorize=authorize, dispatcher=dispatcher,
-                            visible=orchestrator.visible)
+                            visible=orchestrator.visible, snapshot=orchestrator.snapshot)
     events = EventHandler(store=store, dispatcher=dispatcher, tenants=tenants)
     orchestrator.end_interrupted()
     ctx.on_stop(orchestrator.close)

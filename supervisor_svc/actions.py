@@ -22,6 +22,12 @@ as a :class:`ProposedAction`; nothing is released unless, in this order:
 
 Every step is audited with the execution id: the policy decision, the review,
 the confirmation (issued, used, refused, declined, expired), the release task.
+The records that let the release move on are durable before it does (fail
+closed, see supervisor_svc.recording): the policy decision that allows it
+(else the action is DENIED, ``AUDIT_UNAVAILABLE``) and the confirmation given
+(else the confirmation is refused UNAVAILABLE ``AUDIT_UNAVAILABLE`` and the
+token stays unused). Refusals, a decline and what happened afterwards are
+kept durably without holding anything back.
 """
 
 from __future__ import annotations
@@ -49,6 +55,8 @@ from agentmesh.v1 import supervisor_service_pb2 as pb
 from supervisor_svc import executions
 from supervisor_svc.dispatch import Actor, TaskDispatcher, now_ts
 from supervisor_svc.executions import ExecutionStore
+from supervisor_svc.privacy import not_found
+from supervisor_svc.recording import AUDIT_UNAVAILABLE
 
 log = logging.getLogger(__name__)
 
@@ -132,11 +140,17 @@ class ReleaseActions:
             return
         self.gate(ex)
 
-    def gate(self, ex: pb.Execution, *, approval_review_id: str = "", approver: str = "") -> None:
+    def gate(self, ex: pb.Execution, *, approval_review_id: str = "", approver: str = "",
+             before_effect: Callable[[], None] | None = None) -> None:
         """Asks the policy engine about the action (with the approval, if any) and moves it on.
+
+        ``before_effect`` runs once the policy engine's decision is known and
+        recorded, just before the action changes state (a reviewer's decision
+        is recorded there); if it raises, nothing changes.
 
         Raises:
             ApprovalNotCounted: an approval was given and the policy engine still requires one.
+            agentmesh.errors.MeshError: with an approval, no (recorded) policy decision.
         """
         record = self._store.action(ex.execution_id)
         assert record is not None, "gate() on an execution without a proposed action"
@@ -145,8 +159,11 @@ class ReleaseActions:
         except errors.MeshError as err:
             if approval_review_id:
                 raise
-            self._close(ex, pb.ACTION_STATE_DENIED, f"POLICY_UNAVAILABLE: no policy decision, so no release "
-                                                    f"({err.message})")
+            if err.reason == AUDIT_UNAVAILABLE:
+                why = f"{AUDIT_UNAVAILABLE}: the policy decision could not be recorded, so no release"
+            else:
+                why = f"POLICY_UNAVAILABLE: no policy decision, so no release ({err.message})"
+            self._close(ex, pb.ACTION_STATE_DENIED, why)
             return
         ex.action.policy_decision.CopyFrom(decision)
         effect = decision.effect
@@ -165,12 +182,14 @@ class ReleaseActions:
             self._set(ex, pb.ACTION_STATE_AWAITING_APPROVAL,
                       f"HUMAN_APPROVAL_REQUIRED: a human other than the requester must approve review {review_id}")
             ex.status = pb.EXECUTION_STATUS_AWAITING_REVIEW
-            self._dispatch.audit(audit_pb2.AUDIT_EVENT_TYPE_REVIEW_CREATED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
+            self._dispatch.narrate(audit_pb2.AUDIT_EVENT_TYPE_REVIEW_CREATED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
                                  execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=ex.user_id,
                                  reason_codes=[review_id, "ACTION_APPROVAL", f"{RELEASE_CAPABILITY}:"
                                                f"{ex.action.resource_id}"], analysis_decision=ex.decision,
                                  policy_decision=decision)
             return
+        if before_effect is not None:
+            before_effect()
         if effect in (common_pb2.POLICY_EFFECT_CONFIRMATION_REQUIRED, common_pb2.POLICY_EFFECT_ALLOW):
             ex.action.approval_review_id = approval_review_id
             ex.action.approved_by = approver
@@ -198,10 +217,11 @@ class ReleaseActions:
             decision = self._authorize(request).decision
             span.set_attribute("agentmesh.policy_effect", common_pb2.PolicyEffect.Name(decision.effect))
         allowed = decision.effect in (common_pb2.POLICY_EFFECT_ALLOW, common_pb2.POLICY_EFFECT_CONFIRMATION_REQUIRED)
-        self._dispatch.audit(
+        goes_on = allowed or decision.effect == common_pb2.POLICY_EFFECT_HUMAN_APPROVAL_REQUIRED
+        # A decision that lets the release move on is durable first; a denial is a refusal (kept durably).
+        (self._dispatch.govern if goes_on else self._dispatch.narrate)(
             audit_pb2.AUDIT_EVENT_TYPE_POLICY_DECISION,
-            outcome=audit_pb2.AUDIT_OUTCOME_PENDING if allowed or decision.effect ==
-            common_pb2.POLICY_EFFECT_HUMAN_APPROVAL_REQUIRED else audit_pb2.AUDIT_OUTCOME_DENIED,
+            outcome=audit_pb2.AUDIT_OUTCOME_PENDING if goes_on else audit_pb2.AUDIT_OUTCOME_DENIED,
             execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=requester.user_id, agent_id=RELEASE_AGENT,
             capability_id=RELEASE_CAPABILITY, resource=f"permit:{ex.action.resource_id}", policy_decision=decision,
             reason_codes=[common_pb2.PolicyEffect.Name(decision.effect), *decision.reason_codes,
@@ -220,7 +240,7 @@ class ReleaseActions:
                   f"CONFIRMATION_REQUIRED: {record.user_id} must confirm the release of {ex.action.resource_id} "
                   f"before {expires.isoformat(timespec='seconds')}")
         ex.status = pb.EXECUTION_STATUS_AWAITING_CONFIRMATION
-        self._dispatch.audit(audit_pb2.AUDIT_EVENT_TYPE_CONFIRMATION, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
+        self._dispatch.narrate(audit_pb2.AUDIT_EVENT_TYPE_CONFIRMATION, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
                              execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=record.user_id,
                              resource=f"permit:{ex.action.resource_id}",
                              reason_codes=["CONFIRMATION_REQUESTED", record.action_id,
@@ -253,22 +273,29 @@ class ReleaseActions:
 
     def _refuse(self, err: errors.MeshError, user: assertion.UserIdentity, execution_id: str,
                 resource_id: str) -> errors.MeshError:
-        self._dispatch.audit(audit_pb2.AUDIT_EVENT_TYPE_CONFIRMATION, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
+        self._dispatch.narrate(audit_pb2.AUDIT_EVENT_TYPE_CONFIRMATION, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
                              execution_id=execution_id, tenant_id=user.tenant_id, user_id=user.user_id,
                              resource=f"permit:{resource_id}", reason_codes=[err.reason, err.message])
         return err
 
-    def confirm(self, user: assertion.UserIdentity, req: pb.ConfirmActionRequest) -> pb.Execution:
-        """Checks the confirmation and, if it holds, runs the release; every refusal is audited."""
+    @staticmethod
+    def validate(req: pb.ConfirmActionRequest) -> None:
+        """The fields a confirmation needs; INVALID_ARGUMENT naming the first one missing."""
         for name in ("execution_id", "confirmation_token", "capability_id", "resource_id"):
             if not getattr(req, name):
                 raise errors.InvalidArgument(f"{name} is required", reason="MISSING_FIELD", field=name)
+
+    def confirm(self, user: assertion.UserIdentity, req: pb.ConfirmActionRequest) -> pb.Execution:
+        """Checks the confirmation and, if it holds, runs the release; every refusal is audited.
+
+        The confirmation given is durable in the audit log before the token is spent and the
+        release runs: if audit cannot take it, UNAVAILABLE ``AUDIT_UNAVAILABLE``, nothing changed.
+        """
+        self.validate(req)
         with self.lock:
             ex = self._store.get(req.execution_id)
             if ex is None or ex.tenant_id != user.tenant_id:
-                raise self._refuse(errors.NotFound(f"execution {req.execution_id!r} not found",
-                                                   reason="EXECUTION_NOT_FOUND", field="execution_id"),
-                                   user, req.execution_id, req.resource_id)
+                raise self._refuse(not_found(req.execution_id), user, req.execution_id, req.resource_id)
             record = self._store.action(ex.execution_id)
             if record is None or not ex.HasField("action"):
                 raise self._refuse(errors.FailedPrecondition("the execution proposes no action",
@@ -308,29 +335,32 @@ class ReleaseActions:
                 raise self._refuse(errors.FailedPrecondition(
                     "the confirmation expired; ask for the release again", reason="CONFIRMATION_EXPIRED",
                     field="confirmation_token"), user, ex.execution_id, req.resource_id)
-            if not self._store.spend(record.action_id, executions.DECLINED if req.decline else executions.USED):
-                raise self._refuse(errors.FailedPrecondition("this confirmation token was already used",
-                                                             reason="CONFIRMATION_ALREADY_USED",
-                                                             field="confirmation_token"),
-                                   user, ex.execution_id, req.resource_id)
             with telemetry.mesh_ids(execution_id=ex.execution_id, correlation_id=ex.trace.correlation_id):
+                if not req.decline:
+                    # The confirmation is what lets the release run: durable before the token is spent.
+                    self._dispatch.govern(
+                        audit_pb2.AUDIT_EVENT_TYPE_CONFIRMATION, outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS,
+                        execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=user.user_id,
+                        resource=f"permit:{req.resource_id}",
+                        reason_codes=["CONFIRMATION_GIVEN", record.action_id,
+                                      *([f"approval={ex.action.approval_review_id}",
+                                         f"approver={ex.action.approved_by}"] if ex.action.approval_review_id else [])],
+                        input_digest=ex.action.action_digest)
+                if not self._store.spend(record.action_id, executions.DECLINED if req.decline else executions.USED):
+                    raise self._refuse(errors.FailedPrecondition("this confirmation token was already used",
+                                                                 reason="CONFIRMATION_ALREADY_USED",
+                                                                 field="confirmation_token"),
+                                       user, ex.execution_id, req.resource_id)
                 if req.decline:
+                    # Saying no stops the action: it does not wait for audit.
                     self._close(ex, pb.ACTION_STATE_DECLINED, f"DECLINED: {user.user_id} said no; nothing was changed")
-                    self._dispatch.audit(audit_pb2.AUDIT_EVENT_TYPE_CONFIRMATION,
-                                         outcome=audit_pb2.AUDIT_OUTCOME_FAILURE, execution_id=ex.execution_id,
-                                         tenant_id=ex.tenant_id, user_id=user.user_id,
-                                         resource=f"permit:{req.resource_id}",
-                                         reason_codes=["CONFIRMATION_DECLINED", record.action_id])
+                    self._dispatch.narrate(audit_pb2.AUDIT_EVENT_TYPE_CONFIRMATION,
+                                           outcome=audit_pb2.AUDIT_OUTCOME_FAILURE, execution_id=ex.execution_id,
+                                           tenant_id=ex.tenant_id, user_id=user.user_id,
+                                           resource=f"permit:{req.resource_id}",
+                                           reason_codes=["CONFIRMATION_DECLINED", record.action_id])
                     self._finish(ex, "ACTION_DECLINED")
                     return ex
-                self._dispatch.audit(audit_pb2.AUDIT_EVENT_TYPE_CONFIRMATION, outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS,
-                                     execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=user.user_id,
-                                     resource=f"permit:{req.resource_id}",
-                                     reason_codes=["CONFIRMATION_GIVEN", record.action_id,
-                                                   *([f"approval={ex.action.approval_review_id}",
-                                                      f"approver={ex.action.approved_by}"]
-                                                     if ex.action.approval_review_id else [])],
-                                     input_digest=ex.action.action_digest)
                 self._execute(ex, user)
         return ex
 
@@ -376,7 +406,7 @@ class ReleaseActions:
     def _finish(self, ex: pb.Execution, code: str) -> None:
         ex.finished_at.CopyFrom(now_ts())
         self._store.save(ex)
-        self._dispatch.audit(
+        self._dispatch.narrate(
             audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED,
             outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS if ex.status == pb.EXECUTION_STATUS_SUCCEEDED
             else audit_pb2.AUDIT_OUTCOME_FAILURE,

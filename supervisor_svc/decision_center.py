@@ -28,6 +28,12 @@ Decisions resume the execution under review:
   changes the analysis decision, never the policy: the release still needs the
   policy engine and the requester's confirmation.
 * ASSIGN — records who should decide; nothing else changes.
+
+Reading the execution behind a review is also an act the policy engine
+decides (READ_EXECUTION, see supervisor_svc.privacy), after the review check.
+A decision is recorded in the audit log (REVIEW_DECIDED) before it applies:
+if audit cannot take it, UNAVAILABLE ``AUDIT_UNAVAILABLE`` and nothing changed.
+Refusals are kept durably (the refusal stands anyway).
 """
 
 from __future__ import annotations
@@ -67,12 +73,18 @@ class DecisionCenter:
     """List, show and decide reviews (see the module docstring)."""
 
     def __init__(self, *, store: ExecutionStore, actions: ReleaseActions, authorize: Authorizer,
-                 dispatcher: TaskDispatcher, visible: Callable[[assertion.UserIdentity, str], pb.Execution]) -> None:
+                 dispatcher: TaskDispatcher, visible: Callable[[assertion.UserIdentity, str], pb.Execution],
+                 snapshot: Callable[[assertion.UserIdentity, str], pb.Execution] | None = None) -> None:
+        """Args:
+        visible: The execution if the policy engine lets the user read it (PERMISSION_DENIED otherwise).
+        snapshot: The execution as the user may see it, without asking again (after ``visible`` allowed it).
+        """
         self._store = store
         self._actions = actions
         self._authorize = authorize
         self._dispatch = dispatcher
         self._visible = visible
+        self._snapshot = snapshot or visible
 
     # -- authority ---------------------------------------------------------------
 
@@ -94,16 +106,21 @@ class DecisionCenter:
         try:
             decision = self._authorize(request).decision
         except errors.MeshError as err:
+            self._dispatch.narrate(audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
+                                   execution_id=execution_id, tenant_id=user.tenant_id, user_id=user.user_id,
+                                   resource=f"review:{review_id}" if review_id else "decision-center",
+                                   reason_codes=["POLICY_UNAVAILABLE", policy_pb2.OperationKind.Name(operation),
+                                                 err.reason])
             raise errors.Unavailable(f"no policy decision, so no review: {err.message}",
                                      reason="POLICY_UNAVAILABLE") from err
         if decision.effect != common_pb2.POLICY_EFFECT_ALLOW:
             reason = next((_REFUSALS[c] for c in decision.reason_codes if c in _REFUSALS), "POLICY_DENIED")
-            self._dispatch.audit(audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
-                                 execution_id=execution_id, tenant_id=user.tenant_id, user_id=user.user_id,
-                                 resource=f"review:{review_id}" if review_id else "decision-center",
-                                 policy_decision=decision,
-                                 reason_codes=[reason, policy_pb2.OperationKind.Name(operation),
-                                               *decision.reason_codes])
+            self._dispatch.narrate(audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
+                                   execution_id=execution_id, tenant_id=user.tenant_id, user_id=user.user_id,
+                                   resource=f"review:{review_id}" if review_id else "decision-center",
+                                   policy_decision=decision,
+                                   reason_codes=[reason, policy_pb2.OperationKind.Name(operation),
+                                                 *decision.reason_codes])
             raise errors.PermissionDenied(
                 f"the policy engine refused: {', '.join(decision.reason_codes)}", reason=reason,
                 metadata={"decision_id": decision.decision_id, "reason_codes": ",".join(decision.reason_codes),
@@ -115,8 +132,15 @@ class DecisionCenter:
             raise errors.InvalidArgument("review_id is required", reason="MISSING_FIELD", field="review_id")
         item = self._store.review(review_id)
         if item is None or item.tenant_id != user.tenant_id:
-            raise errors.NotFound(f"review {review_id!r} not found", reason="REVIEW_NOT_FOUND", field="review_id")
+            raise self._not_found(user, review_id)
         return item
+
+    def _not_found(self, user: assertion.UserIdentity, review_id: str) -> errors.NotFound:
+        """The one answer for a review of another tenant and one that does not exist (audited)."""
+        self._dispatch.narrate(audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
+                               tenant_id=user.tenant_id, user_id=user.user_id, resource=f"review:{review_id}",
+                               reason_codes=["REVIEW_NOT_FOUND"])
+        return errors.NotFound(f"review {review_id!r} not found", reason="REVIEW_NOT_FOUND", field="review_id")
 
     # -- reading -----------------------------------------------------------------
 
@@ -157,8 +181,7 @@ class DecisionCenter:
             item = self._review(user, req.review_id)
             ex = self._store.get(item.execution_id)
             if ex is None:
-                raise errors.NotFound(f"review {req.review_id!r} not found", reason="REVIEW_NOT_FOUND",
-                                      field="review_id")
+                raise self._not_found(user, req.review_id)
             with telemetry.mesh_ids(execution_id=ex.execution_id, correlation_id=ex.trace.correlation_id):
                 return self._submit(user, req, item, ex)
 
@@ -185,12 +208,32 @@ class DecisionCenter:
         if (approve or reject) and not waiting:
             raise errors.FailedPrecondition("the execution no longer waits for this review",
                                             reason="EXECUTION_NOT_AWAITING_REVIEW", field="review_id")
+        # Reading the execution under review is the policy engine's to allow, too (its answer carries it).
+        self._visible(user, ex.execution_id)
         reviewer = f"{user.tenant_id}/{user.user_id}"
         event = dc_pb2.ReviewEvent(decision=decision, reviewer=reviewer, reason=req.reason,
                                    assignee=req.assignee.strip(), override_decision=req.override_decision,
                                    policy_decision_id=policy_decision.decision_id, at=now_ts())
         before = pb.Execution()
         before.CopyFrom(ex)
+        recorded: list[bool] = []
+
+        def record_decision() -> None:
+            """REVIEW_DECIDED, durable before the decision changes anything (once)."""
+            if recorded:
+                return
+            self._dispatch.govern(
+                audit_pb2.AUDIT_EVENT_TYPE_REVIEW_DECIDED, outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS,
+                execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=user.user_id,
+                resource=f"review:{item.review_id}", policy_decision=policy_decision, analysis_decision=ex.decision,
+                reason_codes=[_decision_name(decision), item.review_id,
+                              f"kind={dc_pb2.ReviewKind.Name(item.kind).removeprefix('REVIEW_KIND_')}",
+                              f"requester={item.requester}", f"reviewer={reviewer}",
+                              *([f"assignee={req.assignee.strip()}"] if decision == dc_pb2.REVIEW_DECISION_ASSIGN
+                                else []),
+                              *([req.reason] if req.reason else [])])
+            recorded.append(True)
+
         if decision == dc_pb2.REVIEW_DECISION_ASSIGN:
             item.assignee = req.assignee.strip()
         elif decision == dc_pb2.REVIEW_DECISION_REQUEST_INFORMATION:
@@ -198,10 +241,10 @@ class DecisionCenter:
             ex.missing.append(f"information requested by {reviewer} ({item.review_id}): {req.reason}")
         elif approve:
             try:
-                self._approve(user, item, ex, override=override, reason=req.reason)
+                self._approve(user, item, ex, override=override, reason=req.reason, before_effect=record_decision)
             except ApprovalNotCounted as refused:
                 ex.CopyFrom(before)
-                self._dispatch.audit(
+                self._dispatch.narrate(
                     audit_pb2.AUDIT_EVENT_TYPE_REVIEW_DECIDED, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
                     execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=user.user_id,
                     resource=f"review:{item.review_id}", policy_decision=refused.decision,
@@ -213,8 +256,9 @@ class DecisionCenter:
                     from refused
             item.status = dc_pb2.REVIEW_STATUS_OVERRIDDEN if override else dc_pb2.REVIEW_STATUS_APPROVED
         elif reject:
-            self._reject(item, ex, reviewer, req.reason, override=override)
+            self._reject(item, ex, reviewer, req.reason, override=override, before_effect=record_decision)
             item.status = dc_pb2.REVIEW_STATUS_OVERRIDDEN if override else dc_pb2.REVIEW_STATUS_REJECTED
+        record_decision()
         item.history.append(event)
         item.updated_at.CopyFrom(now_ts())
         if ex.HasField("action"):
@@ -224,17 +268,8 @@ class DecisionCenter:
         if approve or reject:
             ex.finished_at.CopyFrom(now_ts())
         self._store.save(ex)
-        self._dispatch.audit(
-            audit_pb2.AUDIT_EVENT_TYPE_REVIEW_DECIDED, outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS,
-            execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=user.user_id,
-            resource=f"review:{item.review_id}", policy_decision=policy_decision, analysis_decision=ex.decision,
-            reason_codes=[_decision_name(decision), item.review_id,
-                          f"kind={dc_pb2.ReviewKind.Name(item.kind).removeprefix('REVIEW_KIND_')}",
-                          f"requester={item.requester}", f"reviewer={reviewer}",
-                          *([f"assignee={item.assignee}"] if decision == dc_pb2.REVIEW_DECISION_ASSIGN else []),
-                          *([req.reason] if req.reason else [])])
         if approve or reject:
-            self._dispatch.audit(
+            self._dispatch.narrate(
                 audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED if ex.status != pb.EXECUTION_STATUS_AWAITING_REVIEW
                 and ex.status != pb.EXECUTION_STATUS_AWAITING_CONFIRMATION
                 else audit_pb2.AUDIT_EVENT_TYPE_STATUS_CHANGED,
@@ -242,11 +277,11 @@ class DecisionCenter:
                 user_id=ex.user_id, analysis_decision=ex.decision,
                 reason_codes=[pb.ExecutionStatus.Name(ex.status), f"after review {item.review_id}",
                               *([ex.action.reason] if ex.HasField("action") else [])])
-        out = self._visible(user, ex.execution_id)
+        out = self._snapshot(user, ex.execution_id)
         return item, out
 
     def _approve(self, user: assertion.UserIdentity, item: dc_pb2.ReviewItem, ex: pb.Execution, *, override: bool,
-                 reason: str) -> None:
+                 reason: str, before_effect: Callable[[], None]) -> None:
         who = f"{user.tenant_id}/{user.user_id}"
         how = "overridden" if override else "approved"
         if item.kind == dc_pb2.REVIEW_KIND_RECOMMENDATION:
@@ -270,12 +305,13 @@ class DecisionCenter:
             ex.summary = f"{ex.summary}\nRecommended for release after human review ({how} by {who})."
         if ex.HasField("action") and ex.action.state == pb.ACTION_STATE_AWAITING_APPROVAL:
             # The approval of the review is the human approval of the release — if the policy says it counts.
-            self._actions.gate(ex, approval_review_id=item.review_id, approver=user.user_id)
+            self._actions.gate(ex, approval_review_id=item.review_id, approver=user.user_id,
+                               before_effect=before_effect)
         else:
             _stop_waiting(ex)
 
     def _reject(self, item: dc_pb2.ReviewItem, ex: pb.Execution, reviewer: str, reason: str, *,
-                override: bool) -> None:
+                override: bool, before_effect: Callable[[], None]) -> None:
         how = "overridden" if override else "rejected"
         if item.kind == dc_pb2.REVIEW_KIND_CONFLICT or override:
             ex.decision = common_pb2.ANALYSIS_DECISION_NOT_RECOMMENDED
@@ -284,6 +320,7 @@ class DecisionCenter:
                 if c.review_id == item.review_id:
                     c.resolution = f"human: {how} by {reviewer} ({reason})"
         ex.summary = f"{ex.summary}\n{how.capitalize()} by {reviewer}: {reason}"
+        before_effect()
         if ex.HasField("action"):
             self._actions.reject(ex, f"REJECTED: {how} by {reviewer} in review {item.review_id}: {reason}")
         _stop_waiting(ex)

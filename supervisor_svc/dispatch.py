@@ -4,7 +4,8 @@
 each planned one: checks the agent is ACTIVE, signs a fresh grant carrying only
 the task's capabilities that the agent registered (plus, for a confirmed
 action, the confirmation and human approval bound to it), adds the task to the
-execution's graph, audits the delegation, runs it within a deadline and
+execution's graph, audits the delegation (durably, before the agent hears of it: if audit
+cannot take the record the task does not run), runs it within a deadline and
 audits the outcome. A timeout is reported as a timeout, never as a result.
 """
 
@@ -17,6 +18,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from google.protobuf import json_format
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentmesh import assertion, errors, grants, spiffe, telemetry
@@ -26,6 +28,8 @@ from agentmesh.v1 import specialist_service_pb2 as spec_pb2
 from agentmesh.v1 import supervisor_service_pb2 as pb
 from supervisor_svc import errors as sup_errors
 from supervisor_svc.executions import ExecutionStore
+from supervisor_svc.projection import ResourceRules
+from supervisor_svc.recording import Recorder, governing, narrative
 from supervisor_svc.registry import AgentEntry, AgentRegistry
 
 log = logging.getLogger(__name__)
@@ -39,10 +43,6 @@ class TaskCall(Protocol):
 
 class SpecialistPort(Protocol):
     def start(self, agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float) -> TaskCall: ...
-
-
-class Recorder(Protocol):
-    def record(self, event_type: int, **fields: Any) -> audit_pb2.AppendRecordResponse: ...
 
 
 def now_ts() -> Timestamp:
@@ -77,19 +77,23 @@ class Actor:
 
 
 def delegate(signer: grants.GrantSigner, issuer: spiffe.SpiffeId, entry: AgentEntry, node: common_pb2.AgentTask,
-             actor: Actor, *, ttl: dt.timedelta, confirmed_action_digest: str = "", confirmation_id: str = "",
-             human_approval_id: str = "", human_approver_id: str = "",
+             actor: Actor, *, rules: ResourceRules, ttl: dt.timedelta, confirmed_action_digest: str = "",
+             confirmation_id: str = "", human_approval_id: str = "", human_approver_id: str = "",
              ) -> tuple[common_pb2.SignedTaskGrant, common_pb2.AgentPrincipal]:
     """The signed grant and the principal of one task (user -> supervisor -> agent).
 
-    The grant lists never more than the agent registered, whatever the task asks for.
+    The grant lists never more than the agent registered, whatever the task asks for,
+    and names the resources of the task's input (``rules``; see supervisor_svc.projection):
+    the capability runtime refuses any other resource.
     """
     agent_id = entry.agent_id
     allowed = [c for c in node.required_capabilities if c in entry.manifest.capabilities]
+    resources = rules.resources(json_format.MessageToDict(node.input), allowed, actor.tenant_id)
     grant = signer.issue(
         issuer=str(issuer), audience=str(spiffe.agent(agent_id)), execution_id=node.execution_id,
         task_id=node.task_id, tenant_id=actor.tenant_id, user_id=actor.user_id,
-        assertion_digest=actor.assertion_digest, capabilities=allowed, projection_digest=node.projection.digest,
+        assertion_digest=actor.assertion_digest, capabilities=allowed, resources=resources,
+        projection_digest=node.projection.digest,
         depth=node.depth, roles=actor.roles, actor_type=actor.actor_type, session_id=actor.session_id,
         conversation_id=actor.conversation_id, confirmed_action_digest=confirmed_action_digest,
         confirmation_id=confirmation_id, human_approval_id=human_approval_id, human_approver_id=human_approver_id,
@@ -115,8 +119,9 @@ class TaskDispatcher:
 
     def __init__(self, *, identity: spiffe.SpiffeId, registry: AgentRegistry, signer: grants.GrantSigner,
                  specialists: SpecialistPort, audit: Recorder, store: ExecutionStore,
-                 task_timeout_s: float) -> None:
+                 task_timeout_s: float, resources: ResourceRules) -> None:
         self._id = identity
+        self._resources = resources
         self._registry = registry
         self._signer = signer
         self._specialists = specialists
@@ -124,12 +129,17 @@ class TaskDispatcher:
         self._store = store
         self._timeout_s = task_timeout_s
 
-    def audit(self, event_type: int, **fields: Any) -> None:
-        """A durable audit record; a failure to write it is logged loudly (the caller's effect already stands)."""
-        try:
-            self._audit.record(event_type, **fields)
-        except errors.MeshError:
-            log.exception("audit record %s not written", audit_pb2.AuditEventType.Name(event_type))
+    def govern(self, event_type: int, **fields: Any) -> None:
+        """The record that lets an action take effect (see supervisor_svc.recording).
+
+        Raises:
+            agentmesh.errors.Unavailable: ``AUDIT_UNAVAILABLE``; the action must not happen.
+        """
+        governing(self._audit, event_type, **fields)
+
+    def narrate(self, event_type: int, **fields: Any) -> None:
+        """A refusal or what already happened: kept durably, never holding it back."""
+        narrative(self._audit, event_type, **fields)
 
     def run(self, ex: pb.Execution, *, agent_id: str, objective: str, input: dict[str, Any],
             capabilities: list[str], actor: Actor, confirmed_action_digest: str = "", confirmation_id: str = "",
@@ -152,15 +162,24 @@ class TaskDispatcher:
         node.deadline.CopyFrom(deadline)
         node.started_at.CopyFrom(now_ts())
         grant, principal = delegate(
-            self._signer, self._id, entry, node, actor, ttl=dt.timedelta(seconds=self._timeout_s + 30),
+            self._signer, self._id, entry, node, actor, rules=self._resources,
+            ttl=dt.timedelta(seconds=self._timeout_s + 30),
             confirmed_action_digest=confirmed_action_digest, confirmation_id=confirmation_id,
             human_approval_id=human_approval_id, human_approver_id=human_approver_id)
+        try:
+            # The delegation is durable in the audit log before the agent hears of it.
+            self.govern(audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
+                        execution_id=ex.execution_id, tenant_id=actor.tenant_id, user_id=actor.user_id,
+                        task_id=task_id, agent_id=agent_id, principal=principal, reason_codes=[objective],
+                        versions=common_pb2.VersionStamp(agent_version=entry.manifest.version))
+        except errors.Unavailable as err:
+            node.status = common_pb2.TASK_STATUS_FAILED
+            node.finished_at.CopyFrom(now_ts())
+            ex.graph.nodes.append(node)
+            self._store.save(ex)
+            return Dispatched(None, f"{err.code.name} {err.reason}: {err.message}")
         ex.graph.nodes.append(node)
         self._store.save(ex)
-        self.audit(audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
-                   execution_id=ex.execution_id, tenant_id=actor.tenant_id, user_id=actor.user_id, task_id=task_id,
-                   agent_id=agent_id, principal=principal, reason_codes=[objective],
-                   versions=common_pb2.VersionStamp(agent_version=entry.manifest.version))
         request = spec_pb2.RunTaskRequest(task=node, grant=grant, principal=principal, trace=ex.trace)
         started = time.monotonic()
         outcome = Dispatched(None)
@@ -185,11 +204,12 @@ class TaskDispatcher:
         reasons = [outcome.failure] if result is None else [
             common_pb2.ResultStatus.Name(result.status), *([result.error_reason] if result.error_reason else []),
             *(s.code for s in result.statements if s.code)]
-        self.audit(audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED,
-                   outcome=(audit_pb2.AUDIT_OUTCOME_TIMEOUT if outcome.timed_out else
-                            audit_pb2.AUDIT_OUTCOME_FAILURE if failed else audit_pb2.AUDIT_OUTCOME_SUCCESS),
-                   execution_id=ex.execution_id, tenant_id=actor.tenant_id, user_id=actor.user_id, task_id=task_id,
-                   agent_id=agent_id, reason_codes=reasons, evidence=list(result.evidence) if result else [],
-                   confidence=result.confidence if result else 0.0, versions=result.versions if result else None)
+        self.narrate(audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED,
+                     outcome=(audit_pb2.AUDIT_OUTCOME_TIMEOUT if outcome.timed_out else
+                              audit_pb2.AUDIT_OUTCOME_FAILURE if failed else audit_pb2.AUDIT_OUTCOME_SUCCESS),
+                     execution_id=ex.execution_id, tenant_id=actor.tenant_id, user_id=actor.user_id,
+                     task_id=task_id, agent_id=agent_id, reason_codes=reasons,
+                     evidence=list(result.evidence) if result else [],
+                     confidence=result.confidence if result else 0.0, versions=result.versions if result else None)
         log.info("task %s on %s: %s in %.0f ms", task_id, agent_id, reasons[0], (time.monotonic() - started) * 1000)
         return outcome

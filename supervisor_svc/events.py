@@ -12,7 +12,10 @@ reading only:
 3. affected permits go to the Decision Center as one RECOMMENDATION review: a
    human decides. Nothing is suspended by the system.
 
-The same event id (per tenant) starts one execution only.
+The same event id (per tenant) starts one execution only. The event is
+accepted only once its EXECUTION_STARTED record is durable in the audit log:
+otherwise UNAVAILABLE ``AUDIT_UNAVAILABLE``, nothing starts, and the same event
+may be sent again.
 """
 
 from __future__ import annotations
@@ -95,16 +98,22 @@ class EventHandler:
                 system_actor=SYSTEM_ACTOR, started_at=now_ts(),
                 trace=common_pb2.TraceContext(trace_id=ids.get("trace_id", ""), correlation_id=correlation_id,
                                               execution_id=execution_id))
+            try:
+                # The event is accepted once its record is durable; otherwise nothing starts.
+                self._dispatch.govern(audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_STARTED,
+                                      outcome=audit_pb2.AUDIT_OUTCOME_PENDING, execution_id=execution_id,
+                                      tenant_id=req.tenant_id,
+                                      reason_codes=["event=TrainingExpired", f"event_id={req.event_id}",
+                                                    f"actor=system:{SYSTEM_ACTOR}", f"caller={caller}"],
+                                      resource=f"worker:{event.worker_id}")
+            except errors.Unavailable:
+                self._store.release_event(req.tenant_id, req.event_id, execution_id)
+                raise
             self._store.save(ex)
-            self._dispatch.audit(audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_STARTED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
-                                 execution_id=execution_id, tenant_id=req.tenant_id,
-                                 reason_codes=["event=TrainingExpired", f"event_id={req.event_id}",
-                                               f"actor=system:{SYSTEM_ACTOR}", f"caller={caller}"],
-                                 resource=f"worker:{event.worker_id}")
             self._run(ex, event)
             ex.finished_at.CopyFrom(now_ts())
             self._store.save(ex)
-            self._dispatch.audit(
+            self._dispatch.narrate(
                 audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED,
                 outcome=audit_pb2.AUDIT_OUTCOME_FAILURE if ex.status == pb.EXECUTION_STATUS_FAILED
                 else audit_pb2.AUDIT_OUTCOME_SUCCESS,
@@ -167,7 +176,7 @@ class EventHandler:
             recommended_resources=list(ex.recommended_resources), analysis_decision=ex.decision,
             created_at=now_ts(), updated_at=now_ts())
         review_id = self._store.add_review(review)
-        self._dispatch.audit(audit_pb2.AUDIT_EVENT_TYPE_REVIEW_CREATED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
-                             execution_id=ex.execution_id, tenant_id=ex.tenant_id,
-                             reason_codes=[review_id, "RECOMMENDATION", *ex.recommended_resources],
-                             analysis_decision=ex.decision)
+        self._dispatch.narrate(audit_pb2.AUDIT_EVENT_TYPE_REVIEW_CREATED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
+                               execution_id=ex.execution_id, tenant_id=ex.tenant_id,
+                               reason_codes=[review_id, "RECOMMENDATION", *ex.recommended_resources],
+                               analysis_decision=ex.decision)

@@ -229,6 +229,12 @@ class ExecutionStore:
                                      (tenant_id, event_id)).fetchone()
         return str(row[0])
 
+    def release_event(self, tenant_id: str, event_id: str, execution_id: str) -> None:
+        """Gives up a claim that started nothing (the event may be handled again)."""
+        with self._lock:
+            self._conn.execute("DELETE FROM events WHERE tenant_id = ? AND event_id = ? AND execution_id = ?",
+                               (tenant_id, event_id, execution_id))
+
     def close(self) -> None:
         """Closes the database."""
         self._conn.close()

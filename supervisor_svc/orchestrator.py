@@ -51,7 +51,9 @@ from supervisor_svc.executions import ExecutionStore
 from supervisor_svc.intent import IntentKind, check_tenant, parse_intent
 from supervisor_svc.limits import ExecutionBudget, LimitAction
 from supervisor_svc.planner import HandoffRequest, Plan, admit_handoff, build_plan
+from supervisor_svc.privacy import CANCEL, READ, Authorizer, ExecutionGuard, not_found
 from supervisor_svc.projection import Projector, to_struct
+from supervisor_svc.recording import PipelinedRecorder, governing, narrative, narrative_batch
 from supervisor_svc.registry import AgentRegistry
 from supervisor_svc.selection import AgentSelector
 from supervisor_svc.tenants import TenantDirectory
@@ -88,16 +90,6 @@ class SpecialistPort(Protocol):
     def start(self, agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float) -> TaskCall: ...
 
 
-class Recorder(Protocol):
-    """The audit log: ``record`` waits until durable, ``record_later`` pipelines, ``wait`` collects."""
-
-    def record(self, event_type: int, **fields: Any) -> audit_pb2.AppendRecordResponse: ...
-
-    def record_later(self, event_type: int, **fields: Any) -> Any: ...
-
-    def wait(self, sent: Any) -> bool: ...
-
-
 def _ts(moment: dt.datetime | None = None) -> Timestamp:
     ts = Timestamp()
     ts.FromDatetime(moment or dt.datetime.now(dt.UTC))
@@ -117,8 +109,6 @@ class _Live:
     cancelled: threading.Event = field(default_factory=threading.Event)
     calls: dict[str, TaskCall] = field(default_factory=dict)
     watchers: list[queue.Queue[pb.WatchExecutionResponse | None]] = field(default_factory=list)
-    sent: list[Any] = field(default_factory=list)
-    """Audit records sent without waiting; all are durable before the execution's last record."""
     done: threading.Event = field(default_factory=threading.Event)
     lock: threading.RLock = field(default_factory=threading.RLock)
     release_requested: bool = False
@@ -141,8 +131,9 @@ class Orchestrator:
         store: ExecutionStore,
         signer: grants.GrantSigner,
         specialists: SpecialistPort,
-        audit: Recorder,
+        audit: PipelinedRecorder,
         verify_assertion: Callable[[str], assertion.UserIdentity],
+        authorize: Authorizer,
         task_timeout_s: float = DEFAULT_TASK_TIMEOUT_S,
         max_parallel: int = 16,
         actions: ReleaseActions | None = None,
@@ -158,6 +149,7 @@ class Orchestrator:
         self._specialists = specialists
         self._audit = audit
         self._verify = verify_assertion
+        self._guard = ExecutionGuard(authorize=authorize, audit=audit, agent_id=identity.name)
         self._task_timeout_s = task_timeout_s
         self._actions = actions
         self._pool = futures.ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="task")
@@ -166,44 +158,46 @@ class Orchestrator:
 
     # -- identity and access ---------------------------------------------------
 
-    def authenticate(self, user_assertion: str) -> assertion.UserIdentity:
-        """Verifies the signed user assertion; UNAUTHENTICATED otherwise."""
+    def authenticate(self, user_assertion: str, caller: str = "") -> assertion.UserIdentity:
+        """Verifies the signed user assertion; UNAUTHENTICATED otherwise, and the rejection is audited.
+
+        The record names what was presented — its SHA-256, the caller's SPIFFE id
+        and the unverified claims that are safe to show (``alg``, ``iss``, ``sub``,
+        ``tenant``, checked and shortened) — never the token itself.
+        """
         try:
             return self._verify(user_assertion)
         except assertion.AssertionInvalid as err:
+            self._narrate(audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
+                          reason_codes=[err.reason, *assertion.rejection_codes(user_assertion, err),
+                                        f"caller={caller or 'none'}"])
             raise errors.Unauthenticated(str(err), reason=err.reason, metadata={"field": "user_assertion"}) from err
 
-    def _audit_safe(self, event_type: int, **fields: Any) -> None:
-        try:
-            self._audit.record(event_type, **fields)
-        except errors.MeshError:
-            log.exception("audit record %s not written", audit_pb2.AuditEventType.Name(event_type))
-
-    def _audit_later(self, live: _Live, event_type: int, **fields: Any) -> None:
-        """Records the narrative of an execution without waiting; ``_finish`` waits for all of it."""
-        try:
-            future = self._audit.record_later(event_type, **fields)
-        except Exception:  # noqa: BLE001 - never let audit plumbing break the execution
-            log.exception("audit record %s not sent", audit_pb2.AuditEventType.Name(event_type))
-            return
-        with live.lock:
-            live.sent.append(future)
+    def _narrate(self, event_type: int, **fields: Any) -> None:
+        narrative(self._audit, event_type, **fields)
 
     def _refuse(self, err: errors.MeshError, user: assertion.UserIdentity | None, **fields: Any) -> errors.MeshError:
-        self._audit_safe(audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
-                         reason_codes=[err.reason], tenant_id=user.tenant_id if user else "",
-                         user_id=user.user_id if user else "", **fields)
+        self._narrate(audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
+                      reason_codes=[err.reason], tenant_id=user.tenant_id if user else "",
+                      user_id=user.user_id if user else "", **fields)
         return err
 
-    def visible(self, user: assertion.UserIdentity, execution_id: str) -> pb.Execution:
-        """An execution of the user's own tenant; NOT_FOUND for anything else (no hint)."""
+    def _find(self, execution_id: str) -> tuple[_Live | None, pb.Execution | None]:
         if not execution_id:
             raise errors.InvalidArgument("execution_id is required", reason="MISSING_FIELD",
                                          metadata={"field": "execution_id"})
         live = self._live.get(execution_id)
-        execution = live.execution if live else self._store.get(execution_id)
+        return live, live.execution if live else self._store.get(execution_id)
+
+    def snapshot(self, user: assertion.UserIdentity, execution_id: str) -> pb.Execution:
+        """The execution as ``user`` may see it, WITHOUT asking whether they may (see :meth:`visible`).
+
+        For answers about an execution the caller was just allowed to act on (their own
+        Analyze, a confirmation, a review decision). NOT_FOUND as in :meth:`visible`.
+        """
+        live, execution = self._find(execution_id)
         if execution is None or execution.tenant_id != user.tenant_id:
-            raise errors.NotFound(f"execution {execution_id!r} not found", reason="EXECUTION_NOT_FOUND")
+            raise not_found(execution_id)
         snapshot = pb.Execution()
         if live:
             with live.lock:
@@ -216,11 +210,26 @@ class Orchestrator:
             snapshot.action.confirmation_token = ""
         return snapshot
 
+    def visible(self, user: assertion.UserIdentity, execution_id: str) -> pb.Execution:
+        """An execution the policy engine lets ``user`` read (see supervisor_svc.privacy).
+
+        Raises:
+            agentmesh.errors.NotFound: ``EXECUTION_NOT_FOUND`` — none, or another tenant's (no hint which).
+            agentmesh.errors.PermissionDenied: ``POLICY_DENIED`` (audited).
+        """
+        _, execution = self._find(execution_id)
+        self._guard.require(user, execution_id, execution, READ)
+        return self.snapshot(user, execution_id)
+
     # -- start: verify, parse, plan --------------------------------------------
 
     def start(self, request: pb.AnalyzeRequest, caller: str) -> str:
-        """Verifies and plans a request; returns the execution id (the execution is persisted RUNNING)."""
-        user = self.authenticate(request.user_assertion)
+        """Verifies and plans a request; returns the execution id (the execution is persisted RUNNING).
+
+        The execution is accepted only once its EXECUTION_STARTED record is durable in the audit
+        log: if audit cannot take it, UNAVAILABLE ``AUDIT_UNAVAILABLE`` and nothing exists or ran.
+        """
+        user = self.authenticate(request.user_assertion, caller)
         if request.tenant_id and request.tenant_id != user.tenant_id:
             raise self._refuse(errors.PermissionDenied(
                 "tenant_id does not match the tenant of the user assertion", reason="TENANT_MISMATCH",
@@ -258,11 +267,11 @@ class Orchestrator:
                          release_requested=(intent.release_requested or request.request_release)
                          and intent.kind is IntentKind.ANALYZE_PERMIT,
                          confirmation_ttl_s=max(0, request.confirmation_ttl_seconds))
-            self._audit_later(live, audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_STARTED,
-                              outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
-                             tenant_id=user.tenant_id, user_id=user.user_id,
-                             reason_codes=[f"intent={intent.kind.value}", f"rule={intent.rule}", f"caller={caller}"],
-                             resource=f"permit:{intent.permit_id}")
+            governing(self._audit, audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_STARTED,
+                      outcome=audit_pb2.AUDIT_OUTCOME_PENDING, execution_id=execution_id,
+                      correlation_id=correlation_id, tenant_id=user.tenant_id, user_id=user.user_id,
+                      reason_codes=[f"intent={intent.kind.value}", f"rule={intent.rule}", f"caller={caller}"],
+                      resource=f"permit:{intent.permit_id}")
             with telemetry.tracer().start_as_current_span("AgentSelection") as span:
                 try:
                     plan = build_plan(intent, execution_id=execution_id, user=user_ctx,
@@ -270,6 +279,7 @@ class Orchestrator:
                 except sup_errors.LimitExceeded as err:
                     live.plan = None
                     self._stop_for_limit(live, err)
+                    self._finish(live)
                     self._register(live)
                     live.done.set()
                     return execution_id
@@ -289,13 +299,14 @@ class Orchestrator:
             for node in plan.graph.nodes:
                 node.status = common_pb2.TASK_STATUS_CREATED
             execution.graph.CopyFrom(plan.graph)
-            for node in plan.graph.nodes:
-                self._audit_later(live, audit_pb2.AUDIT_EVENT_TYPE_AGENT_SELECTED,
-                                  outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS,
-                                 tenant_id=user.tenant_id, user_id=user.user_id, task_id=node.task_id,
-                                 agent_id=node.target_agent_id,
-                                 reason_codes=[f"score={s.final_score:.3f}" for s in plan.selection_scores()
-                                               if s.agent_id == node.target_agent_id][:1])
+            narrative_batch(self._audit, [
+                (audit_pb2.AUDIT_EVENT_TYPE_AGENT_SELECTED, dict(
+                    outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS, execution_id=execution_id, correlation_id=correlation_id,
+                    tenant_id=user.tenant_id, user_id=user.user_id, task_id=node.task_id,
+                    agent_id=node.target_agent_id,
+                    reason_codes=[f"score={s.final_score:.3f}" for s in plan.selection_scores()
+                                  if s.agent_id == node.target_agent_id][:1]))
+                for node in plan.graph.nodes])
         self._store.save(execution)
         self._register(live)
         return execution_id
@@ -447,17 +458,25 @@ class Orchestrator:
             node.status = common_pb2.TASK_STATUS_RUNNING
             node.started_at.CopyFrom(_ts())
             grant, principal = delegate(self._signer, self._id, entry, node, Actor.of_user(user),
+                                        rules=self._projector.resource_rules,
                                         ttl=dt.timedelta(seconds=timeout_s + 30))
+            try:
+                # The delegation is durable in the audit log before the agent hears of it.
+                governing(self._audit, audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED,
+                          outcome=audit_pb2.AUDIT_OUTCOME_PENDING, tenant_id=user.tenant_id, user_id=user.user_id,
+                          task_id=task_id, agent_id=agent_id, principal=principal,
+                          input_digest=node.projection.digest,
+                          versions=common_pb2.VersionStamp(agent_version=entry.manifest.version))
+            except errors.Unavailable as err:
+                self._set_status(live, task_id, common_pb2.TASK_STATUS_FAILED, finished=True)
+                span.set_attribute("agentmesh.task_state", TaskState.NOT_RUN.value)
+                return self._outcome(plan, task_id, TaskState.NOT_RUN,
+                                     error_reason=f"{err.code.name} {err.reason}: {err.message}")
             with live.lock:
                 for n in live.execution.graph.nodes:
                     if n.task_id == task_id:
                         n.CopyFrom(node)
                 self._store.save(live.execution)
-            self._audit_later(live, audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED,
-                              outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
-                              tenant_id=user.tenant_id, user_id=user.user_id, task_id=task_id, agent_id=agent_id,
-                             principal=principal, input_digest=node.projection.digest,
-                             versions=common_pb2.VersionStamp(agent_version=entry.manifest.version))
             self._notify(live, "task_started", task_id=task_id, agent_id=agent_id,
                          task_status=common_pb2.TASK_STATUS_RUNNING)
             request = spec_pb2.RunTaskRequest(task=node, grant=grant, principal=principal,
@@ -494,8 +513,8 @@ class Orchestrator:
             span.set_attribute("agentmesh.task_state", state.value)
             outcome = {TaskState.COMPLETED: audit_pb2.AUDIT_OUTCOME_SUCCESS,
                        TaskState.TIMED_OUT: audit_pb2.AUDIT_OUTCOME_TIMEOUT}.get(state, audit_pb2.AUDIT_OUTCOME_FAILURE)
-            self._audit_later(
-                live, audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED,
+            self._narrate(
+                audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED,
                 outcome=outcome,
                 tenant_id=user.tenant_id, user_id=user.user_id, task_id=task_id, agent_id=agent_id,
                 reason_codes=[state.value, *([reason] if reason else []),
@@ -537,9 +556,9 @@ class Orchestrator:
                 with live.lock:
                     live.execution.missing.append(f"handoff {result.agent_id} -> {action.target_agent_id}: "
                                                   f"{err.reason}: {err.message}")
-                self._audit_safe(audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
-                                 tenant_id=live.user.tenant_id, user_id=live.user.user_id, task_id=task_id,
-                                 agent_id=result.agent_id, reason_codes=[err.reason, f"to={action.target_agent_id}"])
+                self._narrate(audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
+                              tenant_id=live.user.tenant_id, user_id=live.user.user_id, task_id=task_id,
+                              agent_id=result.agent_id, reason_codes=[err.reason, f"to={action.target_agent_id}"])
                 continue
             _handoffs.add(1, {"result": "admitted"})
             self._run_task(live, task.task_id, context)
@@ -593,10 +612,10 @@ class Orchestrator:
                         conflict.review_id = self._store.add_review(item)
                         item.conflict.review_id = conflict.review_id
                         self._store.save_review(item)
-                        self._audit_later(live, audit_pb2.AUDIT_EVENT_TYPE_REVIEW_CREATED,
-                                         outcome=audit_pb2.AUDIT_OUTCOME_PENDING, tenant_id=ex.tenant_id,
-                                         user_id=ex.user_id, reason_codes=[conflict.review_id, conflict.subject],
-                                         analysis_decision=ex.decision)
+                        self._narrate(audit_pb2.AUDIT_EVENT_TYPE_REVIEW_CREATED,
+                                      outcome=audit_pb2.AUDIT_OUTCOME_PENDING, tenant_id=ex.tenant_id,
+                                      user_id=ex.user_id, reason_codes=[conflict.review_id, conflict.subject],
+                                      analysis_decision=ex.decision)
 
     def _finish(self, live: _Live) -> None:
         ex = live.execution
@@ -605,18 +624,14 @@ class Orchestrator:
             self._store.save(ex)
         _decisions.add(1, {"decision": common_pb2.AnalysisDecision.Name(ex.decision),
                            "status": pb.ExecutionStatus.Name(ex.status)})
-        self._audit_later(live, audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED,
-                          outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS if ex.status == pb.EXECUTION_STATUS_SUCCEEDED
-                          else audit_pb2.AUDIT_OUTCOME_PENDING if ex.status in (
-                              pb.EXECUTION_STATUS_AWAITING_REVIEW, pb.EXECUTION_STATUS_AWAITING_CONFIRMATION)
-                          else audit_pb2.AUDIT_OUTCOME_FAILURE,
-                          tenant_id=ex.tenant_id, user_id=ex.user_id, analysis_decision=ex.decision,
-                          reason_codes=[pb.ExecutionStatus.Name(ex.status), ex.reason][: 2 if ex.reason else 1])
-        with live.lock:
-            sent, live.sent = list(live.sent), []
-        # The whole narrative, closing record included, is durable before the answer.
-        if not self._audit.wait(sent):
-            log.error("execution %s: some audit records were not written", ex.execution_id)
+        self._narrate(audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED,
+                      outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS if ex.status == pb.EXECUTION_STATUS_SUCCEEDED
+                      else audit_pb2.AUDIT_OUTCOME_PENDING if ex.status in (
+                          pb.EXECUTION_STATUS_AWAITING_REVIEW, pb.EXECUTION_STATUS_AWAITING_CONFIRMATION)
+                      else audit_pb2.AUDIT_OUTCOME_FAILURE,
+                      execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=ex.user_id,
+                      analysis_decision=ex.decision,
+                      reason_codes=[pb.ExecutionStatus.Name(ex.status), ex.reason][: 2 if ex.reason else 1])
 
     # -- watch / cancel / recovery ---------------------------------------------
 
@@ -653,7 +668,7 @@ class Orchestrator:
                     watching = True
         yield pb.WatchExecutionResponse(event="snapshot", execution=snapshot)
         if not watching:
-            yield pb.WatchExecutionResponse(event="execution_finished", execution=self.visible(user, execution_id))
+            yield pb.WatchExecutionResponse(event="execution_finished", execution=self.snapshot(user, execution_id))
             return
         while is_active():
             try:
@@ -662,12 +677,22 @@ class Orchestrator:
                 continue
             if item is None:
                 return
+            if item.execution.action.confirmation_token and user.user_id != item.execution.user_id:
+                # The token is for the requester's eyes only, also while watching.
+                shown = pb.WatchExecutionResponse()
+                shown.CopyFrom(item)
+                shown.execution.action.confirmation_token = ""
+                item = shown
             yield item
 
     def cancel(self, user: assertion.UserIdentity, execution_id: str, reason: str) -> pb.Execution:
-        """Cancels a running execution: running tasks' calls are cancelled, nothing new starts."""
-        self.visible(user, execution_id)
-        live = self._live.get(execution_id)
+        """Cancels a running execution: running tasks' calls are cancelled, nothing new starts.
+
+        Only the requester or a holder of ``execution.cancel`` (the policy engine decides); a
+        cancellation is a safety stop, so its record does not wait for audit (outbox).
+        """
+        live, execution = self._find(execution_id)
+        self._guard.require(user, execution_id, execution, CANCEL)
         if live is None or live.done.is_set():
             raise errors.FailedPrecondition("the execution is not running", reason="EXECUTION_NOT_RUNNING",
                                             metadata={"field": "execution_id"})
@@ -676,9 +701,9 @@ class Orchestrator:
             calls = list(live.calls.values())
         for call in calls:
             call.cancel()
-        self._audit_safe(audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
-                         tenant_id=user.tenant_id, user_id=user.user_id,
-                         reason_codes=["CANCEL_REQUESTED", reason or "no reason given"])
+        self._narrate(audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
+                      execution_id=execution_id, tenant_id=user.tenant_id, user_id=user.user_id,
+                      reason_codes=["CANCEL_REQUESTED", reason or "no reason given"])
         live.done.wait(timeout=30)
         return self._snapshot(live)
 
@@ -699,9 +724,9 @@ class Orchestrator:
                           "Missing: " + (", ".join(unfinished) or "nothing was running"))
             ex.finished_at.CopyFrom(_ts())
             self._store.save(ex)
-            self._audit_safe(audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED, outcome=audit_pb2.AUDIT_OUTCOME_FAILURE,
-                             execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=ex.user_id,
-                             reason_codes=["SUPERVISOR_RESTARTED"])
+            self._narrate(audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED, outcome=audit_pb2.AUDIT_OUTCOME_FAILURE,
+                          execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=ex.user_id,
+                          reason_codes=["SUPERVISOR_RESTARTED"])
             ended.append(ex.execution_id)
         return ended
 

@@ -136,32 +136,36 @@ class SupervisorServicer(pb_grpc.SupervisorServiceServicer):
             raise mesh_error(err) from err
         if request.detach:
             self._orch.run_async(execution_id)
-            user = self._orch.authenticate(request.user_assertion)
-            return pb.AnalyzeResponse(execution=self._orch.visible(user, execution_id))
+            user = self._orch.authenticate(request.user_assertion, transport.caller_id(context))
+            # The requester's own execution, just accepted: no need to ask whether they may read it.
+            return pb.AnalyzeResponse(execution=self._orch.snapshot(user, execution_id))
         return pb.AnalyzeResponse(execution=self._orch.run(execution_id))
 
     def GetExecution(self, request: pb.GetExecutionRequest, context: grpc.ServicerContext) -> pb.GetExecutionResponse:
-        user = self._orch.authenticate(request.user_assertion)
+        user = self._orch.authenticate(request.user_assertion, transport.caller_id(context))
         return pb.GetExecutionResponse(execution=self._orch.visible(user, request.execution_id))
 
     def WatchExecution(
         self, request: pb.WatchExecutionRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.WatchExecutionResponse]:
-        user = self._orch.authenticate(request.user_assertion)
+        user = self._orch.authenticate(request.user_assertion, transport.caller_id(context))
         yield from self._orch.watch(user, request.execution_id, context.is_active)
 
     def CancelExecution(
         self, request: pb.CancelExecutionRequest, context: grpc.ServicerContext
     ) -> pb.CancelExecutionResponse:
-        user = self._orch.authenticate(request.user_assertion)
+        user = self._orch.authenticate(request.user_assertion, transport.caller_id(context))
         return pb.CancelExecutionResponse(execution=self._orch.cancel(user, request.execution_id, request.reason))
 
     def ConfirmAction(
         self, request: pb.ConfirmActionRequest, context: grpc.ServicerContext
     ) -> pb.ConfirmActionResponse:
-        user = self._orch.authenticate(request.user_assertion)
+        user = self._orch.authenticate(request.user_assertion, transport.caller_id(context))
+        self._actions.validate(request)
+        # Only someone who may read the execution gets as far as its confirmation checks.
+        self._orch.visible(user, request.execution_id)
         self._actions.confirm(user, request)
-        return pb.ConfirmActionResponse(execution=self._orch.visible(user, request.execution_id))
+        return pb.ConfirmActionResponse(execution=self._orch.snapshot(user, request.execution_id))
 
     def HandleEvent(self, request: pb.HandleEventRequest, context: grpc.ServicerContext) -> pb.HandleEventResponse:
         execution, duplicate = self._events.handle(request, transport.caller_id(context))
@@ -178,18 +182,18 @@ class DecisionCenterServicer(dc_grpc.DecisionCenterServiceServicer):
     def ListReviews(
         self, request: dc_pb2.ListReviewsRequest, context: grpc.ServicerContext
     ) -> dc_pb2.ListReviewsResponse:
-        user = self._orch.authenticate(request.user_assertion)
+        user = self._orch.authenticate(request.user_assertion, transport.caller_id(context))
         return dc_pb2.ListReviewsResponse(reviews=self._center.list(user, request))
 
     def GetReview(self, request: dc_pb2.GetReviewRequest, context: grpc.ServicerContext) -> dc_pb2.GetReviewResponse:
-        user = self._orch.authenticate(request.user_assertion)
+        user = self._orch.authenticate(request.user_assertion, transport.caller_id(context))
         review, execution = self._center.get(user, request.review_id)
         return dc_pb2.GetReviewResponse(review=review, execution=execution)
 
     def SubmitReviewDecision(
         self, request: dc_pb2.SubmitReviewDecisionRequest, context: grpc.ServicerContext
     ) -> dc_pb2.SubmitReviewDecisionResponse:
-        user = self._orch.authenticate(request.user_assertion)
+        user = self._orch.authenticate(request.user_assertion, transport.caller_id(context))
         review, execution = self._center.submit(user, request)
         return dc_pb2.SubmitReviewDecisionResponse(review=review, execution=execution)
 

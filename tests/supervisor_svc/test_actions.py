@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from agentmesh import assertion, errors
+from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
 from agentmesh.v1 import policy_service_pb2 as policy_pb2
@@ -35,12 +36,22 @@ class FakePolicy:
 
 
 class FakeDispatcher:
+    """Runs nothing; keeps the records it is given. ``audit_down`` makes every governing record fail."""
+
     def __init__(self, release: dict[str, Any] | None = None, error: str = "") -> None:
         self.release, self.error = release, error
         self.runs: list[dict[str, Any]] = []
         self.records: list[tuple[int, dict[str, Any]]] = []
+        self.governing: list[tuple[int, dict[str, Any]]] = []
+        self.audit_down = False
 
-    def audit(self, event_type: int, **fields: Any) -> None:
+    def govern(self, event_type: int, **fields: Any) -> None:
+        if self.audit_down:
+            raise errors.Unavailable("audit could not make the record durable", reason="AUDIT_UNAVAILABLE")
+        self.governing.append((event_type, fields))
+        self.records.append((event_type, fields))
+
+    def narrate(self, event_type: int, **fields: Any) -> None:
         self.records.append((event_type, fields))
 
     def run(self, ex: pb.Execution, **kw: Any) -> Dispatched:
@@ -212,3 +223,48 @@ def test_a_requested_ttl_is_capped_by_the_supervisors(tmp_path: Path) -> None:
     ex = decided(store)
     actions.propose(ex, ALICE, "WP-10231", ttl_s=10_000)
     assert ex.action.confirmation_expires_at.ToDatetime(dt.UTC) == clock.now + dt.timedelta(seconds=60)
+
+
+# -- fail closed on audit ---------------------------------------------------------------------------
+
+def test_audit_down_the_confirmation_does_not_happen_and_the_token_stays_usable(tmp_path: Path) -> None:
+    actions, store, dispatcher, ex = awaiting_confirmation(tmp_path)
+    dispatcher.audit_down = True
+    with pytest.raises(errors.Unavailable) as err:
+        actions.confirm(ALICE, confirmation(ex))
+    assert err.value.reason == "AUDIT_UNAVAILABLE" and not dispatcher.runs
+    assert store.action("exe-1").state == executions.PENDING_CONFIRMATION  # type: ignore[union-attr]
+    stored = store.get("exe-1")
+    assert stored is not None and stored.action.state == pb.ACTION_STATE_AWAITING_CONFIRMATION
+    dispatcher.audit_down = False
+    assert actions.confirm(ALICE, confirmation(ex)).action.state == pb.ACTION_STATE_SUCCEEDED
+    given = [f for t, f in dispatcher.governing if t == audit_pb2.AUDIT_EVENT_TYPE_CONFIRMATION]
+    assert given[-1]["reason_codes"][0] == "CONFIRMATION_GIVEN" and len(dispatcher.runs) == 1
+
+
+def test_audit_down_a_decline_still_stops_the_action(tmp_path: Path) -> None:
+    actions, store, dispatcher, ex = awaiting_confirmation(tmp_path)
+    dispatcher.audit_down = True
+    done = actions.confirm(ALICE, confirmation(ex, decline=True))
+    assert done.action.state == pb.ACTION_STATE_DECLINED and not dispatcher.runs
+    assert dispatcher.records[-2][1]["reason_codes"][0] == "CONFIRMATION_DECLINED"  # kept, never lost
+
+
+def test_audit_down_an_unrecorded_policy_decision_releases_nothing(tmp_path: Path) -> None:
+    actions, store, dispatcher = make(tmp_path, FakePolicy(common_pb2.POLICY_EFFECT_CONFIRMATION_REQUIRED))
+    dispatcher.audit_down = True
+    ex = decided(store)
+    actions.propose(ex, ALICE, "WP-10231")
+    assert ex.action.state == pb.ACTION_STATE_DENIED and not ex.action.confirmation_token
+    assert ex.action.reason.startswith("AUDIT_UNAVAILABLE")
+    record = store.action("exe-1")
+    assert record is not None and not record.token_digest and record.state == executions.CLOSED
+
+
+def test_a_denial_is_recorded_as_a_refusal_an_allowing_decision_before_it_counts(tmp_path: Path) -> None:
+    actions, store, dispatcher = make(tmp_path, FakePolicy(common_pb2.POLICY_EFFECT_DENY))
+    actions.propose(decided(store), ALICE, "WP-10231")
+    assert not dispatcher.governing and dispatcher.records[0][0] == audit_pb2.AUDIT_EVENT_TYPE_POLICY_DECISION
+    actions, store, dispatcher = make(tmp_path / "b", FakePolicy(common_pb2.POLICY_EFFECT_CONFIRMATION_REQUIRED))
+    actions.propose(decided(store), ALICE, "WP-10231")
+    assert [t for t, _ in dispatcher.governing] == [audit_pb2.AUDIT_EVENT_TYPE_POLICY_DECISION]

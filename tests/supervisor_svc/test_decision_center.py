@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from agentmesh import assertion, errors
+from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
 from agentmesh.v1 import policy_service_pb2 as policy_pb2
@@ -101,3 +102,59 @@ def test_a_refused_reviewer_changes_nothing(tmp_path: Path) -> None:
     assert stored is not None and stored.decision == common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW
     item = store.review(review_id)
     assert item is not None and item.status == dc_pb2.REVIEW_STATUS_OPEN and not item.history
+
+
+def test_a_decision_is_on_the_record_before_it_applies(tmp_path: Path) -> None:
+    center, store, review_id = center_with_conflict(tmp_path, common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW,
+                                                    pb.EXECUTION_STATUS_SUCCEEDED)
+    dispatcher = center._dispatch
+    dispatcher.audit_down = True  # type: ignore[attr-defined]
+    for decision, reason in ((dc_pb2.REVIEW_DECISION_APPROVE, ""), (dc_pb2.REVIEW_DECISION_REJECT, "no"),
+                             (dc_pb2.REVIEW_DECISION_REQUEST_INFORMATION, "why?")):
+        with pytest.raises(errors.Unavailable) as err:
+            center.submit(BOB, dc_pb2.SubmitReviewDecisionRequest(review_id=review_id, decision=decision,
+                                                                  reason=reason))
+        assert err.value.reason == "AUDIT_UNAVAILABLE"
+        stored = store.get("exe-1")
+        assert stored is not None and stored.decision == common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW
+        assert not stored.missing and not stored.conflicts[0].resolution
+        item = store.review(review_id)
+        assert item is not None and item.status == dc_pb2.REVIEW_STATUS_OPEN and not item.history
+    dispatcher.audit_down = False  # type: ignore[attr-defined]
+    review, _ = approve(center, review_id)
+    assert review.status == dc_pb2.REVIEW_STATUS_APPROVED
+    (decided,) = [f for t, f in dispatcher.governing  # type: ignore[attr-defined]
+                  if t == audit_pb2.AUDIT_EVENT_TYPE_REVIEW_DECIDED]
+    assert decided["reason_codes"][:2] == ["APPROVE", review_id]
+
+
+def test_another_tenants_review_and_a_missing_one_are_the_same_answer(tmp_path: Path) -> None:
+    center, _, review_id = center_with_conflict(tmp_path, common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW,
+                                                pb.EXECUTION_STATUS_SUCCEEDED)
+    eve = assertion.UserIdentity("globex", "eve", ("reviewer",), "s", "c", "digest-e")
+    missing = review_id[:-4] + ("0000" if not review_id.endswith("0000") else "1111")
+    answers = []
+    for call in (lambda i: center.get(eve, i), lambda i: center.submit(eve, dc_pb2.SubmitReviewDecisionRequest(
+            review_id=i, decision=dc_pb2.REVIEW_DECISION_APPROVE))):
+        for rid in (review_id, missing):
+            with pytest.raises(errors.NotFound) as err:
+                call(rid)
+            answers.append(err.value.to_status().SerializeToString().replace(rid.encode(), b"<id>"))
+    assert len(set(answers)) == 1
+    assert center._dispatch.records[-1][1]["reason_codes"] == ["REVIEW_NOT_FOUND"]  # type: ignore[attr-defined]
+
+
+def test_reading_the_execution_behind_a_review_is_asked_too(tmp_path: Path) -> None:
+    center, _, review_id = center_with_conflict(tmp_path, common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW,
+                                                pb.EXECUTION_STATUS_SUCCEEDED)
+    asked: list[str] = []
+    read = center._visible
+
+    def visible(user: assertion.UserIdentity, execution_id: str) -> pb.Execution:
+        asked.append(execution_id)
+        return read(user, execution_id)
+
+    center._visible = visible
+    center.get(BOB, review_id)
+    approve(center, review_id)
+    assert asked == ["exe-1", "exe-1"]

@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from agentmesh import assertion, errors, grants, spiffe
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import common_pb2
+from agentmesh.v1 import policy_service_pb2 as policy_pb2
 from agentmesh.v1 import specialist_service_pb2 as spec_pb2
 from agentmesh.v1 import supervisor_service_pb2 as pb
 from supervisor_svc.aggregation import EvidencePolicy
@@ -73,23 +74,68 @@ class Specialists:
 
 
 class Audit:
+    """The audit log in memory. ``down``: audit answers nothing (``record`` fails); ``record_durably``
+    then keeps the record in ``outbox`` as the real recorder's outbox would."""
+
     def __init__(self) -> None:
         self.records: list[audit_pb2.AuditRecord] = []
+        self.outbox: list[audit_pb2.AuditRecord] = []
+        self.down = False
 
     def record(self, event_type: int, **fields: Any) -> audit_pb2.AppendRecordResponse:
+        if self.down:
+            raise errors.Unavailable("connection refused", reason="UNAVAILABLE")
         self.records.append(audit_pb2.AuditRecord(event_type=event_type, **fields))  # type: ignore[arg-type]
         return audit_pb2.AppendRecordResponse()
 
-    def record_later(self, event_type: int, **fields: Any) -> None:
-        self.record(event_type, **fields)
+    def record_durably(self, event_type: int, **fields: Any) -> None:
+        if self.down:
+            self.outbox.append(audit_pb2.AuditRecord(event_type=event_type, **fields))  # type: ignore[arg-type]
+        else:
+            self.record(event_type, **fields)
+
+    def record_later(self, event_type: int, **fields: Any) -> Any:
+        return (event_type, fields)
 
     def wait(self, sent: Any) -> bool:
+        for event_type, fields in sent:
+            try:
+                self.record(event_type, **fields)
+            except errors.MeshError:
+                return False
         return True
 
 
+READERS = {"reviewer", "admin", "operator"}
+CANCELLERS = {"admin"}
+
+
+class Policy:
+    """The execution policies as policy_svc/policies/execution.cedar states them; records every request."""
+
+    def __init__(self) -> None:
+        self.requests: list[policy_pb2.AuthorizeRequest] = []
+
+    def __call__(self, request: policy_pb2.AuthorizeRequest) -> policy_pb2.AuthorizeResponse:
+        self.requests.append(request)
+        own = request.context.subject_requester_id == request.user.user_id
+        privileged = READERS if request.operation == policy_pb2.OPERATION_KIND_READ_EXECUTION else CANCELLERS
+        allowed = request.resource.tenant_id == request.user.tenant_id and (
+            own or bool(privileged & set(request.user.roles)))
+        return policy_pb2.AuthorizeResponse(decision=common_pb2.PolicyDecision(
+            decision_id=f"d{len(self.requests)}",
+            effect=common_pb2.POLICY_EFFECT_ALLOW if allowed else common_pb2.POLICY_EFFECT_DENY,
+            reason_codes=[] if allowed else ["execution.not_requester_or_reader"]))
+
+
 @pytest.fixture()
-def world(tmp_path: Path) -> Any:
-    idp = Ed25519PrivateKey.generate()
+def idp() -> Ed25519PrivateKey:
+    """The identity provider's key."""
+    return Ed25519PrivateKey.generate()
+
+
+@pytest.fixture()
+def world(tmp_path: Path, idp: Ed25519PrivateKey) -> Any:
     signer = grants.GrantSigner(Ed25519PrivateKey.generate())
     registry = AgentRegistry(tmp_path / "agents.db")
     tenants = TenantDirectory.load()
@@ -98,7 +144,7 @@ def world(tmp_path: Path) -> Any:
         identity=spiffe.service("supervisor"), registry=registry, selector=AgentSelector(registry, tenants),
         tenants=tenants, projector=Projector(ProjectionConfig.load()), evidence=EvidencePolicy.load(),
         store=ExecutionStore(tmp_path / "supervisor.db"), signer=signer, specialists=specialists, audit=audit,
-        verify_assertion=functools.partial(assertion.verify, key=idp.public_key()))
+        verify_assertion=functools.partial(assertion.verify, key=idp.public_key()), authorize=Policy())
     token = assertion.issue(idp, tenant_id="acme", user_id="alice", roles=["analyst"])
     yield orch, specialists, audit, token, signer
     orch.close()
@@ -123,6 +169,19 @@ def test_each_task_gets_a_signed_grant_for_its_agent_and_projection(world: Any) 
         assert grant.projection_digest == req.task.projection.digest
         assert (grant.tenant_id, grant.user_id) == ("acme", "alice")
         assert "medical" not in str(req.task.input)
+
+
+def test_each_grant_names_the_resources_of_its_task_and_no_other(world: Any) -> None:
+    orch, specialists, _, token, signer = world
+    _analyze(orch, token)
+    trusted = {signer.key_id: signer.key.public_key()}
+    named = {req.task.target_agent_id: list(grants.verify(req.grant, trusted).resources)
+             for req in specialists.requests}
+    # The first task knows only the permit; the others what their projection passes them.
+    assert named == {"work-permit-agent": ["permit:WP-10231"],
+                     "training-agent": ["permit:WP-10231", "worker:W-1001"],
+                     "risk-agent": ["permit:WP-10231"],
+                     "compliance-agent": ["permit:WP-10231", "worker:W-1001"]}
 
 
 def test_allowed_handoff_runs_and_a_handoff_back_is_rejected(world: Any) -> None:
@@ -176,3 +235,195 @@ def test_restart_ends_running_executions_truthfully(world: Any, tmp_path: Path) 
     stored = orch._store.get(execution_id)
     assert stored is not None and stored.status == pb.EXECUTION_STATUS_FAILED
     assert stored.reason.startswith("SUPERVISOR_RESTARTED") and stored.missing
+
+
+# -- executions are private -------------------------------------------------------------------------
+
+def _user(orch: Orchestrator, idp: Ed25519PrivateKey, user: str, *roles: str, tenant: str = "acme"
+          ) -> assertion.UserIdentity:
+    return orch.authenticate(assertion.issue(idp, tenant_id=tenant, user_id=user, roles=list(roles)))
+
+
+def test_an_execution_is_read_by_its_requester_reviewers_and_operators_only(world: Any,
+                                                                            idp: Ed25519PrivateKey) -> None:
+    orch, _, audit, token, _ = world
+    ex = _analyze(orch, token)
+    for reader in (_user(orch, idp, "alice", "analyst"), _user(orch, idp, "bob", "reviewer"),
+                   _user(orch, idp, "olga", "operator"), _user(orch, idp, "ada", "admin")):
+        assert orch.visible(reader, ex.execution_id).execution_id == ex.execution_id
+    request = orch._guard._authorize.requests[-1]
+    assert (request.operation, request.resource.type, request.resource.id, request.resource.tenant_id,
+            request.context.subject_requester_id, request.capability_id) == (
+        policy_pb2.OPERATION_KIND_READ_EXECUTION, "Execution", ex.execution_id, "acme", "alice", "")
+    viewer = _user(orch, idp, "victor", "viewer")
+    with pytest.raises(errors.PermissionDenied) as denied:
+        orch.visible(viewer, ex.execution_id)
+    assert denied.value.reason == "POLICY_DENIED" and denied.value.field == "user_assertion"
+    refusal = audit.records[-1]
+    assert (refusal.event_type, refusal.outcome, refusal.user_id, refusal.resource) == (
+        audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED, audit_pb2.AUDIT_OUTCOME_DENIED, "victor",
+        f"execution:{ex.execution_id}")
+    assert list(refusal.reason_codes[:2]) == ["POLICY_DENIED", "OPERATION_KIND_READ_EXECUTION"]
+    with pytest.raises(errors.PermissionDenied):
+        list(orch.watch(viewer, ex.execution_id, lambda: True))
+
+
+def test_another_tenants_execution_and_a_missing_one_are_the_same_answer(world: Any,
+                                                                         idp: Ed25519PrivateKey) -> None:
+    orch, _, audit, token, _ = world
+    ex = _analyze(orch, token)
+    missing = "exe-" + "0" * 16
+    assert len(missing) == len(ex.execution_id)
+    eve = _user(orch, idp, "eve", "admin", tenant="globex")
+    asked = len(orch._guard._authorize.requests)
+    answers = []
+    for call in (lambda i: orch.visible(eve, i), lambda i: orch.cancel(eve, i, "x"),
+                 lambda i: list(orch.watch(eve, i, lambda: True))):
+        for execution_id in (ex.execution_id, missing):
+            with pytest.raises(errors.NotFound) as err:
+                call(execution_id)
+            answers.append(err.value.to_status().SerializeToString().replace(execution_id.encode(), b"<id>"))
+    assert len(set(answers)) == 1 and b"EXECUTION_NOT_FOUND" in answers[0]
+    assert len(orch._guard._authorize.requests) == asked  # another tenant's execution is never even looked at
+    assert audit.records[-1].reason_codes[0] == "EXECUTION_NOT_FOUND"
+
+
+def test_only_the_requester_or_an_admin_cancels(world: Any, idp: Ed25519PrivateKey) -> None:
+    orch, _, _, token, _ = world
+    ex = _analyze(orch, token)
+    for who in (_user(orch, idp, "victor", "viewer"), _user(orch, idp, "bob", "reviewer")):
+        with pytest.raises(errors.PermissionDenied) as denied:
+            orch.cancel(who, ex.execution_id, "stop")
+        assert denied.value.reason == "POLICY_DENIED"
+    assert orch._guard._authorize.requests[-1].operation == policy_pb2.OPERATION_KIND_CANCEL_EXECUTION
+    # Allowed by the policy engine; the execution has just ended, so there is nothing to cancel.
+    for who in (_user(orch, idp, "alice", "analyst"), _user(orch, idp, "ada", "admin")):
+        with pytest.raises(errors.FailedPrecondition) as not_running:
+            orch.cancel(who, ex.execution_id, "stop")
+        assert not_running.value.reason == "EXECUTION_NOT_RUNNING"
+
+
+def test_no_policy_decision_means_no_access(world: Any, idp: Ed25519PrivateKey) -> None:
+    orch, _, _, token, _ = world
+    ex = _analyze(orch, token)
+
+    def down(request: policy_pb2.AuthorizeRequest) -> policy_pb2.AuthorizeResponse:
+        raise errors.Unavailable("policy down", reason="UNAVAILABLE")
+
+    orch._guard._authorize = down
+    with pytest.raises(errors.Unavailable) as err:
+        orch.visible(_user(orch, idp, "alice", "analyst"), ex.execution_id)
+    assert err.value.reason == "POLICY_UNAVAILABLE"
+
+
+# -- rejected assertions are audited, never recorded -------------------------------------------------
+
+def _token(key: Ed25519PrivateKey, **claims: Any) -> str:
+    import jwt
+
+    now = int(time.time())
+    body = {"iss": assertion.DEV_ISSUER, "aud": assertion.AUDIENCE, "sub": "mallory", "tenant": "acme",
+            "roles": ["admin"], "iat": now, "exp": now + 60, **claims}
+    return jwt.encode(body, key, algorithm="EdDSA")
+
+
+def _unsigned(**claims: Any) -> str:
+    import base64
+    import json
+
+    def part(d: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(d).encode()).rstrip(b"=").decode()
+
+    now = int(time.time())
+    return part({"alg": "none", "typ": "JWT"}) + "." + part(
+        {"iss": assertion.DEV_ISSUER, "aud": assertion.AUDIENCE, "sub": "mallory", "tenant": "acme",
+         "iat": now, "exp": now + 60, **claims}) + "."
+
+
+@pytest.mark.parametrize(("make", "reason", "shown"), [
+    (lambda idp: _token(Ed25519PrivateKey.generate()), "ASSERTION_INVALID", ["alg=EdDSA", "sub=mallory"]),
+    (lambda idp: _unsigned(), "ASSERTION_INVALID", ["alg=none", "cause=InvalidAlgorithmError"]),
+    (lambda idp: _token(idp, exp=int(time.time()) - 60), "ASSERTION_EXPIRED", ["tenant=acme"]),
+    (lambda idp: _token(idp, aud="another-mesh"), "ASSERTION_INVALID", ["cause=InvalidAudienceError"]),
+    (lambda idp: _token(idp, iss="https://evil.example"), "ASSERTION_INVALID", ["iss=https://evil.example"]),
+    (lambda idp: "not.a.jwt", "ASSERTION_INVALID", ["header=unreadable"]),
+    (lambda idp: _token(Ed25519PrivateKey.generate(), sub="x" * 300, tenant="ac\x00me"), "ASSERTION_INVALID",
+     [f"sub={'x' * 64}+truncated"]),
+    (lambda idp: "", "ASSERTION_MISSING", ["assertion=absent"]),
+])
+def test_every_rejected_assertion_is_audited_without_the_token(world: Any, idp: Ed25519PrivateKey, make: Any,
+                                                               reason: str, shown: list[str]) -> None:
+    orch, specialists, audit, _, _ = world
+    bad = make(idp)
+    with pytest.raises(errors.Unauthenticated) as err:
+        orch.start(pb.AnalyzeRequest(user_assertion=bad, request_text="Analyze permit WP-10231", tenant_id="acme"),
+                   "spiffe://agentmesh.local/client/platform")
+    assert err.value.reason == reason and not specialists.requests
+    (record,) = audit.records
+    assert (record.event_type, record.outcome) == (audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED,
+                                                   audit_pb2.AUDIT_OUTCOME_DENIED)
+    codes = list(record.reason_codes)
+    assert codes[0] == reason and "caller=spiffe://agentmesh.local/client/platform" in codes
+    assert all(s in codes for s in shown), codes
+    if bad:
+        assert f"assertion_sha256={assertion.digest(bad)}" in codes
+        assert bad not in record.SerializeToString().decode("utf-8", "replace")
+        for piece in bad.split("."):
+            assert len(piece) < 16 or piece not in str(record)
+    assert all(len(c) < 200 and "\x00" not in c for c in codes)
+    # The record itself is valid for audit: every field within bounds.
+    assert record.tenant_id == "" and record.user_id == ""
+
+
+def test_a_rejected_assertion_is_kept_in_the_outbox_when_audit_is_down(world: Any) -> None:
+    orch, _, audit, _, _ = world
+    audit.down = True
+    with pytest.raises(errors.Unauthenticated):
+        orch.authenticate("not.a.jwt", "spiffe://agentmesh.local/client/platform")
+    (kept,) = audit.outbox
+    assert kept.reason_codes[0] == "ASSERTION_INVALID"
+
+
+# -- fail closed on audit ---------------------------------------------------------------------------
+
+def test_audit_down_means_no_analysis_at_all(world: Any) -> None:
+    orch, specialists, audit, token, _ = world
+    audit.down = True
+    with pytest.raises(errors.Unavailable) as err:
+        _analyze(orch, token)
+    assert err.value.reason == "AUDIT_UNAVAILABLE"
+    assert not specialists.requests and not orch._live and orch._store.running() == []
+
+
+def test_audit_down_after_the_start_runs_no_task(world: Any) -> None:
+    orch, specialists, audit, token, _ = world
+    execution_id = orch.start(pb.AnalyzeRequest(user_assertion=token, tenant_id="acme",
+                                                request_text="Analyze permit WP-10231"), "x")
+    audit.down = True
+    ex = orch.run(execution_id)
+    assert not specialists.requests  # no delegation record, no task
+    assert ex.decision != common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE
+    assert any("AUDIT_UNAVAILABLE" in m for m in ex.missing), list(ex.missing)
+    first = next(n for n in ex.graph.nodes if n.target_agent_id == "work-permit-agent")
+    assert first.status == common_pb2.TASK_STATUS_FAILED
+    # What did happen (the execution ended) waits in the outbox for audit.
+    assert [r.event_type for r in audit.outbox] == [audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED]
+    assert audit.outbox[0].execution_id == execution_id
+
+
+def test_each_task_is_delegated_on_the_record_before_it_runs(world: Any) -> None:
+    orch, specialists, audit, token, _ = world
+    seen: list[int] = []
+    start = specialists.start
+
+    def start_after_record(agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float) -> Call:
+        delegated = [r for r in audit.records if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED
+                     and r.task_id == request.task.task_id]
+        seen.append(len(delegated))
+        return start(agent_id, request, timeout_s)
+
+    specialists.start = start_after_record
+    _analyze(orch, token)
+    assert seen == [1, 1, 1, 1]
+    started = next(r for r in audit.records if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_STARTED)
+    assert audit.records.index(started) == 0
