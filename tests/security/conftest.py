@@ -385,7 +385,7 @@ class Mesh:
         body = common_pb2.TaskGrant(
             grant_id=f"grant-{uuid.uuid4().hex}", execution_id=execution_id, task_id=f"{execution_id}-t1",
             tenant_id=tenant, user_id=user, assertion_digest=sha256_hex(f"{tenant}/{user}"),
-            issuer=str(SUPERVISOR), audience=str(audience), capabilities=capabilities, depth=1,
+            issuer=str(SUPERVISOR), audience=str(audience), capabilities=capabilities, depth=fields.pop("depth", 1),
             issued_at=issued_at, expires_at=expires_at, actor_type=fields.pop("actor_type", common_pb2.ACTOR_TYPE_USER),
             roles=list(roles),
             session_id=f"ses-{uuid.uuid4().hex[:12]}", conversation_id=f"conv-{uuid.uuid4().hex[:12]}",
