@@ -8,7 +8,7 @@ taken on trust. :func:`verify_principal` accepts it only if
   (signature; an ancestor's expiry is not checked, since a task may outlive the
   grant it was derived from, but each link must have been issued while its
   parent was valid) — an empty list stands for the request's grant alone;
-* the chain starts at a root grant (no ``parent_grant_id``) and ends in the
+* the chain (at most :data:`MAX_LINKS` grants) starts at a root grant (no ``parent_grant_id``) and ends in the
   request's own grant, byte for byte;
 * each link derives from the one before it (``agentmesh.grants.verify_chain``:
   ``parent_grant_id``, same tenant and user, never more capabilities or
@@ -38,8 +38,10 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from agentmesh import grants, spiffe
 from agentmesh.v1 import common_pb2
 
-__all__ = ["AGENT_VERSION_MAX", "PrincipalInvalid", "VerifiedPrincipal", "chain_of", "verify_principal"]
+__all__ = ["AGENT_VERSION_MAX", "MAX_LINKS", "PrincipalInvalid", "VerifiedPrincipal", "chain_of", "verify_principal"]
 
+MAX_LINKS: Final = 8
+"""The most grants a delegation chain may carry (the mesh delegates at most a few levels deep)."""
 AGENT_VERSION_MAX: Final = 64
 """The longest ``principal.agent_version`` accepted (a semantic version fits easily)."""
 _AGENT_VERSION: Final = re.compile(r"[0-9A-Za-z.+-]*")
@@ -151,6 +153,8 @@ def verify_principal(
         PrincipalInvalid: anything does not hold; nothing of the principal may be used then.
     """
     chain = list(principal.grants) or [signed]
+    if len(chain) > MAX_LINKS:
+        raise PrincipalInvalid(f"a delegation chain has at most {MAX_LINKS} grants", "CHAIN_TOO_LONG")
     if not _same(chain[-1], signed):
         raise PrincipalInvalid("the delegation chain does not end in the request's grant", "CHAIN_NOT_THIS_GRANT")
     try:

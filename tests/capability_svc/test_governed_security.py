@@ -112,6 +112,8 @@ def _bad_principal(mesh: Mesh, case: str) -> tuple[common_pb2.SignedTaskGrant, c
         root = mesh.grant(audience=TRAINING, resources=["permit:WP-10231"], now=NOW - dt.timedelta(minutes=10))
         child = mesh.grant(resources=["permit:WP-10231"], parent_grant_id=grants.decode(root).grant_id)
         return child, _principal(child, root, delegation_chain=[])
+    if case == "too many links":
+        return good, _principal(good, *[good] * 8)
     if case == "another agent id":
         return good, _principal(good, agent_id="risk-agent")
     if case == "another execution id":
@@ -134,6 +136,7 @@ def _bad_principal(mesh: Mesh, case: str) -> tuple[common_pb2.SignedTaskGrant, c
     ("a link that widens the capabilities", "CHAIN_WIDENED"),
     ("a link of another user", "CHAIN_BROKEN"),
     ("a link issued after its parent expired", "CHAIN_BROKEN"),
+    ("too many links", "CHAIN_TOO_LONG"),
     ("another agent id", "PRINCIPAL_AGENT_MISMATCH"),
     ("another execution id", "PRINCIPAL_EXECUTION_MISMATCH"),
     ("a delegation chain the grants do not say", "CHAIN_MISMATCH"),
