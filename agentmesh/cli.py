@@ -20,7 +20,7 @@ import grpc
 
 from agentmesh import assertion, config, errors, launcher, spiffe, transport
 from agentmesh.config import ConfigError, MeshConfig
-from agentmesh.identities import OPERATOR, client_paths, init_identities
+from agentmesh.identities import OPERATOR, LegacyLayoutError, init_identities, migrate_legacy_layout, tls_files
 from agentmesh.pki import CertificateAuthority, PkiError
 from agentmesh.service import address_file
 from agentmesh.signing import SigningKeyError, load_private_key
@@ -53,11 +53,42 @@ def emit(args: argparse.Namespace, data: Any, human: Callable[[], None]) -> None
 
 # --- certs -----------------------------------------------------------------
 
+CERTS_DESCRIPTION = """\
+The mesh CA and the identities, under the mesh home:
+
+  ca/                     the CA key (ca.key) and the dev identity provider's key
+                          (idp.key); read only by 'certs init', 'certs issue',
+                          'token issue' and the CLI's dev assertions, never by a
+                          workload process
+  trust/                  the trust bundle (ca.pem) and public keys (idp.pub,
+                          grant-signer.pub, the audit checkpoint key)
+  workloads/KIND-NAME/    one private directory per identity: cert.pem, key.pem,
+                          and the role's own signing key (svc-supervisor:
+                          grant-signer.key; svc-audit: its checkpoint key)
+
+A role process reads its own workloads/ directory and trust/ only. The CA issues
+leaves only (path length 0); leaves are valid 24 hours by default. Private keys
+are written 0600 and never printed.
+"""
+
+
+def _migrate(cfg: MeshConfig) -> None:
+    launcher.report_migration(migrate_legacy_layout(cfg.mesh_home), cfg)
+
+
 def cmd_certs_init(args: argparse.Namespace, cfg: MeshConfig) -> int:
+    try:
+        _migrate(cfg)
+    except LegacyLayoutError as err:
+        print(f"agentmesh: {err}", file=sys.stderr)
+        return 2
     issued = init_identities(cfg, force=args.force)
-    data = {"home": str(cfg.home), "ca": str(cfg.mesh_home.certs / "ca.pem"), "issued": issued}
+    home = cfg.mesh_home
+    data = {"home": str(cfg.home), "ca": str(home.trust_bundle), "workloads": str(home.workloads),
+            "issued": issued}
     emit(args, data, lambda: print(
-        f"mesh CA and identities in {cfg.mesh_home.certs} ({len(issued)} issued now)"))
+        f"mesh CA in {home.ca}, trust bundle {home.trust_bundle}, identities in {home.workloads} "
+        f"({len(issued)} issued now)"))
     return 0
 
 
@@ -66,8 +97,9 @@ def cmd_certs_issue(args: argparse.Namespace, cfg: MeshConfig) -> int:
         ident = spiffe.parse(args.spiffe_id)
     except spiffe.InvalidSpiffeId as err:
         raise CliError(f"--spiffe-id: {err}") from err
-    ca = CertificateAuthority.load(cfg.mesh_home.certs)
-    paths = ca.issue(ident, validity=dt.timedelta(hours=args.validity_hours))
+    home = cfg.mesh_home
+    ca = CertificateAuthority.load(home.ca, home.trust_bundle)
+    paths = ca.issue(ident, home.workload_files(ident), validity=dt.timedelta(hours=args.validity_hours))
     data = {"spiffe_id": str(ident), "cert": str(paths.cert), "key": str(paths.key),
             "valid_hours": args.validity_hours}
     emit(args, data, lambda: print(f"issued {ident}: {paths.cert}"))
@@ -78,7 +110,7 @@ def cmd_certs_issue(args: argparse.Namespace, cfg: MeshConfig) -> int:
 
 def cmd_token_issue(args: argparse.Namespace, cfg: MeshConfig) -> int:
     try:
-        key = load_private_key(cfg.mesh_home.keys / "idp.key")
+        key = load_private_key(cfg.mesh_home.idp_key)
     except SigningKeyError as err:
         raise CliError(f"{err} (run 'agentmesh certs init' first)") from err
     token = assertion.issue(key, tenant_id=args.tenant, user_id=args.user, roles=args.role or [],
@@ -100,6 +132,9 @@ def cmd_up(args: argparse.Namespace, cfg: MeshConfig) -> int:
         cfg = cfg.model_copy(update={"ports": {k: 0 for k in cfg.ports}})
     try:
         procs = launcher.up(cfg, progress=not args.json)
+    except LegacyLayoutError as err:
+        print(f"agentmesh: {err}", file=sys.stderr)
+        return 2
     except launcher.LaunchError as err:
         raise CliError(str(err)) from err
     _show_mesh(args, launcher.status(cfg))
@@ -144,7 +179,7 @@ def address_of(cfg: MeshConfig, name: str) -> str:
 
 def mesh_channel(cfg: MeshConfig, name: str, as_identity: spiffe.SpiffeId = OPERATOR) -> grpc.Channel:
     """An mTLS channel to a mesh process, using a client identity from the home."""
-    tls = transport.TlsFiles.of(client_paths(cfg, as_identity), cfg.mesh_home.certs / "ca.pem")
+    tls = tls_files(cfg, as_identity)
     ident = spiffe.service(name) if name in config.ROLES else spiffe.agent(name)
     return transport.secure_channel(address_of(cfg, name), tls, ident, default_timeout_s=cfg.call_timeout_s)
 
@@ -399,7 +434,7 @@ def user_assertion(args: argparse.Namespace, cfg: MeshConfig, default_role: str)
     if not (getattr(args, "tenant", None) and getattr(args, "user", None)):
         raise CliError("--tenant and --user are required (or --assertion)")
     try:
-        key = load_private_key(cfg.mesh_home.keys / "idp.key")
+        key = load_private_key(cfg.mesh_home.idp_key)
     except SigningKeyError as err:
         raise CliError(f"{err} (run 'agentmesh certs init' or 'agentmesh up' first)") from err
     return assertion.issue(key, tenant_id=args.tenant, user_id=args.user, roles=args.role or [default_role])
@@ -751,16 +786,26 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    certs = sub.add_parser("certs", help="mesh CA and workload certificates")
+    certs = sub.add_parser("certs", help="mesh CA and workload certificates",
+                           formatter_class=argparse.RawDescriptionHelpFormatter, description=CERTS_DESCRIPTION)
     certs_sub = certs.add_subparsers(dest="certs_command", required=True, metavar="SUBCOMMAND")
-    p = certs_sub.add_parser("init", parents=[common, out],
-                             help="create the mesh CA, every workload identity and the dev signing keys")
-    p.add_argument("--force", action="store_true", help="replace existing CA, certificates and keys")
+    p = certs_sub.add_parser(
+        "init", parents=[common, out], formatter_class=argparse.RawDescriptionHelpFormatter,
+        help="create the mesh CA, every workload identity and the signing keys",
+        description=CERTS_DESCRIPTION + "\ninit creates what is missing and re-issues certificates that are "
+                    "missing, expire within the hour or are not from the current CA. A home of the old "
+                    "layout (certs/, keys/) is moved to this one first.")
+    p.add_argument("--force", action="store_true",
+                   help="start a new CA and re-issue every certificate (signing keys are kept)")
     p.set_defaults(handler=cmd_certs_init)
-    p = certs_sub.add_parser("issue", parents=[common, out], help="issue (or re-issue) one certificate")
+    p = certs_sub.add_parser(
+        "issue", parents=[common, out], help="issue (or re-issue) one certificate",
+        description="Issue a certificate (fresh key) for one identity into HOME/workloads/KIND-NAME/. "
+                    "Refused when the CA is not valid now or the leaf would outlive it.")
     p.add_argument("--spiffe-id", required=True,
                    help="e.g. spiffe://agentmesh.local/client/my-service")
-    p.add_argument("--validity-hours", type=float, default=24.0, help="validity (default 24)")
+    p.add_argument("--validity-hours", type=float, default=24.0,
+                   help="validity, more than 0 and at most 720 (default 24)")
     p.set_defaults(handler=cmd_certs_issue)
 
     token = sub.add_parser("token", help="signed user assertions (dev identity provider)")

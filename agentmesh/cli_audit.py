@@ -10,9 +10,12 @@
     signature and their mutual consistency, that each record is an
     AuditRecord at its own index, that its delegation chain's grants verify
     against the grant signer's key, and that the query index files every
-    record under its own ids. Exit 0 when all holds; 1 naming the first bad
-    record otherwise. ``--save-checkpoint FILE`` keeps the verified checkpoint
-    so a later run detects records deleted from the end or rewritten history.
+    record under its own ids. Every problem is reported (a bad record does
+    not hide a later one), each as tampering (hashes, roots, checkpoints,
+    indexes do not match) or as a delegation chain that does not verify;
+    ``--json`` lists them all. Exit 0 when all holds, 1 otherwise.
+    ``--save-checkpoint FILE`` keeps the verified checkpoint so a later run
+    detects records deleted from the end or rewritten history.
 
 ``agentmesh audit trail EXECUTION_ID``
     Reads the execution's records (as the operator) and prints them as a tree:
@@ -39,7 +42,7 @@ if TYPE_CHECKING:
     from audit_svc.verify import Problem
 
 GRANT_KEY_FILE = "grant-signer.pub"
-"""The supervisor's grant verification key under ``HOME/keys``."""
+"""The supervisor's grant verification key under ``HOME/trust``."""
 
 
 def register(sub: Any, common: argparse.ArgumentParser, out: argparse.ArgumentParser) -> None:
@@ -59,10 +62,10 @@ def register(sub: Any, common: argparse.ArgumentParser, out: argparse.ArgumentPa
                    help="after a successful check, save the verified checkpoint here (JSON)")
     p.add_argument("--db", metavar="FILE", help="the log file to verify (default HOME/data/audit.db)")
     p.add_argument("--public-key", metavar="FILE",
-                   help="the audit service's checkpoint public key, PEM (default HOME/keys/"
+                   help="the audit service's checkpoint public key, PEM (default HOME/trust/"
                         "audit-checkpoint-ed25519.pub.pem)")
     p.add_argument("--grant-key", action="append", default=[], metavar="FILE",
-                   help=f"a public key that signs task grants, PEM (repeatable; default HOME/keys/{GRANT_KEY_FILE})")
+                   help=f"a public key that signs task grants, PEM (repeatable; default HOME/trust/{GRANT_KEY_FILE})")
     p.set_defaults(handler=cmd_audit_verify)
 
     p = audit_sub.add_parser(
@@ -78,11 +81,11 @@ def register(sub: Any, common: argparse.ArgumentParser, out: argparse.ArgumentPa
 
 @dataclass
 class _Verification:
-    """What one ``audit verify`` run found, for both output forms."""
+    """What one ``audit verify`` run found, for both output forms: every problem, not just the first."""
 
     mode: str
     checks: list[str] = field(default_factory=list)
-    problem: Problem | None = None
+    problems: list[Problem] = field(default_factory=list)
     checkpoint: Checkpoint | None = None
     tree_size: int = 0
     root_hash: bytes = b""
@@ -133,7 +136,7 @@ def _grant_keys(cfg: MeshConfig, args: argparse.Namespace) -> dict[str, Ed25519P
     from agentmesh.cli import CliError
     from agentmesh.signing import SigningKeyError, key_id, load_public_key
 
-    paths = [Path(p) for p in args.grant_key] or [cfg.mesh_home.keys / GRANT_KEY_FILE]
+    paths = [Path(p) for p in args.grant_key] or [cfg.mesh_home.public_key_path(GRANT_KEY_FILE)]
     keys: dict[str, Ed25519PublicKey] = {}
     for path in paths:
         if not args.grant_key and not path.exists():
@@ -172,7 +175,7 @@ def _verify_offline(cfg: MeshConfig, args: argparse.Namespace, result: _Verifica
                     saved: list[Checkpoint]) -> None:
     from agentmesh.cli import CliError
     from audit_svc.__main__ import public_key_path
-    from audit_svc.servicer import ORIGIN, attribute_check, entry_check
+    from audit_svc.servicer import ORIGIN, attribute_check, grant_check, record_check
     from audit_svc.verify import verify_log
 
     db = _db_path(cfg, args)
@@ -181,12 +184,12 @@ def _verify_offline(cfg: MeshConfig, args: argparse.Namespace, result: _Verifica
     pem = _read(Path(args.public_key) if args.public_key else public_key_path(cfg.mesh_home),
                 "the audit public key")
     trusted = _grant_keys(cfg, args)
-    report = verify_log(db, pem, origin=ORIGIN, saved_checkpoints=saved, entry_check=entry_check(trusted),
-                        attribute_check=attribute_check)
+    report = verify_log(db, pem, origin=ORIGIN, saved_checkpoints=saved, entry_check=record_check,
+                        grant_check=grant_check(trusted), attribute_check=attribute_check)
     result.tree_size, result.root_hash = report.tree_size, report.root_hash
     result.notes.extend(report.notes)
-    if report.problem is not None:
-        result.problem = report.problem
+    if report.problems:
+        result.problems.extend(report.problems)
         return
     result.checks.append(
         f"log file {db}: {report.tree_size} records re-hashed, each at its own index with a verifiable "
@@ -272,7 +275,8 @@ def _verify_online(cfg: MeshConfig, args: argparse.Namespace, result: _Verificat
             failure.args = (f"{failure} (is the audit service running? --offline checks the log file alone)",)
         raise failure from err
     if args.db or _db_path(cfg, args).is_file():
-        # On the same machine: the file must match what the service signed, too.
+        # On the same machine: the file must match what the service signed, too
+        # (and says what it finds even when the service's answers failed already).
         _verify_offline(cfg, args, result, [*saved, cp])
     else:
         result.notes.append("the log file is not on this machine; only the service's answers were checked")
@@ -294,7 +298,7 @@ def cmd_audit_verify(args: argparse.Namespace, cfg: MeshConfig) -> int:
         _verify_offline(cfg, args, result, saved)
     else:
         _verify_online(cfg, args, result, saved)
-    if result.problem is None and args.save_checkpoint:
+    if not result.problems and args.save_checkpoint:
         if result.checkpoint is None:
             raise CliError("the log has no checkpoint yet to save")
         try:
@@ -308,10 +312,12 @@ def cmd_audit_verify(args: argparse.Namespace, cfg: MeshConfig) -> int:
             print(f"ok    {line}")
         for line in result.notes:
             print(f"note  {line}")
+        for problem in result.problems:
+            print(f"{problem.line()}  [{problem.kind}]")
         print(result.summary())
 
     emit(args, result.to_dict(), human)
-    return 0 if result.problem is None else 1
+    return 0 if not result.problems else 1
 
 
 # --- trail -------------------------------------------------------------------

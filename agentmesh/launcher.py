@@ -4,6 +4,11 @@ Processes start in dependency order. Each binds its port (0 picks a free one)
 and records its address under ``HOME/run``; the launcher passes those
 addresses to the processes that depend on them, waits until each one answers
 gRPC health SERVING over mTLS, and records the mesh in ``HOME/run/mesh.json``.
+
+Before starting anything, ``up`` moves a home of the old layout (``certs/``,
+``keys/``) to ``ca/``, ``trust/`` and ``workloads/`` and issues what is missing
+or expiring. The sandbox LMS gets a fresh admin token in
+``HOME/workloads/lms-sandbox/admin-token`` (0600) unless one is there.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -25,7 +31,15 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentmesh import spiffe, transport
 from agentmesh.config import MeshConfig
-from agentmesh.identities import OPERATOR, Workload, client_paths, init_identities, workloads
+from agentmesh.identities import (
+    OPERATOR,
+    Workload,
+    init_identities,
+    migrate_legacy_layout,
+    tls_files,
+    workloads,
+)
+from agentmesh.pki import PkiError
 from agentmesh.service import address_file
 
 
@@ -84,7 +98,7 @@ def pid_alive(pid: int) -> bool:
 
 def health_check(config: MeshConfig, address: str, identity: str, timeout_s: float = 2.0) -> str:
     """The process's health status name over mTLS, or the error that prevented it."""
-    tls = transport.TlsFiles.of(client_paths(config, OPERATOR), config.mesh_home.certs / "ca.pem")
+    tls = tls_files(config, OPERATOR)
     try:
         channel = transport.secure_channel(address, tls, spiffe.parse(identity))
         with channel:
@@ -148,6 +162,30 @@ def lms_world(config: MeshConfig) -> Path:
     return loaded if loaded.exists() else demo_world()
 
 
+def ensure_lms_admin_token(config: MeshConfig) -> Path:
+    """The sandbox LMS's admin token file, created (random, 0600, directory 0700) if missing."""
+    path = config.mesh_home.lms_admin_token
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.chmod(0o700)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_urlsafe(32) + "\n")
+        os.replace(tmp, path)
+    return path
+
+
+def lms_admin_token(config: MeshConfig) -> str:
+    """The bearer token of the running sandbox LMS's ``/admin`` endpoints (``Authorization: Bearer …``)."""
+    try:
+        return config.mesh_home.lms_admin_token.read_text().strip()
+    except OSError as err:
+        raise LaunchError(f"no sandbox LMS admin token at {config.mesh_home.lms_admin_token}: "
+                          f"{err.strerror} (it is made by 'agentmesh up')") from err
+
+
 def _start_lms(config: MeshConfig, port: int | None = None) -> tuple[subprocess.Popen[bytes], str]:
     """Starts the sandbox LMS (plain HTTP, an external system) and waits for /healthz."""
     addr_path = config.mesh_home.run / "lms.addr"
@@ -155,7 +193,8 @@ def _start_lms(config: MeshConfig, port: int | None = None) -> tuple[subprocess.
     log_path = config.mesh_home.logs / "lms.log"
     cmd = [sys.executable, "-m", "lms_sandbox", "--host", config.host,
            "--port", str(config.port("lms") if port is None else port),
-           "--data", str(lms_world(config)), "--address-file", str(addr_path)]
+           "--data", str(lms_world(config)), "--address-file", str(addr_path),
+           "--admin-token-file", str(ensure_lms_admin_token(config))]
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + config.startup_timeout_s
@@ -188,11 +227,27 @@ def restart_lms(config: MeshConfig) -> str | None:
     return url
 
 
+def report_migration(moved: list[str], config: MeshConfig) -> None:
+    """One line on stderr when a home was moved to the current layout (and what was left)."""
+    if not moved:
+        return
+    files = [m for m in moved if not m.startswith("left in ")]
+    print(f"agentmesh: moved {len(files)} files of {config.home} to the separated key layout "
+          f"(ca/, trust/, workloads/)", file=sys.stderr)
+    for line in moved:
+        if line.startswith("left in "):
+            print(f"agentmesh: {line}", file=sys.stderr)
+
+
 def up(config: MeshConfig, *, progress: bool = True) -> list[Running]:
     """Starts every process (creating certificates first if needed); returns them."""
     if any(pid_alive(p.pid) for p in read_state(config)):
         raise LaunchError(f"a mesh is already running under {config.home}; run 'agentmesh down' first")
-    init_identities(config)
+    report_migration(migrate_legacy_layout(config.mesh_home), config)  # LegacyLayoutError when it cannot
+    try:
+        init_identities(config)
+    except PkiError as err:
+        raise LaunchError(str(err)) from err
     peers: dict[str, str] = dict(config.peers)
     started: list[Running] = []
     extra: dict[str, tuple[str, ...]] = {"capability": ("--world", str(demo_world()))}
@@ -301,5 +356,5 @@ def wait_foreground(config: MeshConfig, procs: list[Running]) -> None:
     down(config)
 
 
-__all__ = ["LaunchError", "Running", "down", "init_identities", "read_state", "status", "up",
+__all__ = ["LaunchError", "Running", "down", "init_identities", "lms_admin_token", "read_state", "status", "up",
            "wait_foreground"]

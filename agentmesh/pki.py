@@ -3,16 +3,26 @@
 Each leaf carries exactly one SPIFFE URI SAN (the workload's identity) and one
 DNS SAN derived from it, which clients use to check they reached the server
 they meant to. Keys are written with mode 0600 under the mesh home only.
+
+The CA's private key and its certificate live apart: the key in the mesh
+home's CA directory (read only by the issuing commands), the certificate in
+the trust directory every workload reads. The CA certificate has
+``BasicConstraints(ca=True, path_length=0)`` and every leaf ``ca=False``: a
+certificate issued through an intermediate is never a mesh identity
+(:func:`peer_chain_problem`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -20,7 +30,10 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from agentmesh import spiffe
 
 DEFAULT_VALIDITY = dt.timedelta(hours=24)
+MAX_LEAF_VALIDITY = dt.timedelta(days=30)
 CA_VALIDITY = dt.timedelta(days=365)
+CERT_FILE = "cert.pem"
+KEY_FILE = "key.pem"
 
 
 class PkiError(Exception):
@@ -59,6 +72,13 @@ def _write_private(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def _write_public(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(
         serialization.Encoding.PEM,
@@ -67,30 +87,54 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
-def leaf_paths(certs_dir: Path, spiffe_id: spiffe.SpiffeId) -> CertPaths:
-    """File names of a workload's certificate and key, e.g. ``svc-policy.pem``."""
-    stem = f"{spiffe_id.kind}-{spiffe_id.name}"
-    return CertPaths(certs_dir / f"{stem}.pem", certs_dir / f"{stem}.key")
+def workload_dir_name(spiffe_id: spiffe.SpiffeId) -> str:
+    """The directory of one identity under ``HOME/workloads``, e.g. ``svc-policy``."""
+    return f"{spiffe_id.kind}-{spiffe_id.name}"
+
+
+def leaf_paths(workloads_dir: Path, spiffe_id: spiffe.SpiffeId) -> CertPaths:
+    """An identity's certificate and key: ``WORKLOADS/<kind>-<name>/{cert,key}.pem``."""
+    folder = workloads_dir / workload_dir_name(spiffe_id)
+    return CertPaths(folder / CERT_FILE, folder / KEY_FILE)
 
 
 @dataclass(frozen=True, slots=True)
 class CertificateAuthority:
-    """The mesh CA, loaded from ``ca.pem`` / ``ca.key`` in a certs directory."""
+    """The mesh CA: its private key (``CA_DIR/ca.key``) and certificate (the trust bundle)."""
 
-    certs_dir: Path
+    key_path: Path
+    bundle_path: Path
+    """The trust bundle every server and client verifies peers against."""
     cert: x509.Certificate
     key: ec.EllipticCurvePrivateKey
 
-    @property
-    def bundle_path(self) -> Path:
-        """The trust bundle every server and client verifies peers against."""
-        return self.certs_dir / "ca.pem"
+    @staticmethod
+    def _paths(ca_dir: Path, bundle_path: Path | None) -> tuple[Path, Path]:
+        return ca_dir / "ca.key", bundle_path or ca_dir / "ca.pem"
 
     @classmethod
-    def init(cls, certs_dir: Path, *, force: bool = False) -> CertificateAuthority:
-        """Creates the CA unless one exists (or ``force``), then loads it."""
-        cert_path, key_path = certs_dir / "ca.pem", certs_dir / "ca.key"
-        if force or not (cert_path.exists() and key_path.exists()):
+    def exists(cls, ca_dir: Path, bundle_path: Path | None = None) -> bool:
+        """Whether both the CA key and its certificate are there."""
+        key_path, cert_path = cls._paths(ca_dir, bundle_path)
+        return key_path.exists() and cert_path.exists()
+
+    @classmethod
+    def init(
+        cls, ca_dir: Path, bundle_path: Path | None = None, *, force: bool = False
+    ) -> CertificateAuthority:
+        """Creates the CA unless one exists (or ``force``), then loads it.
+
+        The key goes to ``ca_dir/ca.key`` (0600, directory 0700), the certificate
+        to ``bundle_path`` (default ``ca_dir/ca.pem``). Half a CA (a key without
+        its certificate or the reverse) is refused rather than silently replaced:
+        replacing it would orphan every certificate already issued.
+        """
+        key_path, cert_path = cls._paths(ca_dir, bundle_path)
+        if not force and key_path.exists() != cert_path.exists():
+            present, missing = (key_path, cert_path) if key_path.exists() else (cert_path, key_path)
+            raise PkiError(f"incomplete mesh CA: {present} exists but {missing} does not "
+                           f"(restore it, or run 'agentmesh certs init --force' to start a new CA)")
+        if force or not key_path.exists():
             key = ec.generate_private_key(ec.SECP256R1())
             name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "agentmesh mesh CA")])
             now = _now()
@@ -102,6 +146,7 @@ class CertificateAuthority:
                 .serial_number(x509.random_serial_number())
                 .not_valid_before(now - dt.timedelta(minutes=5))
                 .not_valid_after(now + CA_VALIDITY)
+                # path_length=0: the CA issues leaves only, never another CA.
                 .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
                 .add_extension(
                     x509.KeyUsage(
@@ -117,38 +162,65 @@ class CertificateAuthority:
                 )
                 .sign(key, hashes.SHA256())
             )
+            ca_dir.mkdir(parents=True, exist_ok=True)
+            ca_dir.chmod(0o700)
             _write_private(key_path, _key_pem(key))
-            cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        return cls.load(certs_dir)
+            _write_public(cert_path, cert.public_bytes(serialization.Encoding.PEM))
+        return cls.load(ca_dir, bundle_path)
 
     @classmethod
-    def load(cls, certs_dir: Path) -> CertificateAuthority:
-        """Loads an existing CA; a missing or unreadable file names itself."""
-        cert_pem, key_pem = CertPaths(certs_dir / "ca.pem", certs_dir / "ca.key").read()
+    def load(cls, ca_dir: Path, bundle_path: Path | None = None) -> CertificateAuthority:
+        """Loads an existing CA; a missing, unreadable or mismatched file names itself."""
+        key_path, cert_path = cls._paths(ca_dir, bundle_path)
+        cert_pem, key_pem = CertPaths(cert_path, key_path).read()
         try:
             cert = x509.load_pem_x509_certificate(cert_pem)
             key = serialization.load_pem_private_key(key_pem, password=None)
         except ValueError as err:
-            raise PkiError(f"invalid CA in {certs_dir}: {err}") from err
+            raise PkiError(f"invalid CA ({key_path}, {cert_path}): {err}") from err
         if not isinstance(key, ec.EllipticCurvePrivateKey):
-            raise PkiError(f"{certs_dir / 'ca.key'}: not an EC private key")
-        return cls(certs_dir, cert, key)
+            raise PkiError(f"{key_path}: not an EC private key")
+        if cert.public_key() != key.public_key():
+            raise PkiError(f"{cert_path} is not the certificate of the CA key {key_path}")
+        return cls(key_path, cert_path, cert, key)
 
     def issue(
         self,
         spiffe_id: spiffe.SpiffeId,
+        paths: CertPaths,
+        *,
+        validity: dt.timedelta = DEFAULT_VALIDITY,
+    ) -> CertPaths:
+        """Issues (or re-issues) a workload certificate valid from now, written with a fresh key.
+
+        Refused (PkiError) when the CA itself is not valid now, when ``validity``
+        is not positive or longer than :data:`MAX_LEAF_VALIDITY`, or when the leaf
+        would outlive the CA: the mesh never issues a certificate it would refuse.
+        """
+        now = _now()
+        if not self.cert.not_valid_before_utc <= now < self.cert.not_valid_after_utc:
+            raise PkiError(f"the mesh CA {self.bundle_path} is not valid now (valid "
+                           f"{self.cert.not_valid_before_utc:%Y-%m-%d} to {self.cert.not_valid_after_utc:%Y-%m-%d})")
+        if not dt.timedelta(0) < validity <= MAX_LEAF_VALIDITY:
+            raise PkiError(f"validity must be more than 0 and at most {MAX_LEAF_VALIDITY.days} days, "
+                           f"got {validity}")
+        if now + validity > self.cert.not_valid_after_utc:
+            raise PkiError(f"a leaf valid {validity} would outlive the mesh CA "
+                           f"(valid until {self.cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC)")
+        return self.issue_unchecked(spiffe_id, paths, validity=validity)
+
+    def issue_unchecked(
+        self,
+        spiffe_id: spiffe.SpiffeId,
+        paths: CertPaths,
         *,
         validity: dt.timedelta = DEFAULT_VALIDITY,
         not_before: dt.datetime | None = None,
         extra_uri_sans: tuple[str, ...] = (),
-        paths: CertPaths | None = None,
     ) -> CertPaths:
-        """Issues (or re-issues) a workload certificate and writes it with a fresh key.
-
-        ``extra_uri_sans`` and ``not_before`` exist so tests can build the
-        certificates the mesh must refuse (two URI SANs, expired).
+        """Writes a leaf without :meth:`issue`'s checks: for tests that build the
+        certificates the mesh must refuse (two URI SANs, expired, not yet valid).
         """
-        paths = paths or leaf_paths(self.certs_dir, spiffe_id)
         key = ec.generate_private_key(ec.SECP256R1())
         start = not_before or (_now() - dt.timedelta(minutes=5))
         sans: list[x509.GeneralName] = [
@@ -186,11 +258,19 @@ class CertificateAuthority:
             )
             .sign(self.key, hashes.SHA256())
         )
+        paths.key.parent.mkdir(parents=True, exist_ok=True)
+        paths.key.parent.chmod(0o700)
         _write_private(paths.key, _key_pem(key))
-        tmp = paths.cert.with_suffix(".pem.tmp")
-        tmp.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        os.replace(tmp, paths.cert)
+        _write_public(paths.cert, cert.public_bytes(serialization.Encoding.PEM))
         return paths
+
+    def issued(self, cert_pem: bytes) -> bool:
+        """Whether a certificate was signed by this CA (whatever its validity)."""
+        try:
+            x509.load_pem_x509_certificate(cert_pem).verify_directly_issued_by(self.cert)
+        except (ValueError, TypeError, InvalidSignature):
+            return False
+        return True
 
 
 def spiffe_id_of(cert_pem: bytes) -> str:
@@ -209,3 +289,53 @@ def spiffe_id_of(cert_pem: bytes) -> str:
 def cert_expiry(cert_pem: bytes) -> dt.datetime:
     """When a certificate stops being valid."""
     return x509.load_pem_x509_certificate(cert_pem).not_valid_after_utc
+
+
+def _self_signed(cert: x509.Certificate) -> bool:
+    if cert.issuer != cert.subject:
+        return False
+    try:
+        cert.verify_directly_issued_by(cert)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=1024)
+def _chain_problem(leaf_pem: bytes, chain: tuple[bytes, ...]) -> str | None:
+    try:
+        leaf = x509.load_pem_x509_certificate(leaf_pem)
+        others = [c for pem in chain for c in x509.load_pem_x509_certificates(pem)]
+    except ValueError:
+        return "the peer certificate cannot be parsed"
+    try:
+        constraints = leaf.extensions.get_extension_for_class(x509.BasicConstraints).value
+    except x509.ExtensionNotFound:
+        constraints = None
+    if constraints is not None and constraints.ca:
+        return "the peer certificate is a CA certificate, not a workload certificate"
+    for cert in others:
+        if cert.fingerprint(hashes.SHA256()) == leaf.fingerprint(hashes.SHA256()):
+            continue
+        if not _self_signed(cert):
+            # Only a root may accompany the leaf: the mesh CA has path_length=0,
+            # so a leaf reached through any intermediate is not a mesh identity.
+            return "the peer certificate was issued through an intermediate CA (path length exceeded)"
+    return None
+
+
+def peer_chain_problem(auth_context: Mapping[str, Iterable[bytes]]) -> str | None:
+    """Why a TLS peer that passed the handshake is still not a mesh identity, or None.
+
+    BoringSSL (gRPC) does not apply the trust anchor's ``path_length=0``: a leaf
+    issued by a sub-CA that the mesh CA signed completes the handshake. The
+    peer's presented chain is in the ``x509_pem_cert_chain`` auth-context
+    property (without the leaf on the server side); any certificate in it that
+    is not self-signed is an intermediate, so the peer is refused. A leaf that
+    is itself a CA certificate is refused too. Results are cached per
+    certificate, so the per-call cost is a dictionary lookup.
+    """
+    leaf = list(auth_context.get("x509_pem_cert") or [])
+    if len(leaf) != 1:
+        return "no single peer certificate"
+    return _chain_problem(leaf[0], tuple(auth_context.get("x509_pem_cert_chain") or ()))

@@ -164,7 +164,7 @@ def run(
         if args.port is not None:
             overrides["ports"] = {spec.name: args.port}
         cfg = mesh_config.load(home=args.home, config_file=args.config, overrides=overrides)
-        tls = transport.TlsFiles.of(leaf_paths(cfg.mesh_home.certs, spec.identity), cfg.mesh_home.certs / "ca.pem")
+        tls = transport.TlsFiles.of(leaf_paths(cfg.mesh_home.workloads, spec.identity), cfg.mesh_home.trust_bundle)
         tls.read()  # a missing or unreadable certificate stops us here, naming the file
         access = AccessTable.load(cfg.access_file, operators=cfg.operators)
         ctx = ServiceContext(spec.name, spec.identity, cfg, tls, args)

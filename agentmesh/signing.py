@@ -1,4 +1,9 @@
-"""Ed25519 signing keys kept under the mesh home (identity provider, grant signer)."""
+"""Ed25519 signing keys kept under the mesh home (identity provider, grant signer, audit).
+
+Private keys stay in the directory of whoever signs (``HOME/ca`` for the dev
+identity provider, the role's own ``HOME/workloads/...`` otherwise); public
+keys are published in ``HOME/trust`` for the processes that verify.
+"""
 
 from __future__ import annotations
 
@@ -15,11 +20,17 @@ class SigningKeyError(Exception):
     """A signing or verification key is missing or invalid."""
 
 
-def load_or_create_private_key(path: Path) -> Ed25519PrivateKey:
-    """Loads an Ed25519 private key, creating it (mode 0600) and its ``.pub`` on first use."""
+def load_or_create_private_key(path: Path, public_path: Path | None = None) -> Ed25519PrivateKey:
+    """Loads an Ed25519 private key, creating it (mode 0600, directory 0700) on first use.
+
+    Its public key is published at ``public_path`` (default: beside it, ``.pub``)
+    and rewritten when missing or not this key's, so the published key always
+    matches the private one.
+    """
     if not path.exists():
         key = Ed25519PrivateKey.generate()
         path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.chmod(0o700)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as fh:
             fh.write(
@@ -29,9 +40,16 @@ def load_or_create_private_key(path: Path) -> Ed25519PrivateKey:
                     serialization.NoEncryption(),
                 )
             )
-        path.with_suffix(".pub").write_bytes(public_pem(key.public_key()))
-        return key
-    return load_private_key(path)
+    else:
+        key = load_private_key(path)
+    pub = public_path or path.with_suffix(".pub")
+    pem = public_pem(key.public_key())
+    if not pub.exists() or pub.read_bytes() != pem:
+        pub.parent.mkdir(parents=True, exist_ok=True)
+        tmp = pub.with_name(pub.name + ".tmp")
+        tmp.write_bytes(pem)
+        os.replace(tmp, pub)
+    return key
 
 
 def load_private_key(path: Path) -> Ed25519PrivateKey:

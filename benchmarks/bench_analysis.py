@@ -47,13 +47,13 @@ def _mesh(home: Path, delay_ms: int) -> config.MeshConfig:
 
 def _stub(cfg: config.MeshConfig) -> pb_grpc.SupervisorServiceStub:
     addr = next(p.address for p in launcher.read_state(cfg) if p.name == "supervisor")
-    tls = transport.TlsFiles.of(client_paths(cfg, PLATFORM_CLI), cfg.mesh_home.certs / "ca.pem")
+    tls = transport.TlsFiles.of(client_paths(cfg, PLATFORM_CLI), cfg.mesh_home.trust_bundle)
     return pb_grpc.SupervisorServiceStub(transport.secure_channel(addr, tls, spiffe.service("supervisor"),
                                                                   default_timeout_s=120))
 
 
 def _token(cfg: config.MeshConfig) -> str:
-    return assertion.issue(load_private_key(cfg.mesh_home.keys / "idp.key"), tenant_id="acme", user_id="bench",
+    return assertion.issue(load_private_key(cfg.mesh_home.idp_key), tenant_id="acme", user_id="bench",
                            roles=["analyst"], ttl_s=7200)
 
 

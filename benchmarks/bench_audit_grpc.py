@@ -54,14 +54,14 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def _stub(cfg: MeshConfig, address: str, identity: spiffe.SpiffeId) -> tuple[grpc.Channel, pb_grpc.AuditServiceStub]:
-    tls = transport.TlsFiles.of(leaf_paths(cfg.mesh_home.certs, identity), cfg.mesh_home.certs / "ca.pem")
+    tls = transport.TlsFiles.of(leaf_paths(cfg.mesh_home.workloads, identity), cfg.mesh_home.trust_bundle)
     channel = transport.secure_channel(address, tls, spiffe.service("audit"), default_timeout_s=60)
     return channel, pb_grpc.AuditServiceStub(channel)
 
 
 def _record(cfg: MeshConfig) -> pb.AuditRecord:
     """A record shaped like the capability runtime's CAPABILITY_INVOKED."""
-    signer = grants.GrantSigner(load_private_key(cfg.mesh_home.keys / "grant-signer.key"))
+    signer = grants.GrantSigner(load_private_key(cfg.mesh_home.grant_signer_key))
     grant = signer.issue(issuer=str(spiffe.service("supervisor")), audience=str(spiffe.agent("training-agent")),
                          execution_id="exe-bench", task_id="t-1", tenant_id="acme", user_id="alice",
                          assertion_digest="sha256:" + "ab" * 32, capabilities=["training.getStatus"])

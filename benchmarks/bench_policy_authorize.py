@@ -78,8 +78,8 @@ def main() -> int:
         audit, audit_addr = _start(home, "audit_svc", "audit", {})
         policy, policy_addr = _start(home, "policy_svc", "policy", {"audit": audit_addr})
         try:
-            tls = transport.TlsFiles.of(leaf_paths(cfg.mesh_home.certs, spiffe.service("capability")),
-                                        cfg.mesh_home.certs / "ca.pem")
+            tls = transport.TlsFiles.of(leaf_paths(cfg.mesh_home.workloads, spiffe.service("capability")),
+                                        cfg.mesh_home.trust_bundle)
             channel = transport.secure_channel(policy_addr, tls, spiffe.service("policy"))
             stub = pb_grpc.PolicyServiceStub(channel)
             for i in range(200):  # warm-up: connection, caches

@@ -26,7 +26,7 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
     if not lms_url:
         raise StartupError("no LMS address: set --lms-url or lms_url in the config")
     try:
-        grant_key = signing.load_public_key(ctx.config.mesh_home.keys / "grant-signer.pub")
+        grant_key = signing.load_public_key(ctx.config.mesh_home.public_key_path("grant-signer.pub"))
     except signing.SigningKeyError as err:
         raise StartupError(f"{err} (the supervisor's grant-signing key; run 'agentmesh certs init')") from err
     try:

@@ -42,10 +42,10 @@ SERVICES = ("agentmesh.v1.SupervisorService", "agentmesh.v1.AgentRegistryService
 
 def register(server: grpc.Server, ctx: ServiceContext) -> None:
     """Loads the registry (checking agents' capability dependencies), ends interrupted executions, adds servicers."""
-    keys = ctx.config.mesh_home.keys
+    home = ctx.config.mesh_home
     try:
-        idp_key = signing.load_public_key(keys / "idp.pub")
-        signer = grants.GrantSigner(signing.load_private_key(keys / "grant-signer.key"))
+        idp_key = signing.load_public_key(home.public_key_path("idp.pub"))
+        signer = grants.GrantSigner(signing.load_private_key(home.workload_dir(ctx.identity) / "grant-signer.key"))
     except signing.SigningKeyError as err:
         raise StartupError(f"{err} (run 'agentmesh certs init')") from err
     try:

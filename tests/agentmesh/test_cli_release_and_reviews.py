@@ -199,7 +199,7 @@ class Mesh:
         return cli.main(["--home", str(self.cfg.home), *argv])
 
     def verified_user(self, token: str) -> assertion.UserIdentity:
-        key = load_private_key(self.cfg.mesh_home.keys / "idp.key").public_key()
+        key = load_private_key(self.cfg.mesh_home.idp_key).public_key()
         return assertion.verify(token, key)
 
 

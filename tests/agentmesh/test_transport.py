@@ -18,14 +18,17 @@ from typing import Any
 import grpc
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import hashes
 
-from agentmesh import errors, spiffe, transport
+from agentmesh import errors, pki, spiffe, transport
 from agentmesh.access import AccessTable
 from agentmesh.config import MeshConfig
 from agentmesh.pki import CertificateAuthority, CertPaths, leaf_paths
 from agentmesh.unimplemented import unimplemented_servicer
 from agentmesh.v1 import policy_service_pb2 as policy_pb2
 from agentmesh.v1 import policy_service_pb2_grpc as policy_grpc
+
+from ..conftest import Forge
 
 POLICY = spiffe.service("policy")
 CAPABILITY = spiffe.service("capability")
@@ -66,9 +69,9 @@ ACCESS = AccessTable.parse(
 
 @pytest.fixture()
 def server(mesh_config: MeshConfig, tmp_path: Path) -> Iterator[RunningServer]:
-    ca = CertificateAuthority.load(mesh_config.mesh_home.certs)
+    ca = CertificateAuthority.load(mesh_config.mesh_home.ca, mesh_config.mesh_home.trust_bundle)
     # A private copy of the server's certificate, so rotation tests don't touch the session's.
-    paths = ca.issue(POLICY, paths=CertPaths(tmp_path / "policy.pem", tmp_path / "policy.key"))
+    paths = ca.issue(POLICY, CertPaths(tmp_path / "policy.pem", tmp_path / "policy.key"))
     denied: list[transport.DeniedCall] = []
     srv = transport.create_server(ACCESS, on_denied=denied.append)
     policy_grpc.add_PolicyServiceServicer_to_server(SlowPolicy(), srv)
@@ -83,8 +86,8 @@ def server(mesh_config: MeshConfig, tmp_path: Path) -> Iterator[RunningServer]:
 
 def _client(mesh_config: MeshConfig, identity: spiffe.SpiffeId, address: str,
             timeout_s: float = 5.0, paths: CertPaths | None = None) -> policy_grpc.PolicyServiceStub:
-    files = transport.TlsFiles.of(paths or leaf_paths(mesh_config.mesh_home.certs, identity),
-                                  mesh_config.mesh_home.certs / "ca.pem")
+    files = transport.TlsFiles.of(paths or leaf_paths(mesh_config.mesh_home.workloads, identity),
+                                  mesh_config.mesh_home.trust_bundle)
     return policy_grpc.PolicyServiceStub(
         transport.secure_channel(address, files, POLICY, default_timeout_s=timeout_s))
 
@@ -120,7 +123,7 @@ def test_certificate_from_another_ca_is_refused(
     server: RunningServer, mesh_config: MeshConfig, tmp_path: Path
 ) -> None:
     rogue = CertificateAuthority.init(tmp_path / "rogue")
-    paths = rogue.issue(CAPABILITY)
+    paths = rogue.issue(CAPABILITY, CertPaths(tmp_path / "rogue.pem", tmp_path / "rogue.key"))
     stub = _client(mesh_config, CAPABILITY, server.address, paths=paths)
     assert _code(lambda: stub.GetPolicyInfo(policy_pb2.GetPolicyInfoRequest())) == (
         grpc.StatusCode.UNAVAILABLE)
@@ -129,9 +132,9 @@ def test_certificate_from_another_ca_is_refused(
 def test_certificate_with_two_uri_sans_is_unauthenticated(
     server: RunningServer, mesh_config: MeshConfig, tmp_path: Path
 ) -> None:
-    paths = server.ca.issue(
-        CAPABILITY, extra_uri_sans=("spiffe://agentmesh.local/svc/supervisor",),
-        paths=CertPaths(tmp_path / "two.pem", tmp_path / "two.key"))
+    paths = server.ca.issue_unchecked(
+        CAPABILITY, CertPaths(tmp_path / "two.pem", tmp_path / "two.key"),
+        extra_uri_sans=("spiffe://agentmesh.local/svc/supervisor",))
     stub = _client(mesh_config, CAPABILITY, server.address, paths=paths)
     with pytest.raises(grpc.RpcError) as info:
         stub.GetPolicyInfo(policy_pb2.GetPolicyInfoRequest())
@@ -145,8 +148,8 @@ def test_expired_certificate_is_refused(
     server: RunningServer, mesh_config: MeshConfig, tmp_path: Path
 ) -> None:
     start = dt.datetime.now(dt.UTC) - dt.timedelta(days=2)
-    paths = server.ca.issue(CAPABILITY, not_before=start, validity=dt.timedelta(hours=1),
-                            paths=CertPaths(tmp_path / "old.pem", tmp_path / "old.key"))
+    paths = server.ca.issue_unchecked(CAPABILITY, CertPaths(tmp_path / "old.pem", tmp_path / "old.key"),
+                                      not_before=start, validity=dt.timedelta(hours=1))
     stub = _client(mesh_config, CAPABILITY, server.address, paths=paths)
     assert _code(lambda: stub.GetPolicyInfo(policy_pb2.GetPolicyInfoRequest())) == (
         grpc.StatusCode.UNAVAILABLE)
@@ -199,8 +202,8 @@ def test_client_maps_status_back_to_typed_error(server: RunningServer, mesh_conf
 
 def _served_serial(address: str, mesh_config: MeshConfig) -> int:
     host, port = address.rsplit(":", 1)
-    client = leaf_paths(mesh_config.mesh_home.certs, CAPABILITY)
-    ctx = ssl.create_default_context(cafile=str(mesh_config.mesh_home.certs / "ca.pem"))
+    client = leaf_paths(mesh_config.mesh_home.workloads, CAPABILITY)
+    ctx = ssl.create_default_context(cafile=str(mesh_config.mesh_home.trust_bundle))
     ctx.load_cert_chain(str(client.cert), str(client.key))
     ctx.set_alpn_protocols(["h2"])
     with socket.create_connection((host, int(port)), timeout=5) as sock, ctx.wrap_socket(
@@ -217,7 +220,7 @@ def test_reissued_certificate_is_served_without_restart(
     before = _served_serial(server.address, mesh_config)
     assert before == x509.load_pem_x509_certificate(server.paths.cert.read_bytes()).serial_number
     time.sleep(0.01)  # a distinct mtime on coarse filesystems
-    server.ca.issue(POLICY, paths=server.paths)
+    server.ca.issue(POLICY, server.paths)
     after = _served_serial(server.address, mesh_config)
     assert after != before
     assert after == x509.load_pem_x509_certificate(server.paths.cert.read_bytes()).serial_number
@@ -237,3 +240,102 @@ def test_spiffe_ids_parse_strictly() -> None:
     assert not spiffe.matches(str(AGENT), "spiffe://agentmesh.local/svc/*")
 
 
+
+
+# --- path length: a leaf issued through an intermediate is never a mesh identity ---
+
+def test_mesh_ca_issues_leaves_only(server: RunningServer) -> None:
+    constraints = server.ca.cert.extensions.get_extension_for_class(x509.BasicConstraints).value
+    assert (constraints.ca, constraints.path_length) == (True, 0)
+    leaf = x509.load_pem_x509_certificate(server.paths.cert.read_bytes())
+    assert leaf.extensions.get_extension_for_class(x509.BasicConstraints).value.ca is False
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "BoringSSL does not apply the trust anchor's path_length=0; needs agentmesh/transport.py's "
+    "peer_identity() to refuse peers for which pki.peer_chain_problem(auth_context) is not None"))
+@pytest.mark.parametrize("same_name", [False, True], ids=["sub-ca", "self-issued-sub-ca"])
+def test_leaf_from_a_sub_ca_is_refused(
+    server: RunningServer, mesh_config: MeshConfig, tmp_path: Path, same_name: bool, forge: Forge
+) -> None:
+    paths = forge.leaf_via_sub_ca(server.ca, CAPABILITY, CertPaths(tmp_path / "via-sub.pem", tmp_path / "via-sub.key"),
+                                  same_name=same_name)
+    stub = _client(mesh_config, CAPABILITY, server.address, paths=paths)
+    with pytest.raises(grpc.RpcError) as info:
+        stub.GetPolicyInfo(policy_pb2.GetPolicyInfoRequest())
+    # Either the handshake fails or the interceptor finds no mesh identity on the connection.
+    assert info.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNAUTHENTICATED)
+    if info.value.code() == grpc.StatusCode.UNAUTHENTICATED:
+        assert [(d.code, d.caller) for d in server.denied] == [(grpc.StatusCode.UNAUTHENTICATED, "")]
+
+
+def _auth_context(leaf: bytes, chain: bytes = b"") -> dict[str, list[bytes]]:
+    return {"x509_pem_cert": [leaf], **({"x509_pem_cert_chain": [chain]} if chain else {})}
+
+
+def test_peer_chain_problem_finds_intermediates(server: RunningServer, tmp_path: Path, forge: Forge) -> None:
+    leaf = server.paths.cert.read_bytes()
+    root = server.ca.bundle_path.read_bytes()
+    assert pki.peer_chain_problem(_auth_context(leaf)) is None
+    assert pki.peer_chain_problem(_auth_context(leaf, root)) is None  # a copy of the root may accompany it
+    for same_name in (False, True):
+        via = forge.leaf_via_sub_ca(server.ca, CAPABILITY, CertPaths(tmp_path / f"v{same_name}.pem",
+                                                                     tmp_path / f"v{same_name}.key"),
+                                    same_name=same_name)
+        leaf_pem, sub_pem = forge.split_chain(via.cert.read_bytes())
+        problem = pki.peer_chain_problem(_auth_context(leaf_pem, sub_pem))
+        assert problem is not None and "intermediate" in problem
+        # A CA certificate presented as the peer's own is refused too.
+        assert "CA certificate" in (pki.peer_chain_problem(_auth_context(sub_pem)) or "")
+    assert pki.peer_chain_problem({}) is not None
+
+
+def test_peer_chain_check_over_a_real_server(
+    server: RunningServer, mesh_config: MeshConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, forge: Forge
+) -> None:
+    """The check the transport needs, applied over a real server: the sub-CA leaf is UNAUTHENTICATED,
+    the mesh's own leaves still answer."""
+    original = transport.peer_identity
+
+    def checked(context: grpc.ServicerContext) -> str | None:
+        if pki.peer_chain_problem(context.auth_context() or {}) is not None:
+            return None
+        return original(context)
+
+    monkeypatch.setattr(transport, "peer_identity", checked)
+    paths = forge.leaf_via_sub_ca(server.ca, CAPABILITY, CertPaths(tmp_path / "s.pem", tmp_path / "s.key"))
+    stub = _client(mesh_config, CAPABILITY, server.address, paths=paths)
+    with pytest.raises(grpc.RpcError) as info:
+        stub.GetPolicyInfo(policy_pb2.GetPolicyInfoRequest())
+    assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert _client(mesh_config, CAPABILITY, server.address).GetPolicyInfo(
+        policy_pb2.GetPolicyInfoRequest()).policy_version == "v-test"
+
+
+@pytest.mark.parametrize("validity", [dt.timedelta(0), dt.timedelta(hours=-1), pki.MAX_LEAF_VALIDITY * 2])
+def test_ca_refuses_to_issue_an_invalid_leaf(server: RunningServer, tmp_path: Path, validity: dt.timedelta) -> None:
+    paths = CertPaths(tmp_path / "x.pem", tmp_path / "x.key")
+    with pytest.raises(pki.PkiError, match="validity"):
+        server.ca.issue(CAPABILITY, paths, validity=validity)
+    assert not paths.cert.exists() and not paths.key.exists()
+
+
+def test_ca_refuses_to_issue_when_itself_expired_or_outlived(server: RunningServer, tmp_path: Path) -> None:
+    now = dt.datetime.now(dt.UTC)
+
+    def ca_valid(start: dt.datetime, end: dt.datetime) -> CertificateAuthority:
+        cert = (x509.CertificateBuilder().subject_name(server.ca.cert.subject).issuer_name(server.ca.cert.subject)
+                .public_key(server.ca.key.public_key()).serial_number(x509.random_serial_number())
+                .not_valid_before(start).not_valid_after(end)
+                .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+                .sign(server.ca.key, hashes.SHA256()))
+        return CertificateAuthority(server.ca.key_path, server.ca.bundle_path, cert, server.ca.key)
+
+    paths = CertPaths(tmp_path / "x.pem", tmp_path / "x.key")
+    with pytest.raises(pki.PkiError, match="not valid now"):
+        ca_valid(now - dt.timedelta(days=2), now - dt.timedelta(days=1)).issue(CAPABILITY, paths)
+    with pytest.raises(pki.PkiError, match="not valid now"):
+        ca_valid(now + dt.timedelta(days=1), now + dt.timedelta(days=2)).issue(CAPABILITY, paths)
+    with pytest.raises(pki.PkiError, match="outlive"):
+        ca_valid(now - dt.timedelta(days=1), now + dt.timedelta(hours=1)).issue(CAPABILITY, paths)
+    assert not paths.cert.exists()

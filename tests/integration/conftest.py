@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from agentmesh import config, launcher, transport
+from agentmesh import config, launcher, spiffe, transport
 from agentmesh.config import MeshConfig
-from agentmesh.identities import client_paths
+from agentmesh.identities import tls_files
 
 
 def agentmesh_cli(home: Path, *args: str, timeout: float = 120, **kw: object) -> subprocess.CompletedProcess[str]:
@@ -43,9 +43,14 @@ def peer_address(cfg: MeshConfig, name: str) -> str:
     raise KeyError(name)
 
 
-def client_tls(cfg: MeshConfig, identity: object) -> transport.TlsFiles:
-    """TLS files of a client identity issued in the mesh home."""
-    return transport.TlsFiles.of(client_paths(cfg, identity), cfg.mesh_home.certs / "ca.pem")  # type: ignore[arg-type]
+def client_tls(cfg: MeshConfig, identity: spiffe.SpiffeId) -> transport.TlsFiles:
+    """TLS files of a client identity issued in the mesh home (its own directory and the trust bundle)."""
+    return tls_files(cfg, identity)
+
+
+def lms_admin_headers(cfg: MeshConfig) -> dict[str, str]:
+    """The header the running sandbox LMS's ``/admin`` endpoints require."""
+    return {"Authorization": f"Bearer {launcher.lms_admin_token(cfg)}"}
 
 
 class RoleProcess:

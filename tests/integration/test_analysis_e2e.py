@@ -27,7 +27,7 @@ from .conftest import agentmesh_cli, client_tls, peer_address
 
 
 def token(cfg: MeshConfig, tenant: str = "acme", user: str = "alice", roles: tuple[str, ...] = ("analyst",)) -> str:
-    return assertion.issue(load_private_key(cfg.mesh_home.keys / "idp.key"), tenant_id=tenant, user_id=user,
+    return assertion.issue(load_private_key(cfg.mesh_home.idp_key), tenant_id=tenant, user_id=user,
                            roles=list(roles))
 
 

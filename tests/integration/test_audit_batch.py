@@ -27,7 +27,7 @@ def audit(mesh_config: MeshConfig) -> Iterator[RoleProcess]:
 
 
 def _stub(cfg: MeshConfig, address: str, identity: spiffe.SpiffeId) -> pb_grpc.AuditServiceStub:
-    tls = transport.TlsFiles.of(leaf_paths(cfg.mesh_home.certs, identity), cfg.mesh_home.certs / "ca.pem")
+    tls = transport.TlsFiles.of(leaf_paths(cfg.mesh_home.workloads, identity), cfg.mesh_home.trust_bundle)
     return pb_grpc.AuditServiceStub(transport.secure_channel(address, tls, spiffe.service("audit")))
 
 

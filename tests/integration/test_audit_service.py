@@ -20,7 +20,7 @@ import pytest
 
 from agentmesh import config, errors, grants, spiffe, telemetry, transport
 from agentmesh.config import MeshConfig
-from agentmesh.identities import OPERATOR, PLATFORM_CLI
+from agentmesh.identities import OPERATOR, PLATFORM_CLI, init_identities
 from agentmesh.pki import leaf_paths
 from agentmesh.signing import load_private_key
 from agentmesh.v1 import audit_service_pb2 as pb
@@ -58,8 +58,8 @@ class AuditHome:
         return pb_grpc.AuditServiceStub(self.channel(proc, identity))
 
     def channel(self, proc: RoleProcess, identity: spiffe.SpiffeId) -> grpc.Channel:
-        tls = transport.TlsFiles.of(leaf_paths(self.cfg.mesh_home.certs, identity),
-                                    self.cfg.mesh_home.certs / "ca.pem")
+        tls = transport.TlsFiles.of(leaf_paths(self.cfg.mesh_home.workloads, identity),
+                                    self.cfg.mesh_home.trust_bundle)
         return transport.secure_channel(proc.address, tls, spiffe.service("audit"))
 
     @property
@@ -69,11 +69,11 @@ class AuditHome:
 
 def _new_home(base: MeshConfig, path: Path, *, audit_key: bool = False) -> AuditHome:
     # Certificates and the grant / IdP keys of `base`; the audit key is made fresh unless kept.
-    shutil.copytree(base.mesh_home.certs, path / "certs")
-    shutil.copytree(base.mesh_home.keys, path / "keys",
-                    ignore=None if audit_key else shutil.ignore_patterns("audit-*"))
+    for part in ("ca", "trust", "workloads"):
+        shutil.copytree(base.mesh_home.root / part, path / part,
+                        ignore=None if audit_key else shutil.ignore_patterns("audit-*"))
     cfg = config.load(home=str(path), environ={})
-    cfg.mesh_home.ensure()
+    init_identities(cfg)  # a fresh audit key (published in trust/) unless kept; nothing else is issued
     return AuditHome(cfg, path / "cli-config.yaml")
 
 
@@ -92,7 +92,7 @@ def audit(home: AuditHome) -> Iterator[RoleProcess]:
 
 
 def _grant_chain(cfg: MeshConfig, execution_id: str, *, forge: bool = False) -> common_pb2.AgentPrincipal:
-    signer = grants.GrantSigner(load_private_key(cfg.mesh_home.keys / "grant-signer.key"))
+    signer = grants.GrantSigner(load_private_key(cfg.mesh_home.grant_signer_key))
     signed = signer.issue(issuer=str(SUPERVISOR), audience=str(TRAINING_AGENT), execution_id=execution_id,
                           task_id="t-1", tenant_id="acme", user_id="alice", assertion_digest="sha256:0",
                           capabilities=["training.getStatus"])
@@ -325,7 +325,8 @@ def test_proofs_over_grpc_verify_against_signed_checkpoints(home: AuditHome, aud
     key = load_public_key_pem(first.public_key_pem)
     cp1 = checkpoint_from_pb(first.checkpoint)
     verify_checkpoint(cp1, key, origin=ORIGIN)
-    assert (home.cfg.mesh_home.keys / "audit-checkpoint-ed25519.pub.pem").read_text() == first.public_key_pem
+    assert (home.cfg.mesh_home.workload_dir(spiffe.service("audit")) / "audit-checkpoint-ed25519.pub.pem").read_text() \
+        == first.public_key_pem
 
     for leaf in sorted({0, 1, cp1.tree_size // 2, cp1.tree_size - 2, cp1.tree_size - 1}):
         proof = operator.GetInclusionProof(pb.GetInclusionProofRequest(leaf_index=leaf, tree_size=cp1.tree_size))

@@ -22,7 +22,7 @@ from .conftest import RoleProcess, agentmesh_cli
 
 
 def _stub(cfg: MeshConfig, address: str, identity: spiffe.SpiffeId) -> pb_grpc.PolicyServiceStub:
-    tls = transport.TlsFiles.of(leaf_paths(cfg.mesh_home.certs, identity), cfg.mesh_home.certs / "ca.pem")
+    tls = transport.TlsFiles.of(leaf_paths(cfg.mesh_home.workloads, identity), cfg.mesh_home.trust_bundle)
     return pb_grpc.PolicyServiceStub(transport.secure_channel(address, tls, spiffe.service("policy")))
 
 

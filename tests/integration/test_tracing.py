@@ -37,8 +37,8 @@ def test_a_call_crossing_two_services_is_one_trace(mesh_config: MeshConfig) -> N
             policy = RoleProcess(mesh_config, "policy", "policy_svc", peers={"audit": audit.address}, env=env)
             # A training agent may not change kill switches: the policy service
             # refuses the call and records the refusal in the audit service.
-            tls = transport.TlsFiles.of(leaf_paths(mesh_config.mesh_home.certs, spiffe.agent("training-agent")),
-                                        mesh_config.mesh_home.certs / "ca.pem")
+            tls = transport.TlsFiles.of(leaf_paths(mesh_config.mesh_home.workloads, spiffe.agent("training-agent")),
+                                        mesh_config.mesh_home.trust_bundle)
             channel = transport.secure_channel(policy.address, tls, spiffe.service("policy"))
             with channel, telemetry.mesh_ids(execution_id=execution_id, correlation_id="corr-1"), \
                     pytest.raises(grpc.RpcError) as info:

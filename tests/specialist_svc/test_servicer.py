@@ -49,7 +49,7 @@ SIGNER = grants.GrantSigner(Ed25519PrivateKey.generate())
 
 
 def tls(cfg: MeshConfig, identity: spiffe.SpiffeId) -> transport.TlsFiles:
-    return transport.TlsFiles.of(leaf_paths(cfg.mesh_home.certs, identity), cfg.mesh_home.certs / "ca.pem")
+    return transport.TlsFiles.of(leaf_paths(cfg.mesh_home.workloads, identity), cfg.mesh_home.trust_bundle)
 
 
 @dataclass
