@@ -53,7 +53,7 @@ def register(sub: Any, common: argparse.ArgumentParser, out: argparse.ArgumentPa
     p = audit_sub.add_parser(
         "verify", parents=[common, out], help="verify the audit log (against the service, or --offline)",
         description="Verify the audit log: signatures, Merkle tree, consistency with saved checkpoints, "
-                    "records at their own index and their delegation chains. Exits 1 naming the first bad record.")
+                    "records at their own index and their delegation chains. Reports every problem; exits 1 if any.")
     p.add_argument("--offline", action="store_true",
                    help="verify the log file only (HOME/data/audit.db or --db); no service needed")
     p.add_argument("--checkpoint", action="append", default=[], metavar="FILE",
@@ -94,30 +94,37 @@ class _Verification:
     def fail(self, reason: str, detail: str, index: int | None = None, end_index: int | None = None) -> None:
         from audit_svc.verify import Problem
 
-        self.problem = Problem(reason, detail, index, end_index)
+        self.problems.append(Problem(reason, detail, index, end_index))
+
+    def counts(self) -> dict[str, int]:
+        """Problems per kind (tampering, grant_chain, unverifiable)."""
+        counts: dict[str, int] = {}
+        for p in self.problems:
+            counts[p.kind] = counts.get(p.kind, 0) + 1
+        return counts
 
     def summary(self) -> str:
-        p = self.problem
-        if p is None:
+        if not self.problems:
             return f"OK: {self.tree_size} records, root {self.root_hash.hex()}"
-        where = ""
-        if p.index is not None:
-            single = p.end_index is None or p.end_index == p.index + 1
-            where = f" at record {p.index}" if single else f" in records [{p.index}, {p.end_index})"
-        return f"FAIL {p.reason}{where}: {p.detail}"
+        words = {"tampering": "tampering", "grant_chain": "delegation chain not verifying",
+                 "unverifiable": "could not be verified"}
+        kinds = ", ".join(f"{n} {words.get(kind, kind)}" for kind, n in sorted(self.counts().items()))
+        n = len(self.problems)
+        return f"FAIL: {n} problem{'s' * (n > 1)} ({kinds})"
 
     def to_dict(self) -> dict[str, Any]:
-        p = self.problem
+        first = self.problems[0] if self.problems else None
         return {
-            "ok": p is None,
+            "ok": not self.problems,
             "mode": self.mode,
             "tree_size": self.tree_size,
             "root_hash": self.root_hash.hex(),
             "checks": self.checks,
             "notes": self.notes,
             "checkpoint": self.checkpoint.to_dict() if self.checkpoint else None,
-            "problem": None if p is None else {"reason": p.reason, "detail": p.detail, "index": p.index,
-                                               "end_index": p.end_index},
+            "problems": [p.to_dict() for p in self.problems],
+            "counts": self.counts(),
+            "problem": None if first is None else first.to_dict(),
             "summary": self.summary(),
         }
 
@@ -250,24 +257,28 @@ def _verify_online(cfg: MeshConfig, args: argparse.Namespace, result: _Verificat
                 return result.fail(err.reason, f"the service's checkpoint (size {cp.tree_size}): {err}")
             result.checks.append(f"service checkpoint: size {cp.tree_size}, signature by key {cp.key_id} verified")
             for i, old in enumerate(saved, 1):
+                # Each saved checkpoint on its own: one that fails does not hide the next.
                 label = f"saved checkpoint {i} (size {old.tree_size})"
                 try:
                     verify_checkpoint(old, key, origin=ORIGIN)
                 except CheckpointInvalidError as err:
-                    return result.fail("SAVED_" + err.reason, f"{label}: {err}")
+                    result.fail("SAVED_" + err.reason, f"{label}: {err}")
+                    continue
                 if old.tree_size > cp.tree_size:
-                    return result.fail("TRUNCATED", f"{label} covers {old.tree_size} records but the service's "
-                                                    f"log holds only {cp.tree_size}: the newest records were deleted",
-                                       cp.tree_size, old.tree_size)
+                    result.fail("TRUNCATED", f"{label} covers {old.tree_size} records but the service's "
+                                             f"log holds only {cp.tree_size}: the newest records were deleted",
+                                cp.tree_size, old.tree_size)
+                    continue
                 proof = stub.GetConsistencyProof(audit_pb2.GetConsistencyProofRequest(
                     first_tree_size=old.tree_size, second_tree_size=cp.tree_size))
                 if old.tree_size and not (
                     proof.second_root_hash == cp.root_hash
                     and merkle.verify_consistency(old.tree_size, cp.tree_size, list(proof.proof), old.root_hash,
                                                   cp.root_hash)):
-                    return result.fail("SAVED_CHECKPOINT_INCONSISTENT",
-                                       f"the service's log does not extend {label}: records before "
-                                       f"{old.tree_size} were changed, removed, inserted or reordered")
+                    result.fail("SAVED_CHECKPOINT_INCONSISTENT",
+                                f"the service's log does not extend {label}: records before "
+                                f"{old.tree_size} were changed, removed, inserted or reordered")
+                    continue
                 result.checks.append(f"{label}: the service's log extends it (consistency proof verified)")
     except grpc.RpcError as err:
         failure = rpc_failure(err)

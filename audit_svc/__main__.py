@@ -1,7 +1,7 @@
 """``python -m audit_svc``: runs the audit role.
 
 The log lives in ``HOME/data/audit.db``; its checkpoint signing key (created on
-first start, mode 0600) and the exported public key live in ``HOME/keys``. The
+first start, mode 0600) lives in ``HOME/workloads/svc-audit``, its public key in ``HOME/trust``. The
 grant signer's public key (``grant-signer.pub``) is read at start: a record
 whose delegation chain does not verify against it is refused.
 """
@@ -39,12 +39,12 @@ def db_path(home: MeshHome) -> Path:
 
 def public_key_path(home: MeshHome) -> Path:
     """The exported checkpoint public key (PEM) under a mesh home."""
-    return home.keys / PUBLIC_KEY_FILE
+    return home.public_key_path(PUBLIC_KEY_FILE)
 
 
 def grant_key_path(home: MeshHome) -> Path:
     """The grant signer's public key (PEM): records' delegation chains must verify against it."""
-    return home.keys / GRANT_KEY_FILE
+    return home.public_key_path(GRANT_KEY_FILE)
 
 
 def load_grant_keys(home: MeshHome) -> dict[str, Ed25519PublicKey]:
@@ -64,7 +64,7 @@ def open_log(home: MeshHome) -> AuditLog:
     """Opens (creating on first start) the log and its signing key; StartupError names what is wrong."""
     path = db_path(home)
     try:
-        signer = CheckpointSigner.load_or_create(home.keys, ORIGIN)
+        signer = CheckpointSigner.load_or_create(home.workload_dir(spiffe.service("audit")), ORIGIN)
         # Headroom over the record limit for the stamped fields.
         return AuditLog.open(path, signer=signer, config=AuditLogConfig(max_entry_bytes=MAX_RECORD_BYTES + 1024))
     except AuditError as err:

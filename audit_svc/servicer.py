@@ -10,7 +10,14 @@ protobuf. This module decides what an entry *is*:
   ``index`` with the position the log gives the entry;
 * the entry is ``record.SerializeToString(deterministic=True)`` with that
   index embedded, so a record cannot be moved to another position without
-  :func:`entry_check` noticing;
+  :func:`record_check` noticing;
+* a record whose ``principal.grants`` do not verify against the grant
+  signer's key is refused (``PRINCIPAL_INVALID``), so the log holds only
+  delegation chains :func:`grant_check` accepts: nothing a caller sends can
+  make ``audit verify`` fail;
+* an agent identity may append ACCESS_DENIED records only (the refusals at
+  its own door); anything else is PERMISSION_DENIED, and that refusal is
+  recorded too;
 * the record's ids are passed to the log as :class:`IndexAttributes` for
   ``QueryRecords``; :func:`attribute_check` ties them back to the bytes.
 
@@ -195,23 +202,42 @@ def decode_record(entry: bytes) -> pb.AuditRecord:
     return pb.AuditRecord.FromString(entry)
 
 
-def entry_check(trusted_grant_keys: Mapping[str, Ed25519PublicKey]) -> Callable[[int, bytes], str | None]:
-    """A per-entry check for ``verify_log``: an AuditRecord, at its own index, with a verifiable chain."""
+def chain_problem(record: pb.AuditRecord, trusted_grant_keys: Mapping[str, Ed25519PublicKey]) -> str | None:
+    """What is wrong with a record's delegation chain (signatures, links, never widening), or None.
+
+    Expiry is not checked: a record is about a moment that has passed.
+    """
+    chain = list(record.principal.grants)
+    if not chain:
+        return None
+    try:
+        grants.verify_chain(chain, trusted_grant_keys, check_expiry=False)
+    except grants.GrantInvalid as err:
+        return f"{err} ({err.reason})"
+    return None
+
+
+def record_check(index: int, entry: bytes) -> str | None:
+    """A per-entry check for ``verify_log``: the entry is an AuditRecord, at its own index."""
+    try:
+        record = decode_record(entry)
+    except pb_message.DecodeError:
+        return "the entry is not an AuditRecord"
+    if record.index != index:
+        return f"the record says it is record {record.index}"
+    return None
+
+
+def grant_check(trusted_grant_keys: Mapping[str, Ed25519PublicKey]) -> Callable[[int, bytes], str | None]:
+    """A per-entry check for ``verify_log`` (``grant_check``): the record's delegation chain verifies."""
 
     def check(index: int, entry: bytes) -> str | None:
         try:
             record = decode_record(entry)
         except pb_message.DecodeError:
-            return "the entry is not an AuditRecord"
-        if record.index != index:
-            return f"the record says it is record {record.index}"
-        chain = list(record.principal.grants)
-        if chain:
-            try:
-                grants.verify_chain(chain, trusted_grant_keys, check_expiry=False)
-            except grants.GrantInvalid as err:
-                return f"its delegation chain does not verify: {err} ({err.reason})"
-        return None
+            return None  # record_check reports it
+        problem = chain_problem(record, trusted_grant_keys)
+        return None if problem is None else f"its delegation chain does not verify: {problem}"
 
     return check
 
@@ -280,20 +306,58 @@ def _now_micros() -> int:
 # --------------------------------------------------------------- the servicer
 
 
+AGENT_EVENT_TYPES: Final = frozenset({pb.AUDIT_EVENT_TYPE_ACCESS_DENIED})
+"""What an agent identity may record: the refusals at its own door, nothing that narrates governed work."""
+
+
+def _check_recorder(record: pb.AuditRecord, recorded_by: str) -> None:
+    """Agents may append (their refusals must be recorded) but only ACCESS_DENIED records."""
+    try:
+        kind = spiffe.parse(recorded_by).kind
+    except spiffe.InvalidSpiffeId:
+        return  # the caller table admits mesh identities only; in-process callers name themselves
+    if kind == "agent" and record.event_type not in AGENT_EVENT_TYPES:
+        raise errors.PermissionDenied(
+            f"record.event_type: an agent may record only ACCESS_DENIED, not "
+            f"{pb.AuditEventType.Name(record.event_type)}",
+            reason="AGENT_EVENT_TYPE_NOT_ALLOWED", field="record.event_type")
+
+
 class AuditServicer(pb_grpc.AuditServiceServicer):
     """The gRPC face of the audit log. Register it with :func:`add_to_server`."""
 
     def __init__(self, audit_log: AuditLog, *, clock_micros: Callable[[], int] = _now_micros,
-                 max_record_bytes: int = MAX_RECORD_BYTES) -> None:
+                 max_record_bytes: int = MAX_RECORD_BYTES,
+                 trusted_grant_keys: Mapping[str, Ed25519PublicKey] | None = None,
+                 identity: spiffe.SpiffeId | None = None) -> None:
+        """Args:
+        audit_log: The log records go to.
+        clock_micros: Stamps ``recorded_at``.
+        max_record_bytes: Largest encoded record accepted.
+        trusted_grant_keys: The grant signer's keys by key id. When given, a record
+            whose ``principal.grants`` do not verify against them is refused
+            (INVALID_ARGUMENT ``PRINCIPAL_INVALID``), so the log holds only
+            delegation chains ``audit verify`` accepts. None skips the check.
+        identity: This service's own identity, which records the refusals it makes.
+        """
         self._log = audit_log
         self._clock = clock_micros
         self._max_record_bytes = max_record_bytes
+        self._grant_keys = None if trusted_grant_keys is None else dict(trusted_grant_keys)
+        self._identity = identity or spiffe.service("audit")
 
     # -- appending ------------------------------------------------------------
 
     def _stamp(self, record: pb.AuditRecord, recorded_by: str) -> tuple[pb.AuditRecord, IndexAttributes]:
         """Validates a record and stamps identity, id and time; raises a MeshError if bad."""
         _validate(record)
+        _check_recorder(record, recorded_by)
+        if self._grant_keys is not None:
+            problem = chain_problem(record, self._grant_keys)
+            if problem is not None:
+                raise errors.InvalidArgument(
+                    f"record.principal: the delegation chain does not verify: {problem}",
+                    reason="PRINCIPAL_INVALID", field="record.principal")
         rec = pb.AuditRecord()
         rec.CopyFrom(record)
         rec.recorded_by = recorded_by
@@ -355,43 +419,59 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
         if not req.HasField("record"):
             raise _invalid("record", "is required", "MISSING_FIELD")
         caller = transport.caller_id(context)
-        return self.append(req.record, recorded_by=caller, timeout=context.time_remaining())
+        with self._refusals_recorded(f"/{SERVICE_NAME}/AppendRecord", caller):
+            return self.append(req.record, recorded_by=caller, timeout=context.time_remaining())
 
     def AppendRecords(self, request: pb.AppendRecordsRequest | Undecodable,
                       context: grpc.ServicerContext) -> pb.AppendRecordsResponse:
         req = _decoded(request, "records")
         caller = transport.caller_id(context)
-        return pb.AppendRecordsResponse(results=self.append_many(list(req.records), recorded_by=caller,
-                                                                 timeout=context.time_remaining()))
+        with self._refusals_recorded(f"/{SERVICE_NAME}/AppendRecords", caller):
+            return pb.AppendRecordsResponse(results=self.append_many(list(req.records), recorded_by=caller,
+                                                                     timeout=context.time_remaining()))
 
-    def denial_hook(self, own_identity: spiffe.SpiffeId) -> transport.DenialHook:
+    @contextlib.contextmanager
+    def _refusals_recorded(self, method: str, caller: str) -> Iterator[None]:
+        """An identity refused what it tried to record: that refusal is recorded, like one at the door."""
+        try:
+            yield
+        except errors.PermissionDenied as err:
+            try:
+                self.record_refusal(transport.DeniedCall(method, caller, err.code, err.reason))
+            except errors.MeshError:
+                log.exception("could not record the refusal of %s to %s", method, caller)
+            raise
+
+    def record_refusal(self, call: transport.DeniedCall) -> None:
+        """Appends, as this service, the ACCESS_DENIED record of a refused call."""
+        ids = telemetry.current_ids()
+        rec = pb.AuditRecord(
+            event_type=pb.AUDIT_EVENT_TYPE_ACCESS_DENIED,
+            outcome=pb.AUDIT_OUTCOME_DENIED,
+            reason_codes=[call.reason, f"caller={call.caller or 'none'}", f"method={call.method}"],
+        )
+        # The ids come from the refused caller's own metadata: file the refusal
+        # under them when they are well formed, never let them stop the record.
+        for name, key in (("trace_id", "trace_id"), ("execution_id", telemetry.EXECUTION_ID),
+                          ("correlation_id", telemetry.CORRELATION_ID)):
+            value = ids.get(key, "")
+            try:
+                IndexAttributes.from_mapping({name: value})
+            except InvalidArgumentError:
+                rec.reason_codes.append(f"{name}=invalid")
+            else:
+                setattr(rec, name, value)
+        with contextlib.suppress(spiffe.InvalidSpiffeId):
+            caller = spiffe.parse(call.caller)
+            if caller.kind == "agent":
+                rec.agent_id = caller.name  # so the refusal shows up under the agent too
+        self.append(rec, recorded_by=str(self._identity), timeout=5.0)
+
+    def denial_hook(self, own_identity: spiffe.SpiffeId | None = None) -> transport.DenialHook:
         """Records every call the caller table refuses here, in this log, as ACCESS_DENIED."""
-
-        def hook(call: transport.DeniedCall) -> None:
-            ids = telemetry.current_ids()
-            rec = pb.AuditRecord(
-                event_type=pb.AUDIT_EVENT_TYPE_ACCESS_DENIED,
-                outcome=pb.AUDIT_OUTCOME_DENIED,
-                reason_codes=[call.reason, f"caller={call.caller or 'none'}", f"method={call.method}"],
-            )
-            # The ids come from the refused caller's own metadata: file the refusal
-            # under them when they are well formed, never let them stop the record.
-            for name, key in (("trace_id", "trace_id"), ("execution_id", telemetry.EXECUTION_ID),
-                              ("correlation_id", telemetry.CORRELATION_ID)):
-                value = ids.get(key, "")
-                try:
-                    IndexAttributes.from_mapping({name: value})
-                except InvalidArgumentError:
-                    rec.reason_codes.append(f"{name}=invalid")
-                else:
-                    setattr(rec, name, value)
-            with contextlib.suppress(spiffe.InvalidSpiffeId):
-                caller = spiffe.parse(call.caller)
-                if caller.kind == "agent":
-                    rec.agent_id = caller.name  # so the refusal shows up under the agent too
-            self.append(rec, recorded_by=str(own_identity), timeout=5.0)
-
-        return hook
+        if own_identity is not None:
+            self._identity = own_identity
+        return self.record_refusal
 
     # -- reading --------------------------------------------------------------
 

@@ -383,3 +383,66 @@ def test_malformed_row(built: tuple[Path, Checkpoint], signer: CheckpointSigner)
     path, saved = built
     sql(path, "UPDATE entries SET entry = 'text, not a blob' WHERE idx = 6")
     assert_fails(check(path, signer, saved), "RECORD_MALFORMED", 6)
+
+
+# --------------------------------------------------------------- every problem, not just the first
+
+
+def grant_ok(index: int, entry: bytes) -> str | None:
+    """A toy delegation-chain check: an entry saying ``forged-grant`` carries a chain that does not verify."""
+    return "its delegation chain does not verify" if b"forged-grant" in entry else None
+
+
+def test_two_tampered_records_are_both_reported(built: tuple[Path, Checkpoint], signer: CheckpointSigner) -> None:
+    path, saved = built
+    for idx in (5, 30):
+        sql(path, f"UPDATE entries SET entry = CAST(replace(entry, 'payload', 'pAyload') AS BLOB) WHERE idx = {idx}")
+    report = check(path, signer, saved)
+    assert [(p.reason, p.index, p.kind) for p in report.problems] == [
+        ("LEAF_HASH_MISMATCH", 5, "tampering"), ("LEAF_HASH_MISMATCH", 30, "tampering")]
+    assert report.summary().startswith("FAIL LEAF_HASH_MISMATCH at record 5") and "1 more problem" in report.summary()
+
+
+def test_a_bad_grant_chain_does_not_hide_a_later_tamper(tmp_path: Path, signer: CheckpointSigner) -> None:
+    path = tmp_path / "audit.db"
+    log = AuditLog.open(path, signer=signer, config=AuditLogConfig(checkpoint_every_entries=10))
+    for i in range(N):
+        log.append(lambda idx, i=i: record(idx, "forged-grant" if i == 7 else "payload"),
+                   IndexAttributes(tenant_id="acme"))
+    log.close()
+    forged = record(25, "pAyload")  # a careful tamper: leaf and subtree hashes made to match
+    sql(path, f"UPDATE entries SET entry = x'{forged.hex()}' WHERE idx = 25")
+    rehash_everything(path)
+    report = verify_log(path, signer.public_key, origin=signer.origin, entry_check=index_matches,
+                        grant_check=grant_ok)
+    assert [(p.reason, p.index, p.end_index, p.kind) for p in report.problems] == [
+        ("GRANT_CHAIN_INVALID", 7, 8, "grant_chain"),
+        ("CHECKPOINT_ROOT_MISMATCH", 21, 31, "tampering"),
+    ]
+    assert report.count("grant_chain") == 1 and report.count("tampering") == 1
+    assert any("later checkpoint" in note for note in report.notes)
+
+
+def test_one_change_is_reported_once_not_at_every_level_above_it(built: tuple[Path, Checkpoint],
+                                                                 signer: CheckpointSigner) -> None:
+    path, saved = built
+    # A changed subtree row, a record rewritten with its leaf hash, and a changed byte elsewhere.
+    sql(path, "UPDATE subtrees SET hash = zeroblob(32) WHERE level = 3 AND idx = 0")
+    forged = record(17, "pAyload")
+    sql(path, f"UPDATE entries SET entry = x'{forged.hex()}', leaf_hash = x'{merkle.leaf_hash(forged).hex()}'"
+              " WHERE idx = 17")
+    sql(path, "UPDATE entries SET entry = CAST(replace(entry, 'payload', 'pAyload') AS BLOB) WHERE idx = 33")
+    report = check(path, signer, saved)
+    assert [(p.reason, p.index, p.end_index) for p in report.problems] == [
+        ("SUBTREE_HASH_MISMATCH", 0, 8), ("SUBTREE_HASH_MISMATCH", 16, 18), ("LEAF_HASH_MISMATCH", 33, 34)]
+    assert report.checkpoints_checked == 6  # every signed root still matches the undamaged hashes
+
+
+def test_after_a_gap_the_records_are_still_checked(built: tuple[Path, Checkpoint], signer: CheckpointSigner) -> None:
+    path, saved = built
+    sql(path, "DELETE FROM entries WHERE idx = 20",
+        "UPDATE entries SET entry = CAST(replace(entry, 'payload', 'pAyload') AS BLOB) WHERE idx = 33")
+    report = check(path, signer, saved)
+    assert [(p.reason, p.index) for p in report.problems] == [
+        ("RECORD_MISSING", 20), ("LEAF_HASH_MISMATCH", 33), ("QUERY_INDEX_MISMATCH", 20)]
+    assert any("cannot be recomputed past record 20" in note for note in report.notes)
