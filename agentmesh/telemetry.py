@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from opentelemetry import baggage, context, trace
 from opentelemetry.sdk.resources import Resource
@@ -21,7 +21,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 EXECUTION_ID = "agentmesh.execution_id"
 CORRELATION_ID = "agentmesh.correlation_id"
 CALLER_ID = "agentmesh.caller_spiffe_id"
-_MESH_KEYS = (EXECUTION_ID, CORRELATION_ID)
+MESH_KEYS = (EXECUTION_ID, CORRELATION_ID)
+"""The baggage entries the mesh reads; a server validates them at the edge."""
 
 _provider: TracerProvider | None = None
 
@@ -91,9 +92,31 @@ def mesh_ids(*, execution_id: str | None = None, correlation_id: str | None = No
         context.detach(token)
 
 
+def baggage_ids() -> dict[str, str]:
+    """The mesh ids present in the current context's baggage, as received (unchecked)."""
+    return {k: str(v) for k in MESH_KEYS if (v := baggage.get_baggage(k)) is not None}
+
+
+@contextlib.contextmanager
+def without_mesh_ids(keys: Iterable[str] = MESH_KEYS) -> Iterator[None]:
+    """Runs the block with these mesh ids removed from baggage (the span stays current).
+
+    Used to refuse a call whose baggage carries an invalid id: the refusal and
+    its audit record must not carry that id (the valid ones stay, to find it by).
+    """
+    ctx = context.get_current()
+    for key in keys:
+        ctx = baggage.remove_baggage(key, ctx)
+    token = context.attach(ctx)
+    try:
+        yield
+    finally:
+        context.detach(token)
+
+
 def current_ids() -> dict[str, str]:
     """The mesh ids in the current context (from baggage), plus the trace id."""
-    ids = {k: str(v) for k in _MESH_KEYS if (v := baggage.get_baggage(k)) is not None}
+    ids = baggage_ids()
     span_ctx = trace.get_current_span().get_span_context()
     if span_ctx.is_valid:
         ids["trace_id"] = format(span_ctx.trace_id, "032x")
@@ -105,7 +128,7 @@ def annotate_current_span(caller: str | None = None) -> None:
     span = trace.get_current_span()
     if not span.is_recording():
         return
-    for key in _MESH_KEYS:
+    for key in MESH_KEYS:
         value = baggage.get_baggage(key)
         if value is not None:
             span.set_attribute(key, str(value))

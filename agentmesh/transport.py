@@ -5,6 +5,11 @@ required and verified against the mesh CA, certificates are reloaded without
 a restart, and a server interceptor establishes the caller's identity from
 the ``peer_spiffe_id`` auth-context property only (never CN, never a request
 field) and checks it against the caller table before any servicer code runs.
+The same interceptor refuses bad input before any servicer code runs, with
+INVALID_ARGUMENT naming the field (:mod:`agentmesh.validation`): request bytes
+that do not decode, unknown enum numbers, strings over their maximum or with
+characters outside their set, and bad mesh ids in ``baggage`` / ``traceparent``.
+Every refusal goes through the denial hook, so it is audited.
 Every outgoing call goes through :func:`secure_channel`, which verifies the
 server by the DNS name derived from its SPIFFE id and puts a deadline on
 every call that has none.
@@ -19,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -27,7 +32,7 @@ from grpc_reflection.v1alpha import reflection
 from opentelemetry import propagate
 from opentelemetry.instrumentation.grpc import client_interceptor, grpcext, server_interceptor
 
-from agentmesh import errors, spiffe, telemetry
+from agentmesh import errors, spiffe, telemetry, validation
 from agentmesh.access import AccessTable
 from agentmesh.pki import CertPaths, PkiError
 
@@ -69,6 +74,12 @@ class DeniedCall:
     caller: str
     code: grpc.StatusCode
     reason: str
+    field: str = ""
+    """For a refused input: the offending field (its name only, never its value)."""
+    invalid_ids: tuple[str, ...] = ()
+    """Baggage ids (e.g. ``agentmesh.execution_id``) the call carried but that broke the id
+    rule: removed from the context before the hook runs, so a record built from the
+    context cannot carry them; named here so the record can say they were there."""
 
 
 DenialHook = Callable[[DeniedCall], None]
@@ -149,42 +160,44 @@ class MeshServerInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
         return wrapped
 
     def _wrap(self, method: str, handler: Any) -> Any:
+        deserializer = _safe_deserializer(handler.request_deserializer)
         if handler.unary_unary:
             return grpc.unary_unary_rpc_method_handler(
-                self._unary(method, handler.unary_unary),
-                request_deserializer=handler.request_deserializer,
+                self._unary(method, handler.unary_unary, streaming=False),
+                request_deserializer=deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream:
             return grpc.unary_stream_rpc_method_handler(
-                self._stream(method, handler.unary_stream),
-                request_deserializer=handler.request_deserializer,
+                self._stream(method, handler.unary_stream, streaming=False),
+                request_deserializer=deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.stream_unary:
             return grpc.stream_unary_rpc_method_handler(
-                self._unary(method, handler.stream_unary),
-                request_deserializer=handler.request_deserializer,
+                self._unary(method, handler.stream_unary, streaming=True),
+                request_deserializer=deserializer,
                 response_serializer=handler.response_serializer,
             )
         return grpc.stream_stream_rpc_method_handler(
-            self._stream(method, handler.stream_stream),
-            request_deserializer=handler.request_deserializer,
+            self._stream(method, handler.stream_stream, streaming=True),
+            request_deserializer=deserializer,
             response_serializer=handler.response_serializer,
         )
 
-    def _admit(self, method: str, context: grpc.ServicerContext) -> None:
+    def _admit(self, method: str, context: grpc.ServicerContext, dropped: tuple[str, ...] = ()) -> str:
         caller = peer_identity(context)
         # Annotate first, so refused calls are traceable too.
         telemetry.annotate_current_span(caller)
         if caller is None:
             self._deny(method, "", errors.Unauthenticated(
                 "a client certificate with exactly one mesh SPIFFE id is required",
-                reason="NO_PEER_IDENTITY"), context)
+                reason="NO_PEER_IDENTITY"), context, dropped)
         elif not self._allows(method, caller):
             self._deny(method, caller, errors.PermissionDenied(
                 f"{caller} may not call {method}", reason="CALLER_NOT_ALLOWED",
-                metadata={"caller": caller, "method": method}), context)
+                metadata={"caller": caller, "method": method}), context, dropped)
+        return caller
 
     def _allows(self, method: str, caller: str) -> bool:
         key = (method, caller)
@@ -196,18 +209,54 @@ class MeshServerInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
         return allowed
 
     def _deny(
-        self, method: str, caller: str, err: errors.MeshError, context: grpc.ServicerContext
-    ) -> None:
+        self, method: str, caller: str, err: errors.MeshError, context: grpc.ServicerContext,
+        dropped: tuple[str, ...] = (),
+    ) -> NoReturn:
         if self._on_denied is not None:
             try:
-                self._on_denied(DeniedCall(method, caller, err.code, err.reason))
+                self._on_denied(DeniedCall(method, caller, err.code, err.reason, err.field or "", dropped))
             except Exception:  # noqa: BLE001 - the refusal stands even if audit fails
                 log.exception("could not record denied call to %s", method)
         errors.abort(context, err)
 
-    def _unary(self, method: str, behavior: Callable[..., Any]) -> Callable[..., Any]:
+    def _enter(self, method: str, context: grpc.ServicerContext) -> str:
+        """Admits the caller after checking the ids it sent in ``baggage`` and ``traceparent``.
+
+        A bad id is refused with the caller check still first (an unknown caller
+        learns nothing about validation), both with the bad ids removed from the
+        context, so neither the refusal nor its audit record carries them (the
+        valid ones stay, to find the refusal by).
+        """
+        ids = telemetry.baggage_ids()
+        bad = validation.check_trace_ids(context.invocation_metadata() or (), ids)
+        if bad is None:
+            return self._admit(method, context)
+        dropped = tuple(validation.invalid_ids(ids))
+        with telemetry.without_mesh_ids(dropped):
+            caller = self._admit(method, context, dropped)
+            self._deny(method, caller, bad, context, dropped)
+
+    def _check(self, method: str, caller: str, request: Any, context: grpc.ServicerContext) -> None:
+        """Refuses an undecodable or invalid request before the servicer sees it."""
+        if isinstance(request, _Undecodable):
+            self._deny(method, caller, validation.undecodable(request.type_name), context)
+        bad = validation.problem(request)
+        if bad is not None:
+            self._deny(method, caller, bad, context)
+
+    def _checked(self, method: str, caller: str, requests: Iterator[Any],
+                 context: grpc.ServicerContext) -> Iterator[Any]:
+        for request in requests:
+            self._check(method, caller, request, context)
+            yield request
+
+    def _unary(self, method: str, behavior: Callable[..., Any], *, streaming: bool) -> Callable[..., Any]:
         def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
-            self._admit(method, context)
+            caller = self._enter(method, context)
+            if streaming:
+                request = self._checked(method, caller, request, context)
+            else:
+                self._check(method, caller, request, context)
             try:
                 return behavior(request, context)
             except errors.MeshError as err:
@@ -220,9 +269,14 @@ class MeshServerInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
 
         return wrapped
 
-    def _stream(self, method: str, behavior: Callable[..., Iterator[Any]]) -> Callable[..., Any]:
+    def _stream(self, method: str, behavior: Callable[..., Iterator[Any]], *,
+                streaming: bool) -> Callable[..., Any]:
         def wrapped(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-            self._admit(method, context)
+            caller = self._enter(method, context)
+            if streaming:
+                request = self._checked(method, caller, request, context)
+            else:
+                self._check(method, caller, request, context)
             try:
                 yield from behavior(request, context)
             except errors.MeshError as err:
@@ -234,6 +288,36 @@ class MeshServerInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
                 errors.abort(context, errors.Internal("internal error"))
 
         return wrapped
+
+
+class _Undecodable:
+    """Stands in for a request whose bytes did not decode; never reaches a servicer."""
+
+    __slots__ = ("type_name",)
+
+    def __init__(self, type_name: str) -> None:
+        self.type_name = type_name
+
+
+def _safe_deserializer(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    """``deserializer`` that returns an :class:`_Undecodable` instead of raising.
+
+    gRPC answers a deserializer's exception with INTERNAL; the interceptor turns
+    the stand-in into INVALID_ARGUMENT ``REQUEST_UNDECODABLE`` after the caller check.
+    """
+    if deserializer is None:
+        return None
+    message_type = getattr(deserializer, "__self__", None)
+    descriptor = getattr(message_type, "DESCRIPTOR", None)
+    failed = _Undecodable(str(getattr(descriptor, "full_name", "")))
+
+    def deserialize(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except Exception:  # noqa: BLE001 - any failure to decode is the caller's bad input
+            return failed
+
+    return deserialize
 
 
 def create_server(
