@@ -33,7 +33,7 @@ from agentmesh.v1 import policy_service_pb2_grpc as policy_grpc
 from agentmesh.v1 import specialist_service_pb2 as specialist_pb2
 from agentmesh.v1 import specialist_service_pb2_grpc as specialist_grpc
 
-from .conftest import RoleProcess
+from .conftest import RoleProcess, client_tls, peer_address
 
 pytestmark = pytest.mark.integration
 
@@ -215,3 +215,22 @@ def test_agents_may_record_only_refusals(mesh_config: MeshConfig, audit: AuditOn
         assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED  # type: ignore[attr-defined]
         detail = errors.error_info(info.value)
         assert detail is not None and detail.metadata["field"] == "records[1].event_type"
+
+
+def test_in_a_launched_mesh_every_specialist_records_its_refusals(mesh: MeshConfig) -> None:
+    # `agentmesh up` gives each specialist the audit address: a refusal at any of them is in the log.
+    audit_address = peer_address(mesh, "audit")
+    for agent_id in mesh.agents:
+        channel = transport.secure_channel(peer_address(mesh, agent_id), client_tls(mesh, PLATFORM_CLI),
+                                           spiffe.agent(agent_id))
+        with channel, pytest.raises(grpc.RpcError) as info:
+            specialist_grpc.SpecialistServiceStub(channel).DescribeAgent(specialist_pb2.DescribeAgentRequest(),
+                                                                         timeout=10)
+        assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED  # type: ignore[attr-defined]
+        rec = _find(mesh, audit_address,
+                    lambda r, agent_id=agent_id: (
+                        r.recorded_by == str(spiffe.agent(agent_id)) and f"caller={PLATFORM_CLI}" in r.reason_codes
+                        and "method=/agentmesh.v1.SpecialistService/DescribeAgent" in r.reason_codes),
+                    timeout_s=10.0)
+        assert rec.event_type == audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED
+        assert rec.outcome == audit_pb2.AUDIT_OUTCOME_DENIED
