@@ -8,7 +8,7 @@ import sys
 import grpc
 
 from agentmesh import spiffe
-from agentmesh.service import ServiceContext, ServiceSpec, StartupError, base_parser, run
+from agentmesh.service import ServiceContext, ServiceSpec, StartupError, base_parser, knows_peer, run
 from agentmesh.v1 import capability_service_pb2_grpc as capability_grpc
 from agentmesh.v1 import specialist_service_pb2_grpc as specialist_grpc
 from specialist_svc.agent import SpecialistAgent, UnknownAgent
@@ -38,8 +38,10 @@ def spec(args: argparse.Namespace) -> ServiceSpec:
         delay_ms = args.fixed_delay_ms if args.fixed_delay_ms is not None else ctx.config.specialist_delay_ms
         delay_s = delay_ms / 1000.0
         stub = capability_grpc.CapabilityServiceStub(ctx.channel("capability"))
+        # The same recorder (and outbox) as the caller table's refusals at this agent's door.
+        audit = ctx.audit() if knows_peer(ctx.config, "audit") else None
         specialist_grpc.add_SpecialistServiceServicer_to_server(
-            SpecialistServicer(agent, stub, fixed_delay_s=delay_s), server)
+            SpecialistServicer(agent, stub, fixed_delay_s=delay_s, audit=audit), server)
 
     return ServiceSpec(agent.agent_id, identity, SERVICES, register)
 

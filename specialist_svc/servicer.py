@@ -23,16 +23,23 @@ INVALID_ARGUMENT       ``TASK_INPUT_INVALID``      the input breaks the agent's 
 The grant's signature is verified where it grants something: by the capability
 service, on every call. A refused capability call is not an RPC error here but
 part of the result (FAILED with ``error_reason``, or UNCERTAINTY).
+
+Each of those refusals is recorded in the audit log (ACCESS_DENIED, DENIED,
+reason codes starting with the reason), under this agent's identity, through
+the durable outbox: the refusal stands whether or not audit is up.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
 import grpc
 
-from agentmesh import errors, grants, telemetry
+from agentmesh import errors, grants, telemetry, transport
+from agentmesh.audit_client import AuditRecorder
+from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import capability_service_pb2_grpc as cap_grpc
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import specialist_service_pb2 as pb
@@ -41,6 +48,8 @@ from specialist_svc.agent import SpecialistAgent
 from specialist_svc.capability_client import Deadline, GrpcCapabilityClient, principal_for
 
 __all__ = ["SpecialistServicer"]
+
+log = logging.getLogger(__name__)
 
 
 def check_grant(agent: SpecialistAgent, task: common_pb2.AgentTask,
@@ -71,18 +80,29 @@ class SpecialistServicer(pb_grpc.SpecialistServiceServicer):
     """RunTask and DescribeAgent for the one agent this process runs."""
 
     def __init__(self, agent: SpecialistAgent, capability: cap_grpc.CapabilityServiceStub, *,
-                 fixed_delay_s: float = 0.0) -> None:
+                 fixed_delay_s: float = 0.0, audit: AuditRecorder | None = None) -> None:
         """Args:
         agent: The agent this process runs.
         capability: A stub on the mTLS channel to the capability service.
         fixed_delay_s: Sleep this long inside every RunTask before the rules run
             (benchmarks and parallelism tests); cut short if the call ends.
+        audit: Records each refusal of a task (durably); None records nothing.
         """
         self._agent = agent
         self._capability = capability
         self._fixed_delay_s = fixed_delay_s
+        self._audit = audit
 
     def RunTask(self, request: pb.RunTaskRequest, context: grpc.ServicerContext) -> pb.RunTaskResponse:
+        try:
+            grant = self._admit(request)
+        except errors.MeshError as err:
+            self._record_refusal(request, err, transport.caller_id(context))
+            raise
+        return self._run(request, grant, context)
+
+    def _admit(self, request: pb.RunTaskRequest) -> common_pb2.TaskGrant:
+        """The task's grant, if this agent takes the task; raises the refusal otherwise."""
         task = request.task
         if task.target_agent_id != self._agent.agent_id:
             raise errors.InvalidArgument(
@@ -92,6 +112,25 @@ class SpecialistServicer(pb_grpc.SpecialistServiceServicer):
             raise errors.InvalidArgument("task.task_id is required", reason="MISSING_FIELD", field="task.task_id")
         grant = check_grant(self._agent, task, request.grant)
         self._agent.task_input(task)  # refuse a bad input before waiting or calling anything
+        return grant
+
+    def _record_refusal(self, request: pb.RunTaskRequest, err: errors.MeshError, caller: str) -> None:
+        if self._audit is None:
+            return
+        task = request.task
+        try:
+            self._audit.record_durably(
+                audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
+                reason_codes=[err.reason, f"field={err.field or ''}", f"caller={caller}",
+                              "method=/agentmesh.v1.SpecialistService/RunTask"],
+                agent_id=self._agent.agent_id, task_id=task.task_id, tenant_id=task.tenant_id,
+                execution_id=task.execution_id, correlation_id=task.correlation_id)
+        except errors.MeshError:
+            log.exception("refusal of task %r recorded neither in audit nor in the outbox", task.task_id)
+
+    def _run(self, request: pb.RunTaskRequest, grant: common_pb2.TaskGrant,
+             context: grpc.ServicerContext) -> pb.RunTaskResponse:
+        task = request.task
         deadline = Deadline(context.time_remaining())
         if self._fixed_delay_s > 0:
             self._pause(context)

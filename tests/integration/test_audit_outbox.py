@@ -187,6 +187,22 @@ def test_a_refusal_at_a_specialist_is_recorded_under_the_agent(mesh_config: Mesh
                     timeout_s=10.0)
         assert rec.recorded_by == str(spiffe.agent("training-agent"))
         assert rec.outcome == audit_pb2.AUDIT_OUTCOME_DENIED
+
+        # A task the agent itself refuses (from the supervisor, but for another agent) is recorded too.
+        with _channel(mesh_config, agent.address, spiffe.service("supervisor"),
+                      spiffe.agent("training-agent")) as channel, pytest.raises(grpc.RpcError) as info:
+            specialist_grpc.SpecialistServiceStub(channel).RunTask(specialist_pb2.RunTaskRequest(
+                task=common_pb2.AgentTask(task_id=marker, target_agent_id="risk-agent", tenant_id="acme",
+                                          execution_id=f"exe-{marker}")), timeout=10)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+        rec = _find(mesh_config, audit.address, lambda r: r.task_id == marker, timeout_s=10.0,
+                    execution_id=f"exe-{marker}")
+        assert rec.event_type == audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED
+        assert rec.outcome == audit_pb2.AUDIT_OUTCOME_DENIED
+        assert rec.reason_codes[0] == "TASK_AGENT_MISMATCH"
+        assert f"caller={spiffe.service('supervisor')}" in rec.reason_codes
+        assert (rec.recorded_by, rec.agent_id, rec.tenant_id) == (
+            str(spiffe.agent("training-agent")), "training-agent", "acme")
     finally:
         agent.stop()
 
