@@ -10,10 +10,11 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import grpc
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from agentmesh import config, launcher
+from agentmesh import config, errors, launcher
 from agentmesh.config import MeshConfig
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import supervisor_service_pb2 as pb
@@ -69,6 +70,28 @@ def test_cancellation_stops_running_tasks(slow_mesh: MeshConfig) -> None:
     assert common_pb2.TASK_STATUS_COMPLETED not in {states["training-agent"], states["risk-agent"],
                                                     states["compliance-agent"]}
     assert ex.decision != common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE
+
+
+def test_only_the_requester_or_an_admin_cancels_a_running_analysis(slow_mesh: MeshConfig) -> None:
+    stub = supervisor(slow_mesh)
+    started = stub.Analyze(pb.AnalyzeRequest(user_assertion=token(slow_mesh), tenant_id="acme", detach=True,
+                                             request_text="Analyze permit WP-10231 and tell me if it can be released"))
+    execution_id = started.execution.execution_id
+    # The viewer cannot even read it; the reviewer reads it but may not stop it.
+    for user, roles in (("victor", ("viewer",)), ("bob", ("reviewer",))):
+        with pytest.raises(grpc.RpcError) as info:
+            stub.CancelExecution(pb.CancelExecutionRequest(
+                user_assertion=token(slow_mesh, user=user, roles=roles), execution_id=execution_id,
+                reason="not mine"), timeout=30)
+        got = errors.from_rpc_error(info.value)
+        assert (got.code, got.reason) == (grpc.StatusCode.PERMISSION_DENIED, "POLICY_DENIED"), (user, got)
+    ex = stub.CancelExecution(pb.CancelExecutionRequest(
+        user_assertion=token(slow_mesh, user="ada", roles=("admin",)), execution_id=execution_id,
+        reason="an admin stops it"), timeout=60).execution
+    assert ex.status == pb.EXECUTION_STATUS_CANCELLED
+    cancelled = [r for r in audit_records(slow_mesh, execution_id=execution_id)
+                 if "CANCEL_REQUESTED" in r.reason_codes]
+    assert [r.user_id for r in cancelled] == ["ada"]
 
 
 def _pid(cfg: MeshConfig, name: str) -> int:

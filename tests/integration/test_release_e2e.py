@@ -71,10 +71,10 @@ def get(cfg: MeshConfig, execution_id: str, user: str = "alice", roles: tuple[st
         user_assertion=token(cfg, user=user, roles=roles), execution_id=execution_id), timeout=30).execution
 
 
-def confirm(cfg: MeshConfig, ex: pb.Execution, *, user: str = "alice", token_: str | None = None,
-            resource_id: str | None = None, decline: bool = False) -> pb.Execution:
+def confirm(cfg: MeshConfig, ex: pb.Execution, *, user: str = "alice", roles: tuple[str, ...] = ALICE,
+            token_: str | None = None, resource_id: str | None = None, decline: bool = False) -> pb.Execution:
     return supervisor(cfg).ConfirmAction(pb.ConfirmActionRequest(
-        user_assertion=token(cfg, user=user, roles=ALICE), execution_id=ex.execution_id,
+        user_assertion=token(cfg, user=user, roles=roles), execution_id=ex.execution_id,
         confirmation_token=ex.action.confirmation_token if token_ is None else token_,
         capability_id=ex.action.capability_id, resource_id=resource_id or ex.action.resource_id,
         decline=decline), timeout=60).execution
@@ -121,9 +121,12 @@ def test_wp_10231_is_released_only_after_the_requesters_confirmation(world: Mesh
     assert mine.action.approved_by == "bob" and mine.action.approval_review_id
     assert permit_status(world, "WP-10231") == "PENDING_RELEASE", "nothing changes without the confirmation"
 
-    # Another user, another permit, a made-up token: refused, nothing changes.
+    # Another user, another permit, a made-up token: refused, nothing changes. A user who may not even
+    # read alice's execution gets no further than the policy engine; a reviewer, who may, is not alice.
     other = refused(lambda: confirm(world, mine, user="carol"))
-    assert (other.code, other.reason) == (grpc.StatusCode.PERMISSION_DENIED, "CONFIRMATION_USER_MISMATCH")
+    assert (other.code, other.reason) == (grpc.StatusCode.PERMISSION_DENIED, "POLICY_DENIED")
+    reader = refused(lambda: confirm(world, mine, user="bob", roles=("reviewer",)))
+    assert (reader.code, reader.reason) == (grpc.StatusCode.PERMISSION_DENIED, "CONFIRMATION_USER_MISMATCH")
     wrong_permit = refused(lambda: confirm(world, mine, resource_id="WP-10232"))
     assert (wrong_permit.reason, wrong_permit.field) == ("CONFIRMATION_ACTION_MISMATCH", "resource_id")
     forged = refused(lambda: confirm(world, mine, token_="not-the-token"))
@@ -146,6 +149,8 @@ def test_wp_10231_is_released_only_after_the_requesters_confirmation(world: Mesh
     assert denied == {"CONFIRMATION_USER_MISMATCH", "CONFIRMATION_ACTION_MISMATCH", "CONFIRMATION_TOKEN_INVALID",
                       "CONFIRMATION_ALREADY_USED"}
     assert any(r.outcome == audit_pb2.AUDIT_OUTCOME_SUCCESS for r in confirmations)
+    assert any(r.event_type == audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED and r.user_id == "carol"
+               and list(r.reason_codes[:2]) == ["POLICY_DENIED", "OPERATION_KIND_READ_EXECUTION"] for r in records)
     invoked = [r for r in records if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_INVOKED
                and r.capability_id == "workPermit.release"]
     assert invoked and invoked[0].policy_decision.effect == common_pb2.POLICY_EFFECT_ALLOW
