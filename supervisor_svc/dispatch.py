@@ -2,8 +2,9 @@
 
 :class:`TaskDispatcher` does for a single task what the orchestrator does for
 each planned one: checks the agent is ACTIVE, signs a fresh grant carrying only
-the task's capabilities that the agent registered (plus, for a confirmed
-action, the confirmation and human approval bound to it), adds the task to the
+the task's capabilities that the agent registered and naming the resources of
+its input (plus, for a confirmed action, the confirmation and human approval
+bound to it), adds the task to the
 execution's graph, audits the delegation (durably, before the agent hears of it: if audit
 cannot take the record the task does not run), runs it within a deadline and
 audits the outcome. A timeout is reported as a timeout, never as a result.

@@ -3,9 +3,13 @@
 ``start`` verifies the request and plans it (intent → discovery/selection →
 task graph, all persisted); ``run`` executes the plan stage by stage — the
 work-permit task first, then the other specialists in parallel — each task
-with a freshly signed grant, its context projection and a deadline; then it
-aggregates the results into a decision. Every step is audited, every state
-change persisted, and watchers are told as it happens.
+with a freshly signed grant (naming the resources of its projected input), its
+context projection and a deadline; then it aggregates the results into a
+decision. Every step is audited, every state change persisted, and watchers
+are told as it happens. Audit fails closed (supervisor_svc.recording): an
+execution is accepted, and a task delegated, only once its record is durable.
+Executions are private (supervisor_svc.privacy): reading or cancelling one is
+the policy engine's decision.
 
 Transport-free: specialists are reached through :class:`SpecialistPort`,
 audit through a recorder; the servicer supplies gRPC adapters.
