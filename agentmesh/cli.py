@@ -792,9 +792,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = certs_sub.add_parser(
         "init", parents=[common, out], formatter_class=argparse.RawDescriptionHelpFormatter,
         help="create the mesh CA, every workload identity and the signing keys",
-        description=CERTS_DESCRIPTION + "\ninit creates what is missing and re-issues certificates that are "
-                    "missing, expire within the hour or are not from the current CA. A home of the old "
-                    "layout (certs/, keys/) is moved to this one first.")
+        description=CERTS_DESCRIPTION + "\ninit creates what is missing and re-issues the certificates that are\n"
+                    "missing, expire within the hour or are not from the current CA; it reads\n"
+                    "ca/ only when it must issue. A home of the old layout (certs/, keys/) is\n"
+                    "moved to this one first (a home with both layouts is refused, exit 2).")
     p.add_argument("--force", action="store_true",
                    help="start a new CA and re-issue every certificate (signing keys are kept)")
     p.set_defaults(handler=cmd_certs_init)
