@@ -415,40 +415,47 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
 
     def AppendRecord(self, request: pb.AppendRecordRequest | Undecodable,
                      context: grpc.ServicerContext) -> pb.AppendRecordResponse:
-        req = _decoded(request, "record")
-        if not req.HasField("record"):
-            raise _invalid("record", "is required", "MISSING_FIELD")
         caller = transport.caller_id(context)
         with self._refusals_recorded(f"/{SERVICE_NAME}/AppendRecord", caller):
+            req = _decoded(request, "record")
+            if not req.HasField("record"):
+                raise _invalid("record", "is required", "MISSING_FIELD")
             return self.append(req.record, recorded_by=caller, timeout=context.time_remaining())
 
     def AppendRecords(self, request: pb.AppendRecordsRequest | Undecodable,
                       context: grpc.ServicerContext) -> pb.AppendRecordsResponse:
-        req = _decoded(request, "records")
         caller = transport.caller_id(context)
         with self._refusals_recorded(f"/{SERVICE_NAME}/AppendRecords", caller):
+            req = _decoded(request, "records")
             return pb.AppendRecordsResponse(results=self.append_many(list(req.records), recorded_by=caller,
                                                                      timeout=context.time_remaining()))
 
     @contextlib.contextmanager
     def _refusals_recorded(self, method: str, caller: str) -> Iterator[None]:
-        """An identity refused what it tried to record: that refusal is recorded, like one at the door."""
+        """A record refused (bad, an unverified chain, not the caller's to record): the refusal is recorded.
+
+        Like a refusal at the door: ACCESS_DENIED, by this service, reason
+        codes starting with the reason, then the field, caller and method.
+        Failures that refuse nothing (UNAVAILABLE, a deadline) are not.
+        """
         try:
             yield
-        except errors.PermissionDenied as err:
+        except (errors.InvalidArgument, errors.PermissionDenied, errors.Unauthenticated) as err:
             try:
-                self.record_refusal(transport.DeniedCall(method, caller, err.code, err.reason))
+                self.record_refusal(transport.DeniedCall(method, caller, err.code, err.reason),
+                                    field=err.field or "")
             except errors.MeshError:
                 log.exception("could not record the refusal of %s to %s", method, caller)
             raise
 
-    def record_refusal(self, call: transport.DeniedCall) -> None:
+    def record_refusal(self, call: transport.DeniedCall, *, field: str = "") -> None:
         """Appends, as this service, the ACCESS_DENIED record of a refused call."""
         ids = telemetry.current_ids()
         rec = pb.AuditRecord(
             event_type=pb.AUDIT_EVENT_TYPE_ACCESS_DENIED,
             outcome=pb.AUDIT_OUTCOME_DENIED,
-            reason_codes=[call.reason, f"caller={call.caller or 'none'}", f"method={call.method}"],
+            reason_codes=[call.reason, *([f"field={field}"] if field else []), f"caller={call.caller or 'none'}",
+                          f"method={call.method}"],
         )
         # The ids come from the refused caller's own metadata: file the refusal
         # under them when they are well formed, never let them stop the record.

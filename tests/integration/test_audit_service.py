@@ -166,19 +166,28 @@ def test_only_services_append_and_the_refusal_is_audited(home: AuditHome, audit:
     assert refusal.event_type == pb.AUDIT_EVENT_TYPE_ACCESS_DENIED
     assert refusal.outcome == pb.AUDIT_OUTCOME_DENIED
     assert refusal.recorded_by == str(spiffe.service("audit"))
-    assert list(refusal.reason_codes) == [reason, f"caller={identity}", f"method={APPEND}"]
+    field = ["field=record.event_type"] if identity.kind == "agent" else []
+    assert list(refusal.reason_codes) == [reason, *field, f"caller={identity}", f"method={APPEND}"]
     assert refusal.agent_id == (identity.name if identity.kind == "agent" else "")
 
 
-def test_a_refused_caller_cannot_dodge_the_audit_with_bad_ids(home: AuditHome, audit: RoleProcess) -> None:
+@pytest.mark.parametrize("identity, code", [
+    (PLATFORM_CLI, grpc.StatusCode.PERMISSION_DENIED),  # refused by the caller table first
+    (spiffe.agent("risk-agent"), grpc.StatusCode.INVALID_ARGUMENT),  # may append refusals: the bad id is refused
+])
+def test_a_refused_caller_cannot_dodge_the_audit_with_bad_ids(home: AuditHome, audit: RoleProcess,
+                                                              identity: spiffe.SpiffeId,
+                                                              code: grpc.StatusCode) -> None:
     correlation_id = f"corr-{uuid.uuid4().hex[:8]}"
     with telemetry.mesh_ids(execution_id="x" * 600, correlation_id=correlation_id), \
             pytest.raises(grpc.RpcError) as info:
-        _append(home.stub(audit, spiffe.agent("risk-agent")), _record("exe-1"))
-    assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        _append(home.stub(audit, identity), _record("exe-1", pb.AUDIT_EVENT_TYPE_ACCESS_DENIED))
+    assert info.value.code() == code
     [refusal] = _query(home.stub(audit, OPERATOR), correlation_id=correlation_id)
-    assert refusal.event_type == pb.AUDIT_EVENT_TYPE_ACCESS_DENIED and refusal.agent_id == "risk-agent"
-    assert refusal.execution_id == "" and "execution_id=invalid" in refusal.reason_codes
+    assert refusal.event_type == pb.AUDIT_EVENT_TYPE_ACCESS_DENIED
+    assert refusal.agent_id == (identity.name if identity.kind == "agent" else "")
+    assert refusal.execution_id == ""  # the bad id is refused, never recorded
+    assert not any("x" * 129 in code for code in refusal.reason_codes)
 
 
 @pytest.mark.parametrize("identity", [CAPABILITY, SUPERVISOR, TRAINING_AGENT, PLATFORM_CLI])
@@ -203,11 +212,12 @@ def _oversized() -> pb.AppendRecordRequest:
     (pb.AppendRecordRequest(), "record", "MISSING_FIELD"),
     (pb.AppendRecordRequest(record=_record("exe-1", pb.AUDIT_EVENT_TYPE_UNSPECIFIED)), "record.event_type",
      "MISSING_FIELD"),
-    (pb.AppendRecordRequest(record=_record("exe-1", 99)), "record.event_type", "INVALID_FIELD"),
-    (pb.AppendRecordRequest(record=_record("exe-1", outcome=42)), "record.outcome", "INVALID_FIELD"),
+    (pb.AppendRecordRequest(record=_record("exe-1", 99)), "record.event_type", "ENUM_VALUE_UNKNOWN"),
+    (pb.AppendRecordRequest(record=_record("exe-1", outcome=42)), "record.outcome", "ENUM_VALUE_UNKNOWN"),
     (pb.AppendRecordRequest(record=_record("exe-1", confidence=1.5)), "record.confidence", "INVALID_FIELD"),
-    (pb.AppendRecordRequest(record=_record("x" * 600)), "record.execution_id", "INVALID_FIELD"),
-    (pb.AppendRecordRequest(record=_record("exe-1", tenant_id="ac\x00me")), "record.tenant_id", "INVALID_FIELD"),
+    (pb.AppendRecordRequest(record=_record("x" * 600)), "record.execution_id", "FIELD_TOO_LONG"),
+    (pb.AppendRecordRequest(record=_record("exe-1", tenant_id="ac\x00me")), "record.tenant_id",
+     "FIELD_INVALID_CHARACTERS"),
     (_oversized(), "record", "RECORD_TOO_LARGE"),
     # Not an AppendRecordRequest at all: a string field holding invalid UTF-8.
     (b"\x0a\x05\x52\x03\xff\xfe\xfd", "record", "MALFORMED_REQUEST"),
@@ -228,7 +238,12 @@ def test_bad_records_are_invalid_argument_and_append_nothing(
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert _field_of(info.value) == field
     assert errors.error_info(info.value).reason == reason  # type: ignore[union-attr]
-    assert _size(operator) == before
+    # Nothing appended but the refusal itself, recorded by audit.
+    assert _size(operator) == before + 1
+    refusal = _query(operator)[-1]
+    assert (refusal.event_type, refusal.outcome, refusal.recorded_by) == (
+        pb.AUDIT_EVENT_TYPE_ACCESS_DENIED, pb.AUDIT_OUTCOME_DENIED, str(spiffe.service("audit")))
+    assert refusal.reason_codes[0] == reason and f"caller={CAPABILITY}" in refusal.reason_codes
 
 
 _BAD_READS: list[tuple[str, Callable[[pb_grpc.AuditServiceStub, int], object], str]] = [
@@ -429,7 +444,11 @@ def test_a_record_whose_delegation_chain_is_forged_never_enters_the_log(home: Au
     detail = errors.error_info(info.value)
     assert detail is not None and detail.reason == "PRINCIPAL_INVALID"
     assert detail.metadata["field"] == "record.principal" and "GRANT_BAD_SIGNATURE" in info.value.details()
-    assert _size(home.stub(audit, OPERATOR)) == size
+    # Only the refusal is appended (by audit), not the record.
+    assert _size(home.stub(audit, OPERATOR)) == size + 1
+    refusal = _query(home.stub(audit, OPERATOR))[-1]
+    assert refusal.event_type == pb.AUDIT_EVENT_TYPE_ACCESS_DENIED and not refusal.principal.grants
+    assert refusal.reason_codes[:2] == ["PRINCIPAL_INVALID", "field=record.principal"]
     assert _query(home.stub(audit, OPERATOR), execution_id="exe-forged") == []
     result = home.cli("audit", "verify", "--offline")
     assert result.returncode == 0, result.stdout + result.stderr
