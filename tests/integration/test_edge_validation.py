@@ -190,6 +190,19 @@ def test_health_checks_go_through_the_same_mechanism(mesh: MeshConfig) -> None:
     assert (err.code, err.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "REQUEST_UNDECODABLE")
 
 
+def test_a_client_streaming_rpc_is_checked_message_by_message(mesh: MeshConfig) -> None:
+    # Server reflection is the one stream of requests a mesh server takes.
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    with _channel(mesh, "policy", OPERATOR) as channel:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        answers = list(stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")])))
+        assert "agentmesh.v1.PolicyService" in {s.name for s in answers[0].list_services_response.service}
+        bad = iter([reflection_pb2.ServerReflectionRequest(list_services=""),
+                     reflection_pb2.ServerReflectionRequest(file_containing_symbol="agentmesh\x00")])
+        _invalid(lambda: list(stub.ServerReflectionInfo(bad)), "FIELD_INVALID_CHARACTERS", "file_containing_symbol")
+
+
 # --------------------------------------------------------------- unknown enum numbers
 
 
