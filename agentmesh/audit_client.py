@@ -469,25 +469,25 @@ class AuditRecorder:
         failing_since = 0.0
         last_warning = 0.0
         while not self._stopping.is_set():
-            if not outbox.try_lock_delivery():
-                # Another process of this role delivers this file.
-                self._wake.wait(1.0)
-                self._wake.clear()
-                continue
+            # Cleared before looking, so a record queued meanwhile wakes the wait below at once.
+            self._wake.clear()
             try:
+                if not outbox.try_lock_delivery():
+                    # Another process of this role delivers this file.
+                    self._wake.wait(1.0)
+                    continue
                 rows = outbox.peek()
-            except sqlite3.Error:
-                log.exception("cannot read the audit outbox %s", outbox.path)
+                if not rows:
+                    with self._idle:
+                        self._idle.notify_all()
+                    # Poll now and then too: another process may share the file.
+                    self._wake.wait(1.0)
+                    continue
+                failure = self._deliver(outbox, rows)
+            except Exception:  # noqa: BLE001 - the thread must outlive a bad moment of the disk
+                log.exception("audit outbox delivery failed (%s); retrying", outbox.path)
                 self._stopping.wait(MAX_BACKOFF_S)
                 continue
-            if not rows:
-                with self._idle:
-                    self._idle.notify_all()
-                # Poll now and then too: another process may share the file.
-                self._wake.wait(1.0)
-                self._wake.clear()
-                continue
-            failure = self._deliver(outbox, rows)
             if failure is None:
                 if failing_since:
                     log.warning("audit reachable again: outbox delivery resumed after %.1f s",
