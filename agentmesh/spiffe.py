@@ -42,7 +42,7 @@ def parse(text: str) -> SpiffeId:
     if not text.startswith(prefix):
         raise InvalidSpiffeId(f"not a spiffe://{TRUST_DOMAIN}/ id: {text!r}")
     parts = text[len(prefix) :].split("/")
-    if len(parts) != 2 or parts[0] not in KINDS or not _NAME.match(parts[1]):
+    if len(parts) != 2 or parts[0] not in KINDS or not _NAME.fullmatch(parts[1]):
         raise InvalidSpiffeId(f"expected spiffe://{TRUST_DOMAIN}/<svc|agent|client>/<name>: {text!r}")
     return SpiffeId(parts[0], parts[1])
 

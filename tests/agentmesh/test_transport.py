@@ -233,7 +233,7 @@ def test_spiffe_ids_parse_strictly() -> None:
     assert spiffe.parse("spiffe://agentmesh.local/agent/training-agent") == AGENT
     for bad in ["spiffe://other.domain/svc/policy", "spiffe://agentmesh.local/svc",
                 "spiffe://agentmesh.local/user/x", "https://agentmesh.local/svc/policy",
-                "spiffe://agentmesh.local/svc/policy/extra"]:
+                "spiffe://agentmesh.local/svc/policy/extra", "spiffe://agentmesh.local/client/operator\n"]:
         with pytest.raises(spiffe.InvalidSpiffeId):
             spiffe.parse(bad)
     assert spiffe.matches(str(AGENT), "spiffe://agentmesh.local/agent/*")
