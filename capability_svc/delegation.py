@@ -19,9 +19,10 @@ taken on trust. :func:`verify_principal` accepts it only if
   (:func:`chain_of`).
 
 What comes back is rebuilt from the verified grants only; the caller's strings
-are never copied. ``agent_version`` is the one claim no grant covers: it is
-kept as the authenticated caller's own statement, and only in its documented
-form (:data:`AGENT_VERSION_MAX` characters of ``[0-9A-Za-z.+-]``).
+are never copied (``parent_agent_id``, which no grant states, is dropped).
+``agent_version`` is the one claim no grant covers: it is kept as the
+authenticated caller's own statement, and only in its documented form
+(:data:`AGENT_VERSION_MAX` characters of ``[0-9A-Za-z.+-]``).
 """
 
 from __future__ import annotations
