@@ -34,7 +34,7 @@ from opentelemetry.instrumentation.grpc import client_interceptor, grpcext, serv
 
 from agentmesh import errors, spiffe, telemetry, validation
 from agentmesh.access import AccessTable
-from agentmesh.pki import CertPaths, PkiError
+from agentmesh.pki import CertPaths, PkiError, peer_chain_problem
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +90,13 @@ def peer_identity(context: grpc.ServicerContext) -> str | None:
 
     gRPC sets ``peer_spiffe_id`` only for a verified peer certificate with
     exactly one SPIFFE URI SAN; a certificate with several URI SANs gets none.
+    A peer whose chain runs through an intermediate (the mesh CA's path length
+    is 0, which BoringSSL does not enforce) or whose certificate is a CA gets
+    none either.
     """
-    values = (context.auth_context() or {}).get(PEER_SPIFFE_ID) or []
-    if len(values) != 1:
+    auth = context.auth_context() or {}
+    values = auth.get(PEER_SPIFFE_ID) or []
+    if len(values) != 1 or peer_chain_problem(auth) is not None:
         return None
     try:
         return str(spiffe.parse(values[0].decode()))

@@ -251,9 +251,6 @@ def test_mesh_ca_issues_leaves_only(server: RunningServer) -> None:
     assert leaf.extensions.get_extension_for_class(x509.BasicConstraints).value.ca is False
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BoringSSL does not apply the trust anchor's path_length=0; needs agentmesh/transport.py's "
-    "peer_identity() to refuse peers for which pki.peer_chain_problem(auth_context) is not None"))
 @pytest.mark.parametrize("same_name", [False, True], ids=["sub-ca", "self-issued-sub-ca"])
 def test_leaf_from_a_sub_ca_is_refused(
     server: RunningServer, mesh_config: MeshConfig, tmp_path: Path, same_name: bool, forge: Forge

@@ -191,9 +191,6 @@ def test_an_operator_lookalike_is_refused_operator_rpcs(mesh: MeshConfig, tmp_pa
         policy_grpc.PolicyServiceStub(channel).ListKillSwitches(policy_pb2.ListKillSwitchesRequest())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BoringSSL does not apply the trust anchor's path_length=0; needs agentmesh/transport.py's "
-    "peer_identity() to refuse peers for which pki.peer_chain_problem(auth_context) is not None"))
 def test_an_operator_certificate_from_a_sub_ca_is_refused(mesh: MeshConfig, tmp_path: Path, forge: Forge) -> None:
     home = mesh.mesh_home
     ca = CertificateAuthority.load(home.ca, home.trust_bundle)
