@@ -238,6 +238,8 @@ class Mesh:
     refusals: list[Refusal] = field(default_factory=list)
     assertions: set[str] = field(default_factory=set)
     grant_signatures: set[bytes] = field(default_factory=set)
+    forged_signatures: set[bytes] = field(default_factory=set)
+    """Signatures of grants that can never verify (forged, tampered): the log must not hold them in any form."""
     confirmation_tokens: set[str] = field(default_factory=set)
     _channels: dict[tuple[str, str], grpc.Channel] = field(default_factory=dict)
     _idp: Ed25519PrivateKey | None = None
@@ -393,6 +395,7 @@ class Mesh:
         signed = (signer or self.signer).sign(body)
         if signer is not None:
             signed.key_id = self.signer.key_id  # a forgery claims the real key
+            self.forged_signatures.add(signed.signature)
         self.grant_signatures.add(signed.signature)
         return signed
 

@@ -77,6 +77,7 @@ def test_a_tampered_copy_of_a_real_grant_in_the_principal_is_refused(mesh: Mesh)
     tampered.CopyFrom(real)
     tampered.signature = bytes([real.signature[0] ^ 0xFF]) + real.signature[1:]
     mesh.grant_signatures.add(tampered.signature)
+    mesh.forged_signatures.add(tampered.signature)
     got = mesh.refused(lambda: mesh.invoke(WORK_PERMIT, real, "workPermit.get", permit_id="WP-10232",
                                            principal=_principal(tampered, real)))
     assert (got.code, got.reason) == (grpc.StatusCode.UNAUTHENTICATED, "PRINCIPAL_INVALID"), got

@@ -178,8 +178,26 @@ def test_no_key_assertion_or_confirmation_token_in_any_audit_record(mesh: Mesh) 
 
 
 @pytest.mark.security_last(1)
+def test_no_forged_or_tampered_grant_in_any_audit_record(mesh: Mesh) -> None:
+    """What never verified never reaches the log, in any form (raw, hex, base64)."""
+    assert mesh.forged_signatures, "the session forged no grant: the scan would prove nothing"
+    leaked = {}
+    for r in _all_records(mesh):
+        data, text = r.SerializeToString(), text_format.MessageToString(r, as_utf8=True)
+        found = [sig for sig in mesh.forged_signatures
+                 if sig in data or any(form in text for form in b64_forms(sig))]
+        if found:
+            leaked[f"#{r.index} {audit_pb2.AuditEventType.Name(r.event_type)}"] = len(found)
+    assert not leaked, leaked
+
+
+@pytest.mark.security_last(1)
 def test_no_grant_signature_in_any_audit_record(mesh: Mesh) -> None:
-    """The contract: records carry digests, never a grant's signature (a grant is a bearer credential)."""
+    """The contract: records carry digests, never a grant's signature (a grant is a bearer credential).
+
+    Stricter than the test above: it also covers the grants that did verify, which the
+    capability service and the supervisor record in ``principal.grants`` today.
+    """
     _, raw = _needles(mesh)
     leaked = {}
     for r in _all_records(mesh):
