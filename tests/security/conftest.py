@@ -44,7 +44,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from google.protobuf import struct_pb2, text_format
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from agentmesh import assertion, config, errors, grants, launcher, spiffe, transport
+from agentmesh import assertion, config, errors, grants, launcher, pki, spiffe, transport
 from agentmesh.config import MeshConfig
 from agentmesh.v1 import agent_registry_service_pb2_grpc as reg_grpc
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
@@ -147,15 +147,12 @@ def new_ca(common_name: str, *, signer: Issuer | None = None, path_length: int |
     return Issuer(cert, key, ((cert, *signer.chain) if signer else ()))
 
 
-def leaf_pem(issuer: Issuer, spiffe_id: str, *, extra_uris: Iterable[str] = (), dns_name: str | None = None,
-             not_before: dt.datetime | None = None, not_after: dt.datetime | None = None) -> tuple[bytes, bytes]:
-    """(certificate chain PEM, key PEM) of a leaf shaped like a mesh workload certificate."""
+def leaf_pem(issuer: Issuer, spiffe_id: str) -> tuple[bytes, bytes]:
+    """(certificate chain PEM, key PEM) of a leaf shaped like a mesh workload certificate, from any CA."""
     key = ec.generate_private_key(ec.SECP256R1())
     parsed = spiffe.parse(spiffe_id)
-    sans: list[x509.GeneralName] = [x509.UniformResourceIdentifier(spiffe_id),
-                                    *(x509.UniformResourceIdentifier(u) for u in extra_uris),
-                                    x509.DNSName(dns_name or parsed.dns_name)]
-    start = not_before or (_now() - dt.timedelta(minutes=5))
+    sans: list[x509.GeneralName] = [x509.UniformResourceIdentifier(spiffe_id), x509.DNSName(parsed.dns_name)]
+    start = _now() - dt.timedelta(minutes=5)
     cert = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, parsed.name)]))
@@ -163,7 +160,7 @@ def leaf_pem(issuer: Issuer, spiffe_id: str, *, extra_uris: Iterable[str] = (), 
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(start)
-        .not_valid_after(not_after or (start + dt.timedelta(hours=1)))
+        .not_valid_after(start + dt.timedelta(hours=1))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=False, key_cert_sign=False,
                                      crl_sign=False, content_commitment=False, data_encipherment=False,
@@ -255,46 +252,29 @@ class Mesh:
 
     # -- where things are (the project's API) ------------------------------
 
-    def _home_file(self, attr: str, name: str) -> Path:
-        """A file named by a ``MeshHome`` property, else the one file of that name in the home."""
-        path = getattr(self.cfg.mesh_home, attr, None)
-        if isinstance(path, Path) and path.is_file():
-            return path
-        found = sorted(p for p in self.home.rglob(name)
-                       if p.is_file() and p.relative_to(self.home).parts[0] not in ("data", "logs", "run"))
-        if not found:
-            raise FileNotFoundError(f"no {name} in {self.home}")
-        return found[0]
-
     @property
     def trust_bundle(self) -> Path:
-        return self._home_file("trust_bundle", "ca.pem")
-
-    def identity_files(self, identity: spiffe.SpiffeId) -> tuple[Path, Path]:
-        """The certificate and key the mesh issued to one of its identities."""
-        home = self.cfg.mesh_home
-        candidates = []
-        if hasattr(home, "workload_files"):
-            candidates.append(home.workload_files(identity))
-        from agentmesh.identities import client_paths
-
-        candidates.append(client_paths(self.cfg, identity))
-        for paths in candidates:
-            if paths.cert.is_file() and paths.key.is_file():
-                return paths.cert, paths.key
-        raise FileNotFoundError(f"no certificate for {identity} in {self.home}")
+        return self.cfg.mesh_home.trust_bundle
 
     def tls(self, identity: spiffe.SpiffeId) -> transport.TlsFiles:
-        cert, key = self.identity_files(identity)
-        return transport.TlsFiles(cert, key, self.trust_bundle)
+        """The certificate and key the mesh issued to one of its identities, with the trust bundle."""
+        paths = self.cfg.mesh_home.workload_files(identity)
+        return transport.TlsFiles(paths.cert, paths.key, self.trust_bundle)
+
+    def project_ca(self) -> pki.CertificateAuthority:
+        """The mesh CA as the issuing commands load it (its key is in the CA directory)."""
+        return pki.CertificateAuthority.load(self.cfg.mesh_home.ca, self.trust_bundle)
 
     def mesh_ca(self) -> Issuer:
         """The mesh CA, as someone who stole its key holds it."""
-        cert = x509.load_pem_x509_certificate(self.trust_bundle.read_bytes())
-        key = serialization.load_pem_private_key(self._home_file("ca_key", "ca.key").read_bytes(), password=None)
-        assert isinstance(key, ec.EllipticCurvePrivateKey)
-        assert key.public_key().public_numbers() == cert.public_key().public_numbers(), "ca.key is not the CA's"
-        return Issuer(cert, key)
+        ca = self.project_ca()
+        return Issuer(ca.cert, ca.key)
+
+    def issue_unchecked(self, name: str, spiffe_id: str, **kw: Any) -> transport.TlsFiles:
+        """A leaf the mesh must refuse (expired, two URI SANs), issued with ``agentmesh.pki`` and the mesh CA."""
+        paths = pki.CertPaths(self.workdir / f"{name}.pem", self.workdir / f"{name}.key")
+        self.project_ca().issue_unchecked(spiffe.parse(spiffe_id), paths, **kw)
+        return transport.TlsFiles(paths.cert, paths.key, self.trust_bundle)
 
     def issue_with_cli(self, spiffe_id: str) -> transport.TlsFiles:
         """A certificate for a new name, minted by the project's own issuing command."""
@@ -311,8 +291,8 @@ class Mesh:
         key.chmod(0o600)
         return transport.TlsFiles(cert, key, trust or self.trust_bundle)
 
-    def minted(self, name: str, issuer: Issuer, spiffe_id: str, **kw: Any) -> transport.TlsFiles:
-        return self.files(name, *leaf_pem(issuer, spiffe_id, **kw))
+    def minted(self, name: str, issuer: Issuer, spiffe_id: str) -> transport.TlsFiles:
+        return self.files(name, *leaf_pem(issuer, spiffe_id))
 
     # -- channels and stubs --------------------------------------------------
 
@@ -352,8 +332,7 @@ class Mesh:
     def token(self, user: str, *roles: str, tenant: str = "acme", ttl_s: int = 3600) -> str:
         """A user assertion signed by the mesh's (development) identity provider."""
         if self._idp is None:
-            key = serialization.load_pem_private_key(self._home_file("idp_key", "idp.key").read_bytes(),
-                                                     password=None)
+            key = serialization.load_pem_private_key(self.cfg.mesh_home.idp_key.read_bytes(), password=None)
             assert isinstance(key, Ed25519PrivateKey)
             self._idp = key
         token = assertion.issue(self._idp, tenant_id=tenant, user_id=user, roles=list(roles), ttl_s=ttl_s)
@@ -368,8 +347,8 @@ class Mesh:
     def signer(self) -> grants.GrantSigner:
         """The supervisor's grant-signing key: grants signed with it are what the supervisor issues."""
         if self._signer is None:
-            key = serialization.load_pem_private_key(self._home_file("grant_signer_key", "grant-signer.key")
-                                                     .read_bytes(), password=None)
+            key = serialization.load_pem_private_key(self.cfg.mesh_home.grant_signer_key.read_bytes(),
+                                                     password=None)
             assert isinstance(key, Ed25519PrivateKey)
             self._signer = grants.GrantSigner(key)
         return self._signer
@@ -400,14 +379,23 @@ class Mesh:
         return signed
 
     def captured_grants(self, execution_id: str, agent_id: str) -> list[common_pb2.SignedTaskGrant]:
-        """The grants the supervisor delegated to an agent in an execution, as the log shows them."""
+        """The grants the supervisor delegated to an agent in an execution, as the agent received them.
+
+        The log keeps each grant's body (and, in older records, its signature); an Ed25519
+        signature is deterministic, so signing the logged body with the supervisor's key
+        gives back the very grant the agent got, byte for byte.
+        """
         found = []
         for r in self.records(execution_id=execution_id):
-            if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED and r.agent_id == agent_id:
-                found.extend(g for g in r.principal.grants if g.signature
-                             and grants.decode(g).audience == str(spiffe.agent(agent_id)))
-        for g in found:
-            self.grant_signatures.add(g.signature)
+            if r.event_type != audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED or r.agent_id != agent_id:
+                continue
+            for logged in r.principal.grants:
+                if grants.decode(logged).audience != str(spiffe.agent(agent_id)):
+                    continue
+                signed = common_pb2.SignedTaskGrant(grant=logged.grant, key_id=logged.key_id,
+                                                    signature=logged.signature or self.signer.key.sign(logged.grant))
+                self.grant_signatures.add(signed.signature)
+                found.append(signed)
         return found
 
     def invoke(self, who: transport.TlsFiles | spiffe.SpiffeId, grant: common_pb2.SignedTaskGrant | None,
@@ -581,20 +569,10 @@ def lms_trainings(tenant: str, worker_id: str) -> list[dict[str, Any]]:
 
 
 def task_grants(mesh: Mesh, ex: sup_pb2.Execution) -> dict[str, common_pb2.SignedTaskGrant]:
-    """The grant each agent got for its task in an execution: captured from the log where it keeps them,
-    else signed as the supervisor signed it (same execution, task, user and the task's resources)."""
+    """The grant each agent got for its (last) task in an execution, captured from the log."""
     out: dict[str, common_pb2.SignedTaskGrant] = {}
     for node in ex.graph.nodes:
         captured = mesh.captured_grants(ex.execution_id, node.target_agent_id)
-        if captured:
-            out[node.target_agent_id] = captured[-1]
-            continue
-        permit = world_permit(ex.tenant_id, ex.graph.nodes[0].input["permit_id"])
-        workers = [f"worker:{w['id']}" for w in permit["workers"]]
-        caps = {"training-agent": ["training.getStatus"], "risk-agent": ["risk.evaluate", "workPermit.get"],
-                "compliance-agent": ["compliance.getChecklist", "workPermit.get"]}.get(node.target_agent_id,
-                                                                                        ["workPermit.get"])
-        out[node.target_agent_id] = mesh.grant(
-            spiffe.agent(node.target_agent_id), caps, [f"permit:{permit['id']}", *workers], user=ex.user_id,
-            tenant=ex.tenant_id, execution_id=ex.execution_id)
+        assert captured, f"no grant of {node.target_agent_id} in the log of {ex.execution_id}"
+        out[node.target_agent_id] = captured[-1]
     return out

@@ -11,7 +11,6 @@ every audit record (read as an operator) and every refusal received.
 from __future__ import annotations
 
 import base64
-from pathlib import Path
 
 import grpc
 import pytest
@@ -97,9 +96,8 @@ def _private_keys(mesh: Mesh) -> dict[str, str]:
     return keys
 
 
-def _lms_token(mesh: Mesh) -> str | None:
-    path = getattr(mesh.cfg.mesh_home, "lms_admin_token", None)
-    return Path(path).read_text().strip() if path and Path(path).is_file() else None
+def _lms_token(mesh: Mesh) -> str:
+    return mesh.cfg.mesh_home.lms_admin_token.read_text().strip()
 
 
 def _needles(mesh: Mesh) -> tuple[dict[str, str], dict[str, bytes]]:
@@ -119,9 +117,7 @@ def _needles(mesh: Mesh) -> tuple[dict[str, str], dict[str, bytes]]:
             text[f"grant signature #{i} ({form[:6]}…)"] = form
     for i, token in enumerate(sorted(mesh.confirmation_tokens)):
         text[f"confirmation token #{i}"] = token
-    lms = _lms_token(mesh)
-    if lms:
-        text["the LMS admin token"] = lms
+    text["the LMS admin token"] = _lms_token(mesh)
     return text, raw
 
 

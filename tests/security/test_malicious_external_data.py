@@ -14,7 +14,6 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -81,8 +80,7 @@ def test_suspicious_lms_records_never_count_as_valid_training(mesh: Mesh, permit
 def lms(mesh: Mesh) -> Iterator[Any]:
     """The sandbox LMS's admin endpoint, used with its token (found through the mesh home), faults cleared after."""
     home = mesh.cfg.mesh_home
-    token_file = getattr(home, "lms_admin_token", None)
-    token = Path(token_file).read_text().strip() if token_file and Path(token_file).is_file() else None
+    token = home.lms_admin_token.read_text().strip()
 
     def admin(method: str, body: dict[str, Any] | None = None, *, bearer: str | None = token) -> int:
         req = urllib.request.Request(f"{mesh.addresses['lms']}/admin/faults", method=method,

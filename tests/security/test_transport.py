@@ -91,8 +91,8 @@ def test_operator_certificate_of_a_foreign_ca_is_refused(mesh: Mesh) -> None:
 def test_expired_operator_certificate_of_the_mesh_ca_is_refused(mesh: Mesh) -> None:
     target, since = _target(), mesh.marker()
     now = dt.datetime.now(dt.UTC)
-    expired = mesh.minted("expired-operator", mesh.mesh_ca(), str(OPERATOR), not_before=now - dt.timedelta(hours=3),
-                          not_after=now - dt.timedelta(hours=1))
+    expired = mesh.issue_unchecked("expired-operator", str(OPERATOR), not_before=now - dt.timedelta(hours=3),
+                                   validity=dt.timedelta(hours=2))
     got = mesh.refused(lambda: mesh.policy(expired).SetKillSwitch(_switch(target), timeout=5))
     assert got.code == grpc.StatusCode.UNAVAILABLE, got
     assert not _in_force(mesh, target)
@@ -115,7 +115,7 @@ def test_operator_leaf_of_a_sub_ca_signed_by_the_mesh_ca_is_refused(mesh: Mesh) 
 
 def test_several_uri_sans_give_no_identity(mesh: Mesh) -> None:
     target, since = _target(), mesh.marker()
-    two = mesh.minted("two-sans", mesh.mesh_ca(), str(PLATFORM), extra_uris=[str(OPERATOR)])
+    two = mesh.issue_unchecked("two-sans", str(PLATFORM), extra_uri_sans=(str(OPERATOR),))
     got = mesh.refused(lambda: mesh.policy(two).SetKillSwitch(_switch(target), timeout=5))
     assert (got.code, got.reason) == (grpc.StatusCode.UNAUTHENTICATED, "NO_PEER_IDENTITY"), got
     assert not _in_force(mesh, target)
