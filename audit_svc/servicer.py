@@ -15,6 +15,10 @@ protobuf. This module decides what an entry *is*:
   signer's key is refused (``PRINCIPAL_INVALID``), so the log holds only
   delegation chains :func:`grant_check` accepts: nothing a caller sends can
   make ``audit verify`` fail;
+* the log keeps no grant signature (a signed grant is a credential): once
+  verified, each grant is stored with its body and key id but without its
+  signature (:func:`strip_signatures`); ``verify`` checks such a chain's
+  links and keys, and still checks the signatures of older records;
 * an agent identity may append ACCESS_DENIED records only (the refusals at
   its own door); anything else is PERMISSION_DENIED, and that refusal is
   recorded too;
@@ -103,7 +107,7 @@ def _decoded(request: _T | Undecodable, field: str) -> _T:
     if isinstance(request, Undecodable):
         raise errors.InvalidArgument(
             f"the request is not a valid {request.message}: {request.error}",
-            reason="MALFORMED_REQUEST", field=field)
+            reason="REQUEST_UNDECODABLE", field=field, metadata={"type": request.message})
     return request
 
 
@@ -203,18 +207,64 @@ def decode_record(entry: bytes) -> pb.AuditRecord:
 
 
 def chain_problem(record: pb.AuditRecord, trusted_grant_keys: Mapping[str, Ed25519PublicKey]) -> str | None:
-    """What is wrong with a record's delegation chain (signatures, links, never widening), or None.
+    """What is wrong with a record's delegation chain, or None.
 
-    Expiry is not checked: a record is about a moment that has passed.
+    A link that still carries its signature must verify against a trusted key;
+    a link stored without it (the log keeps no grant signature, see
+    :func:`strip_signatures`) must name a trusted key. Either way each link
+    must derive from the one before it, keep its tenant and user, and never
+    widen the capabilities or resources (the rules of
+    :func:`agentmesh.grants.verify_chain`). Expiry is not checked: a record
+    is about a moment that has passed.
     """
     chain = list(record.principal.grants)
     if not chain:
         return None
     try:
-        grants.verify_chain(chain, trusted_grant_keys, check_expiry=False)
+        if all(signed.signature for signed in chain):
+            grants.verify_chain(chain, trusted_grant_keys, check_expiry=False)
+        else:
+            _check_links(chain, trusted_grant_keys)
     except grants.GrantInvalid as err:
         return f"{err} ({err.reason})"
     return None
+
+
+def _check_links(chain: Sequence[common_pb2.SignedTaskGrant], trusted: Mapping[str, Ed25519PublicKey]) -> None:
+    """``grants.verify_chain`` for a chain some of whose signatures were taken out when it was recorded."""
+    parent: common_pb2.TaskGrant | None = None
+    for i, signed in enumerate(chain):
+        try:
+            if signed.signature:
+                grant = grants.verify(signed, trusted, check_expiry=False)
+            elif signed.key_id not in trusted:
+                raise grants.GrantInvalid(f"grant signed by an unknown key {signed.key_id!r}", "GRANT_UNKNOWN_KEY")
+            else:
+                grant = grants.decode(signed)
+        except grants.GrantInvalid as err:
+            raise grants.GrantInvalid(f"delegation chain link {i}: {err}", err.reason) from err
+        if parent is not None:
+            if grant.parent_grant_id != parent.grant_id:
+                raise grants.GrantInvalid(f"delegation chain link {i} does not derive from link {i - 1}",
+                                          "CHAIN_BROKEN")
+            if grant.tenant_id != parent.tenant_id or grant.user_id != parent.user_id:
+                raise grants.GrantInvalid(f"delegation chain link {i} changes tenant or user", "CHAIN_BROKEN")
+            if not set(grant.capabilities) <= set(parent.capabilities):
+                raise grants.GrantInvalid(f"delegation chain link {i} widens the capabilities", "CHAIN_WIDENED")
+            if not set(grant.resources) <= set(parent.resources):
+                raise grants.GrantInvalid(f"delegation chain link {i} widens the resources", "CHAIN_WIDENED")
+        parent = grant
+
+
+def strip_signatures(record: pb.AuditRecord) -> None:
+    """Takes every grant signature out of a record: a signed grant is a credential, the log keeps none.
+
+    What the grant said (its body, with its id, issuer, audience and key id)
+    stays, and so does the proof that it was genuine: the audit service
+    verified the signature before the record entered the log.
+    """
+    for signed in record.principal.grants:
+        signed.signature = b""
 
 
 def record_check(index: int, entry: bytes) -> str | None:
@@ -353,13 +403,18 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
         _validate(record)
         _check_recorder(record, recorded_by)
         if self._grant_keys is not None:
-            problem = chain_problem(record, self._grant_keys)
+            # Audit verifies every signature itself before it takes a chain (and then
+            # keeps none): a link sent without its signature cannot be verified here.
+            unsigned = next((i for i, g in enumerate(record.principal.grants) if not g.signature), None)
+            problem = (f"delegation chain link {unsigned}: a signed task grant is required (GRANT_MISSING)"
+                       if unsigned is not None else chain_problem(record, self._grant_keys))
             if problem is not None:
                 raise errors.InvalidArgument(
                     f"record.principal: the delegation chain does not verify: {problem}",
                     reason="PRINCIPAL_INVALID", field="record.principal")
         rec = pb.AuditRecord()
         rec.CopyFrom(record)
+        strip_signatures(rec)
         rec.recorded_by = recorded_by
         rec.record_id = str(uuid.uuid4())
         rec.recorded_at.FromMicroseconds(self._clock())

@@ -155,3 +155,56 @@ def test_the_cli_lists_every_problem_and_exits_non_zero(log_file: tuple[Path, Ch
     assert not data["ok"] and data["counts"] == {"grant_chain": 1, "tampering": 1}
     assert [(p["reason"], p["index"], p["kind"]) for p in data["problems"]] == [
         ("GRANT_CHAIN_INVALID", bad_chain, "grant_chain"), ("LEAF_HASH_MISMATCH", tampered, "tampering")]
+
+
+def test_the_log_keeps_no_grant_signature_and_still_verifies(log_file: tuple[Path, CheckpointSigner,
+                                                                            Callable[[], AuditLog]]) -> None:
+    path, signer, open_log = log_file
+    audit_log = open_log()
+    servicer = AuditServicer(audit_log, trusted_grant_keys=TRUSTED)
+    principal = _principal("e-1")
+    servicer.append(_record("e-1", principal=principal), recorded_by=CAPABILITY)
+    # A link sent without its signature cannot be verified: refused, not stored.
+    unsigned = common_pb2.AgentPrincipal()
+    unsigned.CopyFrom(principal)
+    unsigned.grants[0].signature = b""
+    with pytest.raises(errors.InvalidArgument) as info:
+        servicer.append(_record("e-2", principal=unsigned), recorded_by=CAPABILITY)
+    assert info.value.reason == "PRINCIPAL_INVALID" and "GRANT_MISSING" in info.value.message
+    audit_log.close()
+
+    with sqlite3.connect(path) as db:
+        [(entry,)] = db.execute("SELECT entry FROM entries").fetchall()
+    stored = pb.AuditRecord.FromString(entry)
+    assert [g.signature for g in stored.principal.grants] == [b""]
+    assert [(g.grant, g.key_id) for g in stored.principal.grants] == [
+        (g.grant, g.key_id) for g in principal.grants]
+    assert principal.grants[0].signature not in entry
+    report = verify_log(path, signer.public_key, origin=signer.origin, entry_check=record_check,
+                        grant_check=grant_check(TRUSTED), attribute_check=attribute_check)
+    assert report.ok, report.summary()
+    # Offline, a stored chain is still held to its keys and links.
+    other_key = {"someone-else": Ed25519PrivateKey.generate().public_key()}
+    assert [p.reason for p in verify_log(path, signer.public_key, grant_check=grant_check(other_key)).problems] == [
+        "GRANT_CHAIN_INVALID"]
+
+
+def test_a_stored_chain_that_widens_is_reported(log_file: tuple[Path, CheckpointSigner,
+                                                                Callable[[], AuditLog]]) -> None:
+    path, signer, open_log = log_file
+    audit_log = open_log()
+    signer_ = grants.GrantSigner(GRANT_KEY)
+    first = _principal("e-1").grants[0]
+    wider = signer_.issue(issuer=AGENT, audience=AGENT, execution_id="e-1", task_id="t-1", tenant_id="acme",
+                          user_id="alice", assertion_digest="sha256:0",
+                          capabilities=["training.getStatus", "workPermit.release"],
+                          parent_grant_id=grants.decode(first).grant_id)
+    principal = common_pb2.AgentPrincipal(agent_id="training-agent", grants=[first, wider])
+    with pytest.raises(errors.InvalidArgument):  # what a checking audit does
+        AuditServicer(audit_log, trusted_grant_keys=TRUSTED).append(_record("e-1", principal=principal),
+                                                                    recorded_by=CAPABILITY)
+    AuditServicer(audit_log).append(_record("e-1", principal=principal), recorded_by=CAPABILITY)  # one that did not
+    audit_log.close()
+    report = verify_log(path, signer.public_key, grant_check=grant_check(TRUSTED))
+    assert [(p.reason, p.kind) for p in report.problems] == [("GRANT_CHAIN_INVALID", "grant_chain")]
+    assert "CHAIN_WIDENED" in report.problems[0].detail

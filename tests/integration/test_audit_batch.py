@@ -63,7 +63,13 @@ def test_one_bad_record_refuses_the_whole_batch(mesh_config: MeshConfig, audit: 
     with pytest.raises(grpc.RpcError) as info:
         stub.AppendRecords(pb.AppendRecordsRequest())
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert operator.GetCheckpoint(pb.GetCheckpointRequest()).checkpoint.tree_size == before
+    # None of the batch was appended; the two refusals were, by audit itself.
+    after = operator.GetCheckpoint(pb.GetCheckpointRequest()).checkpoint.tree_size
+    assert after == before + 2
+    since = pb.QueryRecordsRequest(page_token=str(before - 1) if before else "")
+    refusals = [r for page in operator.QueryRecords(since) for r in page.records]
+    assert [(r.event_type, r.reason_codes[0], r.recorded_by) for r in refusals] == [
+        (pb.AUDIT_EVENT_TYPE_ACCESS_DENIED, "MISSING_FIELD", str(spiffe.service("audit")))] * 2
 
 
 def test_agents_may_not_append_in_bulk_either(mesh_config: MeshConfig, audit: RoleProcess) -> None:

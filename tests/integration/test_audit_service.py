@@ -220,7 +220,7 @@ def _oversized() -> pb.AppendRecordRequest:
      "FIELD_INVALID_CHARACTERS"),
     (_oversized(), "record", "RECORD_TOO_LARGE"),
     # Not an AppendRecordRequest at all: a string field holding invalid UTF-8.
-    (b"\x0a\x05\x52\x03\xff\xfe\xfd", "record", "MALFORMED_REQUEST"),
+    (b"\x0a\x05\x52\x03\xff\xfe\xfd", "record", "REQUEST_UNDECODABLE"),
 ], ids=["no-record", "no-event-type", "unknown-event-type", "unknown-outcome", "confidence", "long-id", "nul",
         "oversized", "undecodable"])
 def test_bad_records_are_invalid_argument_and_append_nothing(
