@@ -8,8 +8,10 @@
     reads ``HOME/data/audit.db`` (or ``--db``) with only the public key:
     recomputes every leaf and subtree hash, checks every stored checkpoint's
     signature and their mutual consistency, that each record is an
-    AuditRecord at its own index, that its delegation chain's grants verify
-    against the grant signer's key, and that the query index files every
+    AuditRecord at its own index, that its delegation chain holds against
+    the grant signer's key (the log keeps no grant signature: audit verified
+    them at append; verify checks the key ids and links, and the signatures
+    of older records that still carry them), and that the query index files every
     record under its own ids. Every problem is reported (a bad record does
     not hide a later one), each as tampering (hashes, roots, checkpoints,
     indexes do not match) or as a delegation chain that does not verify;
