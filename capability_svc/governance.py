@@ -257,8 +257,11 @@ class GovernedInvoker:
 
         # 3. The grant names the resource (an empty list names none: fail closed).
         # Checked before anything looks the resource up, so the answer is the
-        # same whether it exists, is another tenant's or is missing.
-        if resource not in grant.resources:
+        # same whether it exists, is another tenant's or is missing. A grant
+        # naming its own tenant ("tenant:acme") is a task that searches the
+        # tenant: it may read what it finds there, never change it.
+        reads_tenant = not call.mutates and f"tenant:{grant.tenant_id}" in grant.resources
+        if resource not in grant.resources and not reads_tenant:
             raise self._refuse(errors.PermissionDenied(
                 f"the grant does not name the resource {resource}", reason="GRANT_RESOURCE_NOT_LISTED",
                 metadata={"field": call.resource_field}), req, grant, principal=principal, resource=resource,

@@ -387,3 +387,18 @@ def test_a_read_is_withheld_without_its_records(mesh: Mesh) -> None:
     mesh.audit.failing.add(audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME)
     err = mesh.refused("workPermit.get", permit_id="WP-10231")
     assert (err.code, err.reason) == (grpc.StatusCode.UNAVAILABLE, "AUDIT_UNAVAILABLE")
+
+
+def test_a_task_that_searches_its_tenant_may_read_what_it_finds_there_never_change_it(mesh: Mesh) -> None:
+    grant = mesh.grant(resources=["tenant:acme"])
+    assert mesh.call(mesh.request("workPermit.get", grant=grant, permit_id="WP-10232")).output["permit_id"] == "WP-10232"
+    before = mesh.permit("WP-10235")
+    err = mesh.refusal(mesh.request("workPermit.release", grant=grant, permit_id="WP-10235", reason="all good"))
+    assert err.reason == "GRANT_RESOURCE_NOT_LISTED"
+    assert mesh.permit("WP-10235") == before
+
+
+def test_naming_another_tenant_reads_nothing_of_it(mesh: Mesh) -> None:
+    err = mesh.refusal(mesh.request("workPermit.get", grant=mesh.grant(resources=["tenant:globex"]),
+                                    permit_id="WP-10231"))
+    assert err.reason == "GRANT_RESOURCE_NOT_LISTED"
