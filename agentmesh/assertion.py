@@ -17,6 +17,7 @@ from typing import Any
 import jwt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from agentmesh import validation
 from agentmesh.v1 import common_pb2
 
 DEV_ISSUER = "https://idp.agentmesh.local"
@@ -112,6 +113,15 @@ def verify(token: str, key: Ed25519PublicKey, *, issuer: str = DEV_ISSUER) -> Us
         raise AssertionInvalid("user assertion has no tenant claim", "ASSERTION_NO_TENANT")
     if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
         raise AssertionInvalid("user assertion roles must be a list of strings")
+    # Every claim becomes an id of the mesh (in grants, policy requests, audit
+    # records): one that is not a valid id is refused here, not further on.
+    named = [("tenant", tenant), ("sub", claims["sub"]), ("sid", claims.get("sid", "")),
+             ("cid", claims.get("cid", "")), *((f"roles[{i}]", r) for i, r in enumerate(roles))]
+    for name, value in named:
+        required = name in ("tenant", "sub") or name.startswith("roles")
+        if not isinstance(value, str) or (required and not value) or (
+                value and validation.value_problem(name, value, "id") is not None):
+            raise AssertionInvalid(f"user assertion claim {name} is not a valid id", cause="ClaimInvalid")
     return UserIdentity(
         tenant_id=tenant,
         user_id=str(claims["sub"]),

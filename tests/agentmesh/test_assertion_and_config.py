@@ -43,6 +43,25 @@ def test_bad_assertions_are_refused(case: str, reason: str) -> None:
     assert info.value.reason == reason
 
 
+@pytest.mark.parametrize("claims", [
+    {"tenant": "acme\u0000"}, {"sub": "alice bob"}, {"sub": ""}, {"sub": 7}, {"sid": "x" * 200},
+    {"cid": "conv\n1"}, {"roles": ["viewer", "admin;drop"]}, {"roles": [""]}, {"tenant": "a" * 129},
+], ids=["nul-tenant", "space-sub", "empty-sub", "int-sub", "long-sid", "newline-cid", "bad-role", "empty-role",
+        "long-tenant"])
+def test_a_signed_assertion_whose_claims_are_not_ids_is_refused(claims: dict[str, object]) -> None:
+    key = Ed25519PrivateKey.generate()
+    token = assertion.issue(key, tenant_id="acme", user_id="alice", roles=["viewer"])
+    body = jwt.decode(token, options={"verify_signature": False})
+    body.update(claims)
+    forged = jwt.encode(body, key, algorithm="EdDSA")
+    with pytest.raises(assertion.AssertionInvalid) as info:
+        assertion.verify(forged, key.public_key())
+    # PyJWT itself refuses a non-string subject; every other case is the mesh's own check.
+    assert info.value.reason == "ASSERTION_INVALID"
+    assert info.value.cause == ("InvalidSubjectError" if claims == {"sub": 7} else "ClaimInvalid")
+    assert "\u0000" not in str(info.value) and "drop" not in str(info.value)
+
+
 def test_config_precedence_defaults_file_env_flags(tmp_path: Path) -> None:
     cfg_file = tmp_path / "c.yaml"
     cfg_file.write_text("host: 127.0.0.2\ncall_timeout_s: 3\nports: {policy: 9000}\n")
