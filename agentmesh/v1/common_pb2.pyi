@@ -492,14 +492,16 @@ class TaskGrant(_message.Message):
     def __init__(self, grant_id: _Optional[str] = ..., execution_id: _Optional[str] = ..., task_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., assertion_digest: _Optional[str] = ..., issuer: _Optional[str] = ..., audience: _Optional[str] = ..., capabilities: _Optional[_Iterable[str]] = ..., projection_digest: _Optional[str] = ..., depth: _Optional[int] = ..., issued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., actor_type: _Optional[_Union[ActorType, str]] = ..., roles: _Optional[_Iterable[str]] = ..., session_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., parent_grant_id: _Optional[str] = ..., confirmed_action_digest: _Optional[str] = ..., confirmation_id: _Optional[str] = ..., human_approval_id: _Optional[str] = ..., human_approver_id: _Optional[str] = ..., resources: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SignedTaskGrant(_message.Message):
-    __slots__ = ("grant", "signature", "key_id")
+    __slots__ = ("grant", "signature", "key_id", "record_signature")
     GRANT_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    RECORD_SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     grant: bytes
     signature: bytes
     key_id: str
-    def __init__(self, grant: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., key_id: _Optional[str] = ...) -> None: ...
+    record_signature: bytes
+    def __init__(self, grant: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., key_id: _Optional[str] = ..., record_signature: _Optional[bytes] = ...) -> None: ...
 
 class AgentPrincipal(_message.Message):
     __slots__ = ("agent_id", "agent_version", "execution_id", "parent_agent_id", "delegation_chain", "grants")
