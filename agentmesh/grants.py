@@ -4,9 +4,20 @@ A grant names the execution and task, the tenant and user (by assertion
 digest), its audience (the agent's SPIFFE id), the capabilities allowed for the
 task, the resources the task may act on (``"permit:WP-10231"``,
 ``"worker:W-1001"``, ``"tenant:acme"`` for an operation over the whole tenant),
-the context-projection digest, the depth and an expiry. It is signed
-with the supervisor's Ed25519 key over its deterministic protobuf encoding, so
-the capability runtime and anyone reading the audit log can verify it offline.
+the context-projection digest, the depth and an expiry. The supervisor signs
+its deterministic protobuf encoding twice with its Ed25519 key, once per
+purpose (domain separation):
+
+* ``signature`` over the body makes it a credential: the agent presents it
+  and the capability runtime checks it (:func:`verify`);
+* ``record_signature`` over :data:`RECORD_CONTEXT` + body makes it a record:
+  the audit log keeps grants in their :func:`record_form` (no ``signature``),
+  and anyone can verify them offline (:func:`verify_record`), while no record
+  form, and no record signature moved into ``signature``, is ever a grant.
+
+The rules a delegation chain obeys (each link derives from the one before
+it, same tenant and user, never more capabilities or resources) are
+:func:`verify_links`, whichever signature vouches for the links.
 """
 
 from __future__ import annotations
@@ -15,8 +26,9 @@ import datetime as dt
 import hashlib
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -27,6 +39,8 @@ from agentmesh.signing import key_id
 from agentmesh.v1 import common_pb2
 
 DEFAULT_TTL = dt.timedelta(minutes=5)
+RECORD_CONTEXT: Final = b"agentmesh.grant.record.v1\x00"
+"""What a record signature signs before the grant body: it can never verify as a grant signature."""
 
 
 class GrantInvalid(Exception):
@@ -55,9 +69,10 @@ class GrantSigner:
         return key_id(self.key.public_key())
 
     def sign(self, grant: common_pb2.TaskGrant) -> common_pb2.SignedTaskGrant:
-        """Signs a grant body as it is (fill ids and times before calling)."""
+        """Signs a grant body as it is (fill ids and times before calling): as a grant and as a record."""
         body = grant.SerializeToString(deterministic=True)
-        return common_pb2.SignedTaskGrant(grant=body, signature=self.key.sign(body), key_id=self.key_id)
+        return common_pb2.SignedTaskGrant(grant=body, signature=self.key.sign(body), key_id=self.key_id,
+                                          record_signature=self.key.sign(RECORD_CONTEXT + body))
 
     def issue(
         self,
@@ -144,10 +159,12 @@ def verify(
     now: dt.datetime | None = None,
     check_expiry: bool = True,
 ) -> common_pb2.TaskGrant:
-    """Checks the signature against a trusted key and the validity window; returns the body.
+    """Checks the grant signature against a trusted key and the validity window; returns the body.
 
-    ``check_expiry=False`` is for offline audit verification of old records,
-    where the grant was valid when used and has expired since.
+    Only ``signature`` counts: a grant's record form (no ``signature``) is
+    GRANT_MISSING, and a record signature in its place does not verify
+    (GRANT_BAD_SIGNATURE). ``check_expiry=False`` is for chains of grants that
+    were valid when used and may have expired since.
     """
     if not signed.grant or not signed.signature:
         raise GrantInvalid("a signed task grant is required", "GRANT_MISSING")
@@ -168,17 +185,55 @@ def verify(
     return grant
 
 
-def verify_chain(
+def record_form(signed: common_pb2.SignedTaskGrant) -> common_pb2.SignedTaskGrant:
+    """The grant as the audit log keeps it: body, key id and record signature, no grant signature.
+
+    It proves the grant authentic to anyone holding the signer's public key
+    (:func:`verify_record`) and cannot be presented as a grant.
+    """
+    return common_pb2.SignedTaskGrant(grant=signed.grant, key_id=signed.key_id,
+                                      record_signature=signed.record_signature)
+
+
+def verify_record(signed: common_pb2.SignedTaskGrant,
+                  trusted: Mapping[str, Ed25519PublicKey]) -> common_pb2.TaskGrant:
+    """Checks the record signature against a trusted key; returns the body.
+
+    Expiry is not checked: a record is about a moment that has passed. The
+    grant signature, if any, is not looked at. Reasons: GRANT_RECORD_MISSING
+    (no body or no record signature), GRANT_UNKNOWN_KEY,
+    GRANT_BAD_RECORD_SIGNATURE, GRANT_MALFORMED.
+    """
+    if not signed.grant or not signed.record_signature:
+        raise GrantInvalid("a grant with its record signature is required", "GRANT_RECORD_MISSING")
+    key = trusted.get(signed.key_id)
+    if key is None:
+        raise GrantInvalid(f"grant signed by an unknown key {signed.key_id!r}", "GRANT_UNKNOWN_KEY")
+    try:
+        key.verify(signed.record_signature, RECORD_CONTEXT + signed.grant)
+    except InvalidSignature as err:
+        raise GrantInvalid("grant record signature does not verify", "GRANT_BAD_RECORD_SIGNATURE") from err
+    return decode(signed)
+
+
+def verify_links(
     chain: Sequence[common_pb2.SignedTaskGrant],
-    trusted: Mapping[str, Ed25519PublicKey],
-    *,
-    check_expiry: bool = False,
+    open_link: Callable[[common_pb2.SignedTaskGrant], common_pb2.TaskGrant],
 ) -> list[common_pb2.TaskGrant]:
-    """Verifies every link and that each one derives from the one before it."""
+    """The rules of a delegation chain, whatever vouches for each link; returns the bodies.
+
+    ``open_link`` authenticates one link and returns its body (e.g.
+    :func:`verify` or :func:`verify_record` with the trusted keys), raising
+    GrantInvalid. Each link must then derive from the one before it
+    (``parent_grant_id``, CHAIN_BROKEN), keep its tenant and user
+    (CHAIN_BROKEN), and never widen the capabilities or the resources
+    (CHAIN_WIDENED). Links are checked in order; the first problem is raised,
+    its message naming the link.
+    """
     bodies: list[common_pb2.TaskGrant] = []
     for i, signed in enumerate(chain):
         try:
-            grant = verify(signed, trusted, check_expiry=check_expiry)
+            grant = open_link(signed)
         except GrantInvalid as err:
             raise GrantInvalid(f"delegation chain link {i}: {err}", err.reason) from err
         if bodies:
@@ -194,3 +249,21 @@ def verify_chain(
                 raise GrantInvalid(f"delegation chain link {i} widens the resources", "CHAIN_WIDENED")
         bodies.append(grant)
     return bodies
+
+
+def verify_chain(
+    chain: Sequence[common_pb2.SignedTaskGrant],
+    trusted: Mapping[str, Ed25519PublicKey],
+    *,
+    check_expiry: bool = False,
+) -> list[common_pb2.TaskGrant]:
+    """Verifies every link's grant signature and the chain rules (:func:`verify_links`)."""
+    return verify_links(chain, lambda signed: verify(signed, trusted, check_expiry=check_expiry))
+
+
+def verify_record_chain(
+    chain: Sequence[common_pb2.SignedTaskGrant],
+    trusted: Mapping[str, Ed25519PublicKey],
+) -> list[common_pb2.TaskGrant]:
+    """Verifies every link's record signature and the chain rules (:func:`verify_links`), as audit does."""
+    return verify_links(chain, lambda signed: verify_record(signed, trusted))

@@ -105,3 +105,93 @@ def test_chain_never_widens_the_resources(signer: grants.GrantSigner) -> None:
     with pytest.raises(grants.GrantInvalid) as info:
         grants.verify_chain([root, wider], trusted(signer))  # type: ignore[arg-type]
     assert info.value.reason == "CHAIN_WIDENED"
+
+
+# --------------------------------------------------------------- the record form
+
+
+def test_a_grant_is_signed_as_a_grant_and_as_a_record(signer: grants.GrantSigner) -> None:
+    signed = _issue(signer)
+    assert signed.signature and signed.record_signature and signed.signature != signed.record_signature
+    public = signer.key.public_key()
+    public.verify(signed.signature, signed.grant)
+    public.verify(signed.record_signature, grants.RECORD_CONTEXT + signed.grant)
+    assert grants.verify_record(signed, trusted(signer)) == grants.verify(signed, trusted(signer))  # type: ignore[arg-type]
+
+
+def test_the_record_form_keeps_no_grant_signature_and_verifies_offline(signer: grants.GrantSigner) -> None:
+    old = dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)
+    signed = _issue(signer, now=old)
+    record = grants.record_form(signed)
+    assert (record.grant, record.key_id, record.record_signature, record.signature) == (
+        signed.grant, signed.key_id, signed.record_signature, b"")
+    assert signed.signature not in record.SerializeToString()
+    # An expired grant's record still verifies: a record is about a moment that has passed.
+    assert grants.verify_record(record, trusted(signer)).task_id == "t-1"  # type: ignore[arg-type]
+
+
+def test_a_record_form_is_no_grant(signer: grants.GrantSigner) -> None:
+    record = grants.record_form(_issue(signer))
+    with pytest.raises(grants.GrantInvalid) as info:
+        grants.verify(record, trusted(signer))  # type: ignore[arg-type]
+    assert info.value.reason == "GRANT_MISSING"
+    # Nor is a record signature put where the grant signature goes.
+    moved = common_pb2.SignedTaskGrant(grant=record.grant, key_id=record.key_id, signature=record.record_signature)
+    with pytest.raises(grants.GrantInvalid) as info:
+        grants.verify(moved, trusted(signer))  # type: ignore[arg-type]
+    assert info.value.reason == "GRANT_BAD_SIGNATURE"
+    # And a grant signature is no record signature.
+    signed = _issue(signer)
+    swapped = common_pb2.SignedTaskGrant(grant=signed.grant, key_id=signed.key_id, record_signature=signed.signature)
+    with pytest.raises(grants.GrantInvalid) as info:
+        grants.verify_record(swapped, trusted(signer))  # type: ignore[arg-type]
+    assert info.value.reason == "GRANT_BAD_RECORD_SIGNATURE"
+
+
+@pytest.mark.parametrize("mutate, reason", [
+    (lambda s: s.__setattr__("grant", s.grant[:-1] + bytes([s.grant[-1] ^ 1])), "GRANT_BAD_RECORD_SIGNATURE"),
+    (lambda s: s.__setattr__("record_signature", bytes(64)), "GRANT_BAD_RECORD_SIGNATURE"),
+    (lambda s: s.__setattr__("record_signature", b""), "GRANT_RECORD_MISSING"),
+    (lambda s: s.__setattr__("key_id", "someone-else"), "GRANT_UNKNOWN_KEY"),
+])
+def test_a_tampered_record_is_refused(signer: grants.GrantSigner, mutate: object, reason: str) -> None:
+    record = grants.record_form(_issue(signer))
+    mutate(record)  # type: ignore[operator]
+    with pytest.raises(grants.GrantInvalid) as info:
+        grants.verify_record(record, trusted(signer))  # type: ignore[arg-type]
+    assert info.value.reason == reason
+
+
+def test_a_forged_record_is_refused(signer: grants.GrantSigner) -> None:
+    forged = grants.record_form(_issue(grants.GrantSigner(Ed25519PrivateKey.generate())))
+    forged.key_id = signer.key_id
+    with pytest.raises(grants.GrantInvalid) as info:
+        grants.verify_record(forged, trusted(signer))  # type: ignore[arg-type]
+    assert info.value.reason == "GRANT_BAD_RECORD_SIGNATURE"
+
+
+def test_a_recorded_chain_obeys_the_same_rules(signer: grants.GrantSigner) -> None:
+    root = _issue(signer, capabilities=["training.getStatus", "workPermit.get"], resources=["worker:W-1001"])
+    root_id = grants.decode(root).grant_id
+    child = _issue(signer, capabilities=["training.getStatus"], resources=["worker:W-1001"], parent_grant_id=root_id)
+    chain = [grants.record_form(root), grants.record_form(child)]
+    assert len(grants.verify_record_chain(chain, trusted(signer))) == 2  # type: ignore[arg-type]
+    with pytest.raises(grants.GrantInvalid) as info:
+        grants.verify_chain(chain, trusted(signer))  # type: ignore[arg-type]
+    assert info.value.reason == "GRANT_MISSING"
+    for bad, reason in [(_issue(signer, parent_grant_id="grant-other"), "CHAIN_BROKEN"),
+                        (_issue(signer, parent_grant_id=root_id, user_id="mallory"), "CHAIN_BROKEN"),
+                        (_issue(signer, parent_grant_id=root_id, capabilities=["workPermit.release"]),
+                         "CHAIN_WIDENED"),
+                        (_issue(signer, parent_grant_id=root_id, resources=["worker:W-1002"]), "CHAIN_WIDENED")]:
+        for check in (grants.verify_chain, grants.verify_record_chain):
+            links = [root, bad] if check is grants.verify_chain else [grants.record_form(root), grants.record_form(bad)]
+            with pytest.raises(grants.GrantInvalid) as info:
+                check(links, trusted(signer))  # type: ignore[arg-type]
+            assert info.value.reason == reason
+    tampered = grants.record_form(child)
+    tampered.record_signature = bytes(64)
+    with pytest.raises(grants.GrantInvalid) as info:
+        grants.verify_record_chain([chain[0], tampered], trusted(signer))  # type: ignore[arg-type]
+    assert (info.value.reason, str(info.value).startswith("delegation chain link 1:")) == (
+        "GRANT_BAD_RECORD_SIGNATURE", True)
