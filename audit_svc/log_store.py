@@ -27,17 +27,27 @@ disk, and a crash leaves only whole batches (SQLite transactions) behind.
 
 Reads use one SQLite connection per calling thread and only ever look at the
 tree up to the committed size, so they never block on, or see half of, a batch.
+
+A batch that cannot be stored (full disk, I/O error) is refused to its callers,
+and the writer re-reads the committed state and proves it can commit again (a
+small write to ``meta``). If it cannot, the log is *failed*: appends are refused
+at once (``LOG_WRITER_FAILED``) while the writer retries every
+``recovery_interval_s``, and :meth:`AuditLog.health` names the cause; the first
+retry that succeeds puts the log back in service. Reads go on meanwhile: they
+only ever see committed entries.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import queue
 import sqlite3
 import threading
 import time
+import urllib.parse
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -85,6 +95,8 @@ _MAX_ATTRIBUTE_LENGTH: Final = 512
 _MAX_QUERY_LIMIT: Final = 10_000
 _WAL_AUTOCHECKPOINT_PAGES: Final = 20_000
 _ENTRIES_CHUNK: Final = 1_000
+_RETRY_ON_DEMAND_S: Final = 0.1
+"""While failed, an incoming batch triggers a new attempt at most this often (besides the timer)."""
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -158,6 +170,7 @@ def checkpoint_from_row(row: Sequence[Any]) -> Checkpoint:
 
 
 _T = TypeVar("_T")
+_log = logging.getLogger(__name__)
 
 
 def _now_micros() -> int:
@@ -190,6 +203,8 @@ class AuditLogConfig:
     """Bring the query index up to date once this many entries are unindexed ..."""
     index_every_micros: int = 250_000
     """... or once a batch commits this long (monotonic clock) after the last update."""
+    recovery_interval_s: float = 1.0
+    """While the writer is failed, how often it tries again to re-read the log and commit."""
 
     def __post_init__(self) -> None:
         if self.max_batch < 1:
@@ -202,6 +217,8 @@ class AuditLogConfig:
             raise InvalidArgumentError("bad index interval", reason="INDEX_INTERVAL")
         if self.checkpoint_every_entries < 1 or self.checkpoint_every_micros < 0:
             raise InvalidArgumentError("bad checkpoint interval", reason="CHECKPOINT_INTERVAL")
+        if self.recovery_interval_s <= 0:
+            raise InvalidArgumentError("recovery_interval_s must be > 0", reason="RECOVERY_INTERVAL")
 
 
 def _check_attribute(name: str, value: str | None) -> str | None:
@@ -423,6 +440,13 @@ class _CheckpointRequest:
 _Request = _AppendRequest | _CheckpointRequest
 
 
+class _Wake:
+    """Queued to make the writer look at its state (e.g. retry after a failure) without a request."""
+
+
+_WAKE: Final = _Wake()
+
+
 class _ReaderConnection:
     """Owns one thread's read connection; closes it when the thread (and its local) goes."""
 
@@ -491,18 +515,23 @@ class AuditLog:
         self._signer = signer
         self._config = config
         self._closed = False
+        # Set while the writer cannot store anything (see _recover); read by health().
         self._failure: AuditError | None = None
+        self._failed_since = 0.0
+        self._last_recovery = 0.0
+        self._reconnect = False
         self._lock = threading.Lock()
         self._local = threading.local()
         # Weak: a reader connection dies with the thread that opened it.
         self._readers: weakref.WeakSet[_ReaderConnection] = weakref.WeakSet()
-        self._queue: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Request | _Wake | None] = queue.SimpleQueue()
         path.parent.mkdir(parents=True, exist_ok=True)
         self._lock_file = _acquire_lock(path.with_name(path.name + ".lock"))
         try:
             self._wconn = self._connect()
             self._prepare_schema()
             self._frontier, self._latest, self._indexed = self._load_state(self._wconn)
+            self._inode = os.stat(path).st_ino
         except BaseException:
             with contextlib.suppress(Exception):
                 self._wconn.close()
@@ -523,9 +552,14 @@ class AuditLog:
 
     # ------------------------------------------------------------------ setup
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, *, create: bool = True) -> sqlite3.Connection:
         try:
-            conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            if create:
+                conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            else:
+                # Reconnecting: never create an empty file where the log was.
+                conn = sqlite3.connect(f"file:{urllib.parse.quote(str(self._path))}?mode=rw", uri=True,
+                                       isolation_level=None, check_same_thread=False)
             conn.execute(f"PRAGMA busy_timeout = {int(self._config.busy_timeout_ms)}")
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
@@ -733,17 +767,19 @@ class AuditLog:
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosedError("the audit log is closed")
-        if self._failure is not None:
-            raise LogClosedError(
-                f"the audit log stopped after a storage failure: {self._failure}",
-                reason="LOG_WRITER_FAILED",
-            )
 
     def _run_writer(self) -> None:
         stop = False
         previous = 0
         while not stop:
-            first = self._queue.get()
+            if self._failure is not None:
+                try:
+                    first = self._queue.get(timeout=self._config.recovery_interval_s)
+                except queue.Empty:
+                    self._recover()
+                    continue
+            else:
+                first = self._queue.get()
             if previous > 1:
                 # Callers of the last batch were just woken and are about to enqueue
                 # their next append; yielding the GIL once lets them, so the batch
@@ -751,11 +787,11 @@ class AuditLog:
                 time.sleep(0)
             batch: list[_Request] = []
             count = 0
-            item: _Request | None = first
+            item: _Request | _Wake | None = first
             while True:
                 if item is None:
                     stop = True
-                else:
+                elif not isinstance(item, _Wake):
                     batch.append(item)
                     count += len(item.builders) if isinstance(item, _AppendRequest) else 0
                 if count >= self._config.max_batch:
@@ -766,8 +802,13 @@ class AuditLog:
                     break
             previous = len(batch)
             if not batch:
+                if self._failure is not None and not stop:
+                    self._recover(min_interval_s=_RETRY_ON_DEMAND_S)
                 continue
             try:
+                if self._failure is not None and not self._recover(min_interval_s=_RETRY_ON_DEMAND_S):
+                    self._refuse(batch)
+                    continue
                 self._write_batch(batch)
             except BaseException as exc:  # noqa: BLE001 - the writer must never die silently
                 failure = exc if isinstance(exc, AuditError) else StorageError(f"writer failed: {exc!r}")
@@ -780,34 +821,115 @@ class AuditLog:
                 self._write_batch([_CheckpointRequest()], final=True)
 
     def _fail(self, batch: Sequence[_Request], failure: AuditError) -> None:
-        # Re-read the committed state: after an error at COMMIT SQLite may or may not
-        # have kept the batch, and our in-memory frontier must follow the file.
-        try:
-            if self._wconn.in_transaction:
-                self._wconn.execute("ROLLBACK")
-            self._frontier, self._latest, indexed = self._load_state(self._wconn)
-            self._pending_index = []
-            self._indexed = indexed
-            self._size = self._frontier.size
-        except Exception as exc:  # noqa: BLE001
-            with self._lock:
-                self._failure = exc if isinstance(exc, AuditError) else StorageError(str(exc))
+        # Re-read the committed state (after an error at COMMIT SQLite may or may not
+        # have kept the batch, and our in-memory frontier must follow the file) and
+        # prove a commit goes through; if not, the log is failed until one does.
+        # Before answering: a caller told of the failure finds health() saying so.
+        self._recover()
         for req in batch:
             fut = req.future
             if not fut.done():
                 fut.set_exception(failure)
-        if self._failure is not None:
-            self._drain_failed()
 
-    def _drain_failed(self) -> None:
-        # Nothing can be written any more: fail everything already queued.
-        while True:
+    def _refuse(self, batch: Sequence[_Request]) -> None:
+        failure = self._failure
+        for req in batch:
+            if not req.future.done():
+                req.future.set_exception(LogClosedError(
+                    f"the audit log cannot store records: {failure}", reason="LOG_WRITER_FAILED"))
+
+    def _recover(self, *, min_interval_s: float = 0.0) -> bool:
+        """Re-reads the committed state and commits a probe; True if the log can write.
+
+        Runs on the writer thread only. On failure the log is (or stays) failed,
+        and the next attempt starts from a fresh connection.
+        """
+        now = time.monotonic()
+        if now - self._last_recovery < min_interval_s:
+            return False
+        self._last_recovery = now
+        try:
+            if self._reconnect:
+                with contextlib.suppress(sqlite3.Error):
+                    self._wconn.close()
+                self._wconn = self._connect(create=False)
+                self._inode = os.stat(self._path).st_ino
+                self._reconnect = False
+            conn = self._wconn
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            frontier, latest, indexed = self._load_state(conn)
+            self._check_extends(conn, frontier.size)
             try:
-                req = self._queue.get_nowait()
-            except queue.Empty:
-                return
-            if req is not None and not req.future.done():
-                req.future.set_exception(LogClosedError("audit log failed", reason="LOG_WRITER_FAILED"))
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('writer_checked_at', ?)",
+                             (str(_now_micros()),))
+                conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+        except BaseException as exc:  # noqa: BLE001 - whatever it is, the log cannot write
+            if isinstance(exc, sqlite3.Error):
+                failure: AuditError = StorageError(f"cannot commit to {self._path}: {exc}")
+            elif isinstance(exc, AuditError):
+                failure = exc
+            else:
+                failure = StorageError(f"writer recovery failed: {exc!r}")
+            if isinstance(exc, sqlite3.Error | OSError | LogCorruptedError):
+                self._reconnect = True
+            with self._lock:
+                if self._failure is None:
+                    self._failed_since = time.time()
+                    _log.error("audit log %s cannot store records (%s); retrying every %g s", self._path,
+                               failure, self._config.recovery_interval_s)
+                self._failure = failure
+            return False
+        self._frontier, self._latest, self._indexed = frontier, latest, indexed
+        self._size = frontier.size
+        self._pending_index = []
+        with self._lock:
+            if self._failure is not None:
+                _log.warning("audit log %s stores records again (size %d)", self._path, self._size)
+            self._failure = None
+        return True
+
+    def _check_extends(self, conn: sqlite3.Connection, size: int) -> None:
+        """The file must still hold every entry this log committed, unchanged (no rollback, no swap)."""
+        mine = self._size
+        if size < mine or (mine and _TreeReader(conn).range_hash(0, mine) != self._frontier.root()):
+            raise LogCorruptedError(
+                f"{self._path} no longer holds the {mine} entries this log committed (it has {size})",
+                reason="LOG_REPLACED",
+            )
+
+    def health(self) -> str | None:
+        """None while the log can store records; else why not (for the service's health)."""
+        if self._closed:
+            return "the audit log is closed"
+        if not self._writer.is_alive():
+            return "the audit log's writer thread has stopped"
+        try:
+            replaced = os.stat(self._path).st_ino != self._inode
+        except OSError as exc:
+            replaced, detail = True, exc.strerror or str(exc)
+        else:
+            detail = "replaced"
+        if replaced:
+            with self._lock:
+                if self._failure is None and not self._closed:
+                    self._failed_since = time.time()
+                    self._failure = StorageError(f"{self._path} was {detail} while open", reason="LOG_REPLACED")
+                    self._reconnect = True
+                    _log.error("audit log %s was %s while open; refusing appends until it is back", self._path,
+                               detail)
+                    self._queue.put(_WAKE)  # the writer retries from a fresh connection now
+        failure = self._failure
+        if failure is None:
+            return None
+        since = time.strftime("%H:%M:%S", time.localtime(self._failed_since))
+        return (f"audit log writer failed since {since} ({failure.reason}): {failure}; "
+                f"retrying every {self._config.recovery_interval_s:g} s")
 
     def _write_batch(self, batch: Sequence[_Request], *, final: bool = False) -> None:
         cr = self._frontier.copy()
