@@ -200,19 +200,20 @@ def verify_record(signed: common_pb2.SignedTaskGrant,
     """Checks the record signature against a trusted key; returns the body.
 
     Expiry is not checked: a record is about a moment that has passed. The
-    grant signature, if any, is not looked at. Reasons: GRANT_RECORD_MISSING
-    (no body or no record signature), GRANT_UNKNOWN_KEY,
-    GRANT_BAD_RECORD_SIGNATURE, GRANT_MALFORMED.
+    grant signature, if any, is not looked at. The reasons are those of
+    :func:`verify` (GRANT_MISSING: no body or no record signature;
+    GRANT_UNKNOWN_KEY; GRANT_BAD_SIGNATURE; GRANT_MALFORMED); the message
+    says it is the record signature.
     """
     if not signed.grant or not signed.record_signature:
-        raise GrantInvalid("a grant with its record signature is required", "GRANT_RECORD_MISSING")
+        raise GrantInvalid("a grant with its record signature is required", "GRANT_MISSING")
     key = trusted.get(signed.key_id)
     if key is None:
         raise GrantInvalid(f"grant signed by an unknown key {signed.key_id!r}", "GRANT_UNKNOWN_KEY")
     try:
         key.verify(signed.record_signature, RECORD_CONTEXT + signed.grant)
     except InvalidSignature as err:
-        raise GrantInvalid("grant record signature does not verify", "GRANT_BAD_RECORD_SIGNATURE") from err
+        raise GrantInvalid("grant record signature does not verify", "GRANT_BAD_SIGNATURE") from err
     return decode(signed)
 
 

@@ -55,6 +55,7 @@ MAX_BYTES: Final = 16 * 1024
 MAX_BYTES_BY_FIELD: Final[Mapping[str, int]] = {
     # An Ed25519 signature is 64 bytes.
     "agentmesh.v1.SignedTaskGrant.signature": 512,
+    "agentmesh.v1.SignedTaskGrant.record_signature": 512,
 }
 
 ID_CHARACTERS: Final = "A-Z a-z 0-9 . _ ~ : / @ + = -"
