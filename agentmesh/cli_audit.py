@@ -9,10 +9,13 @@
     recomputes every leaf and subtree hash, checks every stored checkpoint's
     signature and their mutual consistency, that each record is an
     AuditRecord at its own index, that its delegation chain holds against
-    the grant signer's key (the log keeps no grant signature: audit verified
-    them at append; verify checks the key ids and links, and the signatures
-    of older records that still carry them), and that the query index files every
-    record under its own ids. Every problem is reported (a bad record does
+    the grant signer's key (``HOME/trust/grant-signer.pub`` or
+    ``--grant-key``): the log keeps grants in their record form, without
+    the grant signature, and verify checks each link's record signature and
+    the chain rules; older records are checked as they were stored (their
+    grant signatures where they kept them, else key ids and links only), and
+    the output says how many chains were checked each way. It also checks
+    that the query index files every record under its own ids. Every problem is reported (a bad record does
     not hide a later one), each as tampering (hashes, roots, checkpoints,
     indexes do not match) or as a delegation chain that does not verify;
     ``--json`` lists them all. Exit 0 when all holds, 1 otherwise.
@@ -92,6 +95,8 @@ class _Verification:
     tree_size: int = 0
     root_hash: bytes = b""
     notes: list[str] = field(default_factory=list)
+    chains: dict[str, int] = field(default_factory=dict)
+    """Delegation chains that verified offline, by how (``audit_svc.servicer.CHAIN_CHECKS``)."""
 
     def fail(self, reason: str, detail: str, index: int | None = None, end_index: int | None = None) -> None:
         from audit_svc.verify import Problem
@@ -123,6 +128,7 @@ class _Verification:
             "root_hash": self.root_hash.hex(),
             "checks": self.checks,
             "notes": self.notes,
+            "chains": self.chains,
             "checkpoint": self.checkpoint.to_dict() if self.checkpoint else None,
             "problems": [p.to_dict() for p in self.problems],
             "counts": self.counts(),
@@ -184,7 +190,7 @@ def _verify_offline(cfg: MeshConfig, args: argparse.Namespace, result: _Verifica
                     saved: list[Checkpoint]) -> None:
     from agentmesh.cli import CliError
     from audit_svc.__main__ import public_key_path
-    from audit_svc.servicer import ORIGIN, attribute_check, grant_check, record_check
+    from audit_svc.servicer import CHAIN_CHECKS, ORIGIN, attribute_check, grant_check, record_check
     from audit_svc.verify import verify_log
 
     db = _db_path(cfg, args)
@@ -193,10 +199,14 @@ def _verify_offline(cfg: MeshConfig, args: argparse.Namespace, result: _Verifica
     pem = _read(Path(args.public_key) if args.public_key else public_key_path(cfg.mesh_home),
                 "the audit public key")
     trusted = _grant_keys(cfg, args)
+    tally: dict[str, int] = {}
     report = verify_log(db, pem, origin=ORIGIN, saved_checkpoints=saved, entry_check=record_check,
-                        grant_check=grant_check(trusted), attribute_check=attribute_check)
+                        grant_check=grant_check(trusted, tally), attribute_check=attribute_check)
     result.tree_size, result.root_hash = report.tree_size, report.root_hash
     result.notes.extend(report.notes)
+    result.chains = {how: tally.get(how, 0) for how in CHAIN_CHECKS}
+    if any(tally.values()):
+        result.checks.append(_chains_line(tally))
     if report.problems:
         result.problems.extend(report.problems)
         return
@@ -206,6 +216,22 @@ def _verify_offline(cfg: MeshConfig, args: argparse.Namespace, result: _Verifica
         f"signed up to {report.signed_size}")
     if result.checkpoint is None:
         result.checkpoint = _newest_stored_checkpoint(db)
+
+
+def _chains_line(tally: dict[str, int]) -> str:
+    """How the delegation chains that verified were checked, e.g. ``delegation chains: 12 verified by ...``."""
+    from audit_svc.servicer import CHAIN_GRANT_SIGNATURES, CHAIN_KEY_IDS, CHAIN_RECORD_SIGNATURES
+
+    def n(how: str) -> int:
+        return tally.get(how, 0)
+
+    parts = [f"{n(CHAIN_RECORD_SIGNATURES)} verified by their grants' record signatures"]
+    if n(CHAIN_GRANT_SIGNATURES):
+        parts.append(f"{n(CHAIN_GRANT_SIGNATURES)} of older records verified by the grant signatures they kept")
+    if n(CHAIN_KEY_IDS):
+        parts.append(f"{n(CHAIN_KEY_IDS)} of older records stored without signatures checked by key ids and "
+                     "links only (audit verified their signatures when it appended them)")
+    return "delegation chains: " + "; ".join(parts)
 
 
 def _newest_stored_checkpoint(db: Path) -> Checkpoint | None:

@@ -14,11 +14,14 @@ protobuf. This module decides what an entry *is*:
 * a record whose ``principal.grants`` do not verify against the grant
   signer's key is refused (``PRINCIPAL_INVALID``), so the log holds only
   delegation chains :func:`grant_check` accepts: nothing a caller sends can
-  make ``audit verify`` fail;
-* the log keeps no grant signature (a signed grant is a credential): once
-  verified, each grant is stored with its body and key id but without its
-  signature (:func:`strip_signatures`); ``verify`` checks such a chain's
-  links and keys, and still checks the signatures of older records;
+  make ``audit verify`` fail. Audit verifies each grant's *record signature*
+  (``agentmesh.grants.verify_record_chain``); a link without one is refused;
+* the log keeps no grant signature (a signed grant is a credential): each
+  grant is stored in its record form (``agentmesh.grants.record_form``:
+  body, key id and record signature, no ``signature``), which proves the
+  grant authentic offline but can never be presented as one. ``verify``
+  checks the record signatures, and older records as they were stored
+  (:func:`chain_check` says how each chain was checked);
 * an agent identity may append ACCESS_DENIED records only (the refusals at
   its own door); anything else is PERMISSION_DENIED, and that refusal is
   recorded too;
@@ -206,65 +209,79 @@ def decode_record(entry: bytes) -> pb.AuditRecord:
     return pb.AuditRecord.FromString(entry)
 
 
-def chain_problem(record: pb.AuditRecord, trusted_grant_keys: Mapping[str, Ed25519PublicKey]) -> str | None:
-    """What is wrong with a record's delegation chain, or None.
+CHAIN_RECORD_SIGNATURES: Final = "record_signatures"
+"""A stored chain every link of which carries its record signature, verified against a trusted key."""
+CHAIN_GRANT_SIGNATURES: Final = "grant_signatures"
+"""A chain of an older record that still carries the grant signatures (before the log kept none): verified."""
+CHAIN_KEY_IDS: Final = "key_ids_and_links"
+"""A chain of an older record stored without any signature: only its key ids and links can be checked."""
+CHAIN_CHECKS: Final = (CHAIN_RECORD_SIGNATURES, CHAIN_GRANT_SIGNATURES, CHAIN_KEY_IDS)
+"""How a stored chain is checked, strongest first; a chain counts as its weakest link."""
 
-    A link that still carries its signature must verify against a trusted key;
-    a link stored without it (the log keeps no grant signature, see
-    :func:`strip_signatures`) must name a trusted key. Either way each link
-    must derive from the one before it, keep its tenant and user, and never
-    widen the capabilities or resources (the rules of
-    :func:`agentmesh.grants.verify_chain`). Expiry is not checked: a record
-    is about a moment that has passed.
+
+@dataclass(frozen=True, slots=True)
+class ChainCheck:
+    """What :func:`chain_check` found of one record's delegation chain."""
+
+    how: str
+    """One of :data:`CHAIN_CHECKS` (the weakest link's), or "" for a record without grants."""
+    problem: str | None = None
+    """What is wrong with the chain, or None."""
+
+
+def _open_stored_link(signed: common_pb2.SignedTaskGrant, trusted: Mapping[str, Ed25519PublicKey],
+                      seen: list[str]) -> common_pb2.TaskGrant:
+    """Authenticates one stored link as well as what it carries allows; notes how in ``seen``."""
+    if signed.record_signature:
+        seen.append(CHAIN_RECORD_SIGNATURES)
+        return grants.verify_record(signed, trusted)
+    if signed.signature:
+        seen.append(CHAIN_GRANT_SIGNATURES)
+        return grants.verify(signed, trusted, check_expiry=False)
+    seen.append(CHAIN_KEY_IDS)
+    if signed.key_id not in trusted:
+        raise grants.GrantInvalid(f"grant signed by an unknown key {signed.key_id!r}", "GRANT_UNKNOWN_KEY")
+    return grants.decode(signed)
+
+
+def chain_check(record: pb.AuditRecord, trusted_grant_keys: Mapping[str, Ed25519PublicKey]) -> ChainCheck:
+    """Checks a stored record's delegation chain offline, and says how.
+
+    A link with its record signature (every record audit stores now) must
+    verify against a trusted key. Older records are checked as they were
+    stored: a link that kept its grant signature must verify; one stored
+    without any signature must name a trusted key. Either way the chain rules
+    hold (``agentmesh.grants.verify_links``: each link derives from the one
+    before it, keeps its tenant and user, never widens the capabilities or
+    resources). Expiry is not checked: a record is about a moment that has
+    passed.
     """
     chain = list(record.principal.grants)
     if not chain:
-        return None
+        return ChainCheck("")
+    seen: list[str] = []
+    problem: str | None = None
     try:
-        if all(signed.signature for signed in chain):
-            grants.verify_chain(chain, trusted_grant_keys, check_expiry=False)
-        else:
-            _check_links(chain, trusted_grant_keys)
+        grants.verify_links(chain, lambda signed: _open_stored_link(signed, trusted_grant_keys, seen))
     except grants.GrantInvalid as err:
-        return f"{err} ({err.reason})"
-    return None
+        problem = f"{err} ({err.reason})"
+    return ChainCheck(max(seen, key=CHAIN_CHECKS.index), problem)
 
 
-def _check_links(chain: Sequence[common_pb2.SignedTaskGrant], trusted: Mapping[str, Ed25519PublicKey]) -> None:
-    """``grants.verify_chain`` for a chain some of whose signatures were taken out when it was recorded."""
-    parent: common_pb2.TaskGrant | None = None
-    for i, signed in enumerate(chain):
-        try:
-            if signed.signature:
-                grant = grants.verify(signed, trusted, check_expiry=False)
-            elif signed.key_id not in trusted:
-                raise grants.GrantInvalid(f"grant signed by an unknown key {signed.key_id!r}", "GRANT_UNKNOWN_KEY")
-            else:
-                grant = grants.decode(signed)
-        except grants.GrantInvalid as err:
-            raise grants.GrantInvalid(f"delegation chain link {i}: {err}", err.reason) from err
-        if parent is not None:
-            if grant.parent_grant_id != parent.grant_id:
-                raise grants.GrantInvalid(f"delegation chain link {i} does not derive from link {i - 1}",
-                                          "CHAIN_BROKEN")
-            if grant.tenant_id != parent.tenant_id or grant.user_id != parent.user_id:
-                raise grants.GrantInvalid(f"delegation chain link {i} changes tenant or user", "CHAIN_BROKEN")
-            if not set(grant.capabilities) <= set(parent.capabilities):
-                raise grants.GrantInvalid(f"delegation chain link {i} widens the capabilities", "CHAIN_WIDENED")
-            if not set(grant.resources) <= set(parent.resources):
-                raise grants.GrantInvalid(f"delegation chain link {i} widens the resources", "CHAIN_WIDENED")
-        parent = grant
+def chain_problem(record: pb.AuditRecord, trusted_grant_keys: Mapping[str, Ed25519PublicKey]) -> str | None:
+    """What is wrong with a stored record's delegation chain, or None (see :func:`chain_check`)."""
+    return chain_check(record, trusted_grant_keys).problem
 
 
-def strip_signatures(record: pb.AuditRecord) -> None:
-    """Takes every grant signature out of a record: a signed grant is a credential, the log keeps none.
+def record_forms(record: pb.AuditRecord) -> None:
+    """Puts every grant of a record in its record form: a signed grant is a credential, the log keeps none.
 
     What the grant said (its body, with its id, issuer, audience and key id)
-    stays, and so does the proof that it was genuine: the audit service
-    verified the signature before the record entered the log.
+    stays, and so does the proof that it is genuine: its record signature,
+    which anyone can verify offline and no one can present as a grant.
     """
     for signed in record.principal.grants:
-        signed.signature = b""
+        signed.CopyFrom(grants.record_form(signed))
 
 
 def record_check(index: int, entry: bytes) -> str | None:
@@ -278,16 +295,26 @@ def record_check(index: int, entry: bytes) -> str | None:
     return None
 
 
-def grant_check(trusted_grant_keys: Mapping[str, Ed25519PublicKey]) -> Callable[[int, bytes], str | None]:
-    """A per-entry check for ``verify_log`` (``grant_check``): the record's delegation chain verifies."""
+def grant_check(trusted_grant_keys: Mapping[str, Ed25519PublicKey],
+                tally: dict[str, int] | None = None) -> Callable[[int, bytes], str | None]:
+    """A per-entry check for ``verify_log`` (``grant_check``): the record's delegation chain verifies.
+
+    With ``tally``, counts the chains that verified by how they were checked
+    (:data:`CHAIN_CHECKS`), so a report can say which were verified by
+    signatures and which by key ids and links only.
+    """
 
     def check(index: int, entry: bytes) -> str | None:
         try:
             record = decode_record(entry)
         except pb_message.DecodeError:
             return None  # record_check reports it
-        problem = chain_problem(record, trusted_grant_keys)
-        return None if problem is None else f"its delegation chain does not verify: {problem}"
+        found = chain_check(record, trusted_grant_keys)
+        if found.problem is not None:
+            return f"its delegation chain does not verify: {found.problem}"
+        if tally is not None and found.how:
+            tally[found.how] = tally.get(found.how, 0) + 1
+        return None
 
     return check
 
@@ -385,7 +412,7 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
         clock_micros: Stamps ``recorded_at``.
         max_record_bytes: Largest encoded record accepted.
         trusted_grant_keys: The grant signer's keys by key id. When given, a record
-            whose ``principal.grants`` do not verify against them is refused
+            whose ``principal.grants`` record signatures do not verify against them is refused
             (INVALID_ARGUMENT ``PRINCIPAL_INVALID``), so the log holds only
             delegation chains ``audit verify`` accepts. None skips the check.
         identity: This service's own identity, which records the refusals it makes.
@@ -402,19 +429,17 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
         """Validates a record and stamps identity, id and time; raises a MeshError if bad."""
         _validate(record)
         _check_recorder(record, recorded_by)
-        if self._grant_keys is not None:
-            # Audit verifies every signature itself before it takes a chain (and then
-            # keeps none): a link sent without its signature cannot be verified here.
-            unsigned = next((i for i, g in enumerate(record.principal.grants) if not g.signature), None)
-            problem = (f"delegation chain link {unsigned}: a signed task grant is required (GRANT_MISSING)"
-                       if unsigned is not None else chain_problem(record, self._grant_keys))
-            if problem is not None:
+        if self._grant_keys is not None and record.principal.grants:
+            # Every link's record signature, the proof the log keeps: a link without one is refused.
+            try:
+                grants.verify_record_chain(list(record.principal.grants), self._grant_keys)
+            except grants.GrantInvalid as err:
                 raise errors.InvalidArgument(
-                    f"record.principal: the delegation chain does not verify: {problem}",
-                    reason="PRINCIPAL_INVALID", field="record.principal")
+                    f"record.principal: the delegation chain does not verify: {err} ({err.reason})",
+                    reason="PRINCIPAL_INVALID", field="record.principal") from err
         rec = pb.AuditRecord()
         rec.CopyFrom(record)
-        strip_signatures(rec)
+        record_forms(rec)
         rec.recorded_by = recorded_by
         rec.record_id = str(uuid.uuid4())
         rec.recorded_at.FromMicroseconds(self._clock())
@@ -501,10 +526,12 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
                                     field=err.field or "")
             except errors.MeshError:
                 log.exception("could not record the refusal of %s to %s", method, caller)
+            errors.recorded(err)
             raise
 
     def record_refusal(self, call: transport.DeniedCall, *, field: str = "") -> None:
         """Appends, as this service, the ACCESS_DENIED record of a refused call."""
+        field = field or call.field
         ids = telemetry.current_ids()
         rec = pb.AuditRecord(
             event_type=pb.AUDIT_EVENT_TYPE_ACCESS_DENIED,
@@ -530,7 +557,8 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
         self.append(rec, recorded_by=str(self._identity), timeout=5.0)
 
     def denial_hook(self, own_identity: spiffe.SpiffeId | None = None) -> transport.DenialHook:
-        """Records every call the caller table refuses here, in this log, as ACCESS_DENIED."""
+        """Records every call refused here that is not recorded yet (caller table, bad input at the
+        edge, a servicer's refusal), in this log, as ACCESS_DENIED."""
         if own_identity is not None:
             self._identity = own_identity
         return self.record_refusal

@@ -9,7 +9,8 @@ read-only, and trusts nothing it has not recomputed:
 2. optional per-entry checks run on every entry whose bytes match their leaf
    hash: ``entry_check`` (the audit service checks that a record is an
    AuditRecord at its own index) and ``grant_check`` (that its delegation
-   chain's grants verify);
+   chain verifies: ``audit_svc.servicer.grant_check`` checks the grants'
+   record signatures, and older records as they were stored);
 3. every stored perfect subtree hash is checked against the two hashes below
    it, and no unexpected subtree rows may exist;
 4. at every checkpoint's size the recomputed root must equal the signed root;

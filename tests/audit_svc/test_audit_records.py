@@ -24,7 +24,16 @@ from agentmesh.v1 import audit_service_pb2 as pb
 from agentmesh.v1 import common_pb2
 from audit_svc.checkpoints import CheckpointSigner
 from audit_svc.log_store import AuditLog, AuditLogConfig
-from audit_svc.servicer import AuditServicer, attribute_check, grant_check, record_check
+from audit_svc.servicer import (
+    CHAIN_GRANT_SIGNATURES,
+    CHAIN_KEY_IDS,
+    CHAIN_RECORD_SIGNATURES,
+    AuditServicer,
+    attribute_check,
+    grant_check,
+    index_attributes,
+    record_check,
+)
 from audit_svc.verify import verify_log
 
 CAPABILITY = str(spiffe.service("capability"))
@@ -164,29 +173,154 @@ def test_the_log_keeps_no_grant_signature_and_still_verifies(log_file: tuple[Pat
     servicer = AuditServicer(audit_log, trusted_grant_keys=TRUSTED)
     principal = _principal("e-1")
     servicer.append(_record("e-1", principal=principal), recorded_by=CAPABILITY)
-    # A link sent without its signature cannot be verified: refused, not stored.
-    unsigned = common_pb2.AgentPrincipal()
-    unsigned.CopyFrom(principal)
-    unsigned.grants[0].signature = b""
-    with pytest.raises(errors.InvalidArgument) as info:
-        servicer.append(_record("e-2", principal=unsigned), recorded_by=CAPABILITY)
-    assert info.value.reason == "PRINCIPAL_INVALID" and "GRANT_MISSING" in info.value.message
+    # The record form (what the log keeps) is accepted too: its record signature is what audit checks.
+    servicer.append(_record("e-1", principal=common_pb2.AgentPrincipal(
+        grants=[grants.record_form(g) for g in principal.grants])), recorded_by=CAPABILITY)
     audit_log.close()
 
     with sqlite3.connect(path) as db:
-        [(entry,)] = db.execute("SELECT entry FROM entries").fetchall()
-    stored = pb.AuditRecord.FromString(entry)
-    assert [g.signature for g in stored.principal.grants] == [b""]
-    assert [(g.grant, g.key_id) for g in stored.principal.grants] == [
-        (g.grant, g.key_id) for g in principal.grants]
-    assert principal.grants[0].signature not in entry
+        entries = [entry for (entry,) in db.execute("SELECT entry FROM entries ORDER BY idx")]
+    for entry in entries:
+        stored = pb.AuditRecord.FromString(entry)
+        assert list(stored.principal.grants) == [grants.record_form(g) for g in principal.grants]
+        assert [g.signature for g in stored.principal.grants] == [b""]
+        assert all(g.record_signature for g in stored.principal.grants)
+        assert principal.grants[0].signature not in entry
+        # What the log keeps can never be presented as a grant.
+        with pytest.raises(grants.GrantInvalid):
+            grants.verify(stored.principal.grants[0], TRUSTED)
+    tally: dict[str, int] = {}
     report = verify_log(path, signer.public_key, origin=signer.origin, entry_check=record_check,
-                        grant_check=grant_check(TRUSTED), attribute_check=attribute_check)
+                        grant_check=grant_check(TRUSTED, tally), attribute_check=attribute_check)
     assert report.ok, report.summary()
-    # Offline, a stored chain is still held to its keys and links.
+    assert tally == {CHAIN_RECORD_SIGNATURES: 2}
+    # Offline, a stored chain is held to the grant signer's key: another key's holder cannot pass it off.
     other_key = {"someone-else": Ed25519PrivateKey.generate().public_key()}
     assert [p.reason for p in verify_log(path, signer.public_key, grant_check=grant_check(other_key)).problems] == [
-        "GRANT_CHAIN_INVALID"]
+        "GRANT_CHAIN_INVALID"] * 2
+    impostor = {signing.key_id(GRANT_KEY.public_key()): Ed25519PrivateKey.generate().public_key()}
+    report = verify_log(path, signer.public_key, grant_check=grant_check(impostor))
+    assert [p.reason for p in report.problems] == ["GRANT_CHAIN_INVALID"] * 2
+    assert "record signature does not verify (GRANT_BAD_SIGNATURE)" in report.problems[0].detail
+
+
+def _with_record_signature(principal: common_pb2.AgentPrincipal, change: str) -> common_pb2.AgentPrincipal:
+    out = common_pb2.AgentPrincipal()
+    out.CopyFrom(principal)
+    link = out.grants[0]
+    if change == "missing":
+        link.record_signature = b""
+    elif change == "tampered":
+        link.record_signature = bytes([link.record_signature[0] ^ 0x01]) + link.record_signature[1:]
+    elif change == "the grant signature":
+        link.record_signature = link.signature
+    elif change == "another key's":
+        link.record_signature = Ed25519PrivateKey.generate().sign(grants.RECORD_CONTEXT + link.grant)
+    return out
+
+
+@pytest.mark.parametrize("change, reason", [
+    ("missing", "GRANT_MISSING"),
+    ("tampered", "GRANT_BAD_SIGNATURE"),
+    ("the grant signature", "GRANT_BAD_SIGNATURE"),
+    ("another key's", "GRANT_BAD_SIGNATURE"),
+])
+def test_a_chain_whose_record_signature_does_not_verify_is_refused(
+        log_file: tuple[Path, CheckpointSigner, Callable[[], AuditLog]], change: str, reason: str) -> None:
+    _, _, open_log = log_file
+    audit_log = open_log()
+    servicer = AuditServicer(audit_log, trusted_grant_keys=TRUSTED)
+    # The grant signature is genuine: it is not what the log keeps, so it vouches for nothing here.
+    bad = _with_record_signature(_principal("e-1"), change)
+    grants.verify_chain(list(bad.grants), TRUSTED)
+    with pytest.raises(errors.InvalidArgument) as info:
+        servicer.append(_record("e-1", principal=bad), recorded_by=CAPABILITY)
+    assert (info.value.reason, info.value.field) == ("PRINCIPAL_INVALID", "record.principal")
+    assert reason in info.value.message and "link 0" in info.value.message
+    assert "record signature" in info.value.message
+    assert audit_log.size() == 0
+
+
+def _append_as_stored(audit_log: AuditLog, record: pb.AuditRecord) -> None:
+    """Appends a record as an older audit service stored it, grants untouched."""
+    record.recorded_by = CAPABILITY
+
+    def build(index: int) -> bytes:
+        record.index = index
+        return record.SerializeToString(deterministic=True)
+
+    audit_log.append(build, index_attributes(record))
+
+
+def test_verify_checks_older_records_as_they_were_stored_and_says_how(
+        log_file: tuple[Path, CheckpointSigner, Callable[[], AuditLog]], tmp_path: Path) -> None:
+    path, signer, open_log = log_file
+    audit_log = open_log()
+    AuditServicer(audit_log, trusted_grant_keys=TRUSTED).append(_record("e-0", principal=_principal("e-0")),
+                                                                recorded_by=CAPABILITY)
+    # Before record signatures: grants kept whole, and later kept without their signature.
+    for i in (1, 2):
+        legacy = _principal(f"e-{i}")
+        for g in legacy.grants:
+            g.record_signature = b""
+        _append_as_stored(audit_log, _record(f"e-{i}", principal=legacy))
+    stripped = _principal("e-3")
+    for g in stripped.grants:
+        g.signature, g.record_signature = b"", b""
+    _append_as_stored(audit_log, _record("e-3", principal=stripped))
+    _append_as_stored(audit_log, _record("e-4"))  # no chain at all
+    audit_log.close()
+
+    tally: dict[str, int] = {}
+    report = verify_log(path, signer.public_key, origin=signer.origin, entry_check=record_check,
+                        grant_check=grant_check(TRUSTED, tally), attribute_check=attribute_check)
+    assert report.ok, report.summary()
+    assert tally == {CHAIN_RECORD_SIGNATURES: 1, CHAIN_GRANT_SIGNATURES: 2, CHAIN_KEY_IDS: 1}
+
+    public = tmp_path / "audit.pub.pem"
+    public.write_text(signer.public_key_pem())
+    grant_pub = tmp_path / "grant-signer.pub"
+    grant_pub.write_bytes(signing.public_pem(GRANT_KEY.public_key()))
+    base = [sys.executable, "-m", "agentmesh.cli", "--home", str(tmp_path / "home"), "audit", "verify", "--offline",
+            "--db", str(path), "--public-key", str(public), "--grant-key", str(grant_pub)]
+    human = subprocess.run(base, capture_output=True, text=True, timeout=60)
+    assert human.returncode == 0, human.stdout + human.stderr
+    assert ("ok    delegation chains: 1 verified by their grants' record signatures; "
+            "2 of older records verified by the grant signatures they kept; "
+            "1 of older records stored without signatures checked by key ids and links only") in human.stdout
+    as_json = subprocess.run([*base, "--json"], capture_output=True, text=True, timeout=60)
+    assert json.loads(as_json.stdout)["chains"] == {
+        CHAIN_RECORD_SIGNATURES: 1, CHAIN_GRANT_SIGNATURES: 2, CHAIN_KEY_IDS: 1}
+
+
+def test_offline_verify_reports_a_tampered_record_signature(
+        log_file: tuple[Path, CheckpointSigner, Callable[[], AuditLog]], tmp_path: Path) -> None:
+    path, signer, open_log = log_file
+    audit_log = open_log()
+    checking = AuditServicer(audit_log, trusted_grant_keys=TRUSTED)
+    for i in range(3):
+        checking.append(_record(f"e-{i}", principal=_principal(f"e-{i}")), recorded_by=CAPABILITY)
+    # One audit service that did not check took a record whose record signature was tampered with.
+    AuditServicer(audit_log).append(_record("e-3", principal=_with_record_signature(_principal("e-3"), "tampered")),
+                                    recorded_by=CAPABILITY)
+    checking.append(_record("e-4", principal=_principal("e-4")), recorded_by=CAPABILITY)
+    audit_log.close()
+
+    public = tmp_path / "audit.pub.pem"
+    public.write_text(signer.public_key_pem())
+    home = tmp_path / "home"
+    (home / "trust").mkdir(parents=True)
+    (home / "trust" / "grant-signer.pub").write_bytes(signing.public_pem(GRANT_KEY.public_key()))  # the default key
+    base = [sys.executable, "-m", "agentmesh.cli", "--home", str(home), "audit", "verify", "--offline",
+            "--db", str(path), "--public-key", str(public)]
+    human = subprocess.run(base, capture_output=True, text=True, timeout=60)
+    assert human.returncode == 1, human.stdout + human.stderr
+    assert "FAIL GRANT_CHAIN_INVALID at record 3" in human.stdout
+    assert "record signature does not verify (GRANT_BAD_SIGNATURE)" in human.stdout
+    assert "delegation chains: 4 verified by their grants' record signatures" in human.stdout
+    data = json.loads(subprocess.run([*base, "--json"], capture_output=True, text=True, timeout=60).stdout)
+    assert [(p["reason"], p["index"], p["kind"]) for p in data["problems"]] == [
+        ("GRANT_CHAIN_INVALID", 3, "grant_chain")]
 
 
 def test_a_stored_chain_that_widens_is_reported(log_file: tuple[Path, CheckpointSigner,
