@@ -8,6 +8,9 @@ taken on trust. :func:`verify_principal` accepts it only if
   (signature; an ancestor's expiry is not checked, since a task may outlive the
   grant it was derived from, but each link must have been issued while its
   parent was valid) — an empty list stands for the request's grant alone;
+* every grant also carries its valid record signature, the proof the audit
+  log keeps of it (``agentmesh.grants.verify_record``): a chain audit would
+  refuse to record is refused here, before anything happens;
 * the chain (at most :data:`MAX_LINKS` grants) starts at a root grant (no ``parent_grant_id``) and ends in the
   request's own grant, byte for byte;
 * each link derives from the one before it (``agentmesh.grants.verify_chain``:
@@ -160,6 +163,7 @@ def verify_principal(
         raise PrincipalInvalid("the delegation chain does not end in the request's grant", "CHAIN_NOT_THIS_GRANT")
     try:
         bodies = grants.verify_chain(chain, trusted, check_expiry=False)
+        grants.verify_record_chain(chain, trusted)
     except grants.GrantInvalid as err:
         raise PrincipalInvalid(str(err), err.reason) from err
     if bodies[0].parent_grant_id:

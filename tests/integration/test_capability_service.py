@@ -183,7 +183,9 @@ def test_a_granted_read_returns_data_with_provenance(cap_mesh: CapabilityMesh) -
     assert records[0].recorded_by == str(spiffe.service("capability"))
     assert list(records[0].principal.delegation_chain) == [
         "user:acme/alice", "svc:supervisor", "agent:work-permit-agent", "capability:workPermit.get"]
-    assert list(records[0].principal.grants) == [grant]
+    # The log keeps the grant's record form: the same body, no grant signature, a record signature that verifies.
+    assert [(g.grant, g.signature) for g in records[0].principal.grants] == [(grant.grant, b"")]
+    grants.verify_record_chain(list(records[0].principal.grants), _grant_keys(cap_mesh))
     assert records[0].policy_decision.policy_version.startswith("sha256:")
 
 
@@ -431,7 +433,8 @@ def test_a_principal_with_a_forged_extra_grant_is_refused_and_the_log_still_veri
     # Only what was verified: the grant's ids, never the principal sent.
     assert all(not r.HasField("principal") and r.tenant_id == "acme" and r.user_id == "alice" for r in refusals)
     invoked = next(r for r in records if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_INVOKED)
-    assert list(invoked.principal.grants) == [grant]
+    assert [(g.grant, g.signature) for g in invoked.principal.grants] == [(grant.grant, b"")]
+    grants.verify_record_chain(list(invoked.principal.grants), _grant_keys(cap_mesh))
     assert list(invoked.principal.delegation_chain) == [*chain, "capability:workPermit.get"]
     # What `agentmesh audit verify` checks of each record's chain holds for every record of the execution.
     keys = _grant_keys(cap_mesh)
