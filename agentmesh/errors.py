@@ -18,12 +18,20 @@ Servers abort with ``google.rpc.Status`` carrying ``google.rpc.ErrorInfo``
 (AIP-193: reason in UPPER_SNAKE_CASE, domain ``agentmesh.local``, metadata
 naming the field). Clients turn an ``RpcError`` back into the same class with
 :func:`from_rpc_error`, so domain code never parses error strings.
+
+Refusals are audited. A status in :data:`REFUSALS` says the caller's request
+was refused — for what it says, for who asks, or for the state it meets — and
+not that something failed. Every one a servicer raises is recorded: the
+transport's interceptor hands it to the denial hook (an ACCESS_DENIED record
+through the durable outbox) unless the service recorded it itself, in which
+case it marks the error with :func:`recorded` so nothing is recorded twice.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
-from typing import ClassVar, NoReturn
+from typing import ClassVar, Final, NoReturn, TypeVar
 
 import grpc
 from google.protobuf import any_pb2
@@ -31,6 +39,17 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 DOMAIN = "agentmesh.local"
+
+REFUSALS: Final = frozenset({
+    grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED,
+    grpc.StatusCode.NOT_FOUND, grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.ABORTED, grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.OUT_OF_RANGE,
+})
+"""The statuses that refuse a request: bad input, no or wrong identity, no authority, nothing
+(visible) to act on, a state that forbids it, a conflicting or replayed request, a limit. Each
+one a servicer answers is audited. Not refusals: the service or a dependency failing
+(UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL, UNKNOWN, DATA_LOSS), an RPC without behaviour
+(UNIMPLEMENTED) and the caller's own cancellation (CANCELLED)."""
 
 
 class MeshError(Exception):
@@ -53,6 +72,8 @@ class MeshError(Exception):
         self.metadata = dict(metadata or {})
         if field:
             self.metadata["field"] = field
+        self.recorded = False
+        """True once the service raising it has audited it itself (see :func:`recorded`)."""
 
     @property
     def field(self) -> str | None:
@@ -165,6 +186,19 @@ _BY_CODE[grpc.StatusCode.CANCELLED] = Aborted
 _BY_CODE[grpc.StatusCode.UNKNOWN] = Internal
 
 
+_E = TypeVar("_E", bound=MeshError)
+
+
+def recorded(error: _E) -> _E:
+    """Marks a refusal the service has audited itself, and returns it (``raise errors.recorded(err)``).
+
+    The transport's interceptor records every refusal a servicer raises
+    (:data:`REFUSALS`) through the denial hook, except those marked here.
+    """
+    error.recorded = True
+    return error
+
+
 ErrorTable = Sequence[tuple[type[Exception], type[MeshError]]]
 """Domain error class → mesh error class, first match wins (subclasses before their bases)."""
 
@@ -187,10 +221,47 @@ def translate(err: Exception, table: ErrorTable) -> MeshError:
     return Internal(message, reason=reason, metadata=metadata)
 
 
+_RECORDED_ABORT: Final = "_agentmesh_abort_recorded"
+_DETAILS_KEY: Final = "grpc-status-details-bin"
+
+
 def abort(context: grpc.ServicerContext, error: MeshError) -> NoReturn:
-    """Ends the RPC with the error's status and ErrorInfo."""
+    """Ends the RPC with the error's status and ErrorInfo.
+
+    The context remembers whether ``error`` was already recorded (:func:`recorded`),
+    so the interceptor does not record it again (:func:`abort_recorded`).
+    """
+    if error.recorded:
+        with contextlib.suppress(AttributeError, TypeError):
+            setattr(context, _RECORDED_ABORT, True)
     context.abort_with_status(rpc_status.to_status(error.to_status()))
     raise AssertionError("unreachable")  # abort_with_status always raises
+
+
+def abort_recorded(context: grpc.ServicerContext) -> bool:
+    """Whether the call was aborted with :func:`abort` and an error marked :func:`recorded`."""
+    return getattr(context, _RECORDED_ABORT, False) is True
+
+
+def aborted_status(context: grpc.ServicerContext) -> tuple[grpc.StatusCode, str, dict[str, str]] | None:
+    """(code, reason, metadata) of a call a servicer ended through ``context.abort`` / ``abort_with_status``.
+
+    None while no error code is set. Reason and metadata are those of the
+    ``ErrorInfo`` in the trailing ``grpc-status-details-bin`` when there is one,
+    else the code's name and nothing.
+    """
+    code = context.code()
+    if code is None or code == grpc.StatusCode.OK:
+        return None
+    for key, value in context.trailing_metadata() or ():
+        if key != _DETAILS_KEY or not isinstance(value, bytes):
+            continue
+        with contextlib.suppress(Exception):  # a servicer's own bytes: whatever they are, not a crash
+            for detail in status_pb2.Status.FromString(value).details:
+                info = error_details_pb2.ErrorInfo()
+                if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR) and detail.Unpack(info):
+                    return code, info.reason or code.name, dict(info.metadata)
+    return code, code.name, {}
 
 
 def from_rpc_error(err: grpc.RpcError) -> MeshError:

@@ -173,7 +173,8 @@ class GovernedInvoker:
                 *, principal: common_pb2.AgentPrincipal | None = None,
                 decision: common_pb2.PolicyDecision | None = None, resource: str = "",
                 details: Sequence[str] = ()) -> errors.MeshError:
-        """Records a refusal in audit (durably, without blocking it) and returns the error to raise.
+        """Records a refusal in audit (durably, without blocking it) and returns the error to raise,
+        marked :func:`~agentmesh.errors.recorded` (the interceptor does not record it again).
 
         ``grant`` and ``principal`` are recorded only once verified (without a
         grant, the ids are those of the call's trace); ``details`` follow the
@@ -200,7 +201,7 @@ class GovernedInvoker:
             )
         except errors.MeshError:
             log.exception("refusal of %s could not be audited", req.capability_id)
-        return err
+        return errors.recorded(err)
 
     # -- the path -------------------------------------------------------------
 
@@ -433,7 +434,7 @@ class GovernedInvoker:
                        else audit_pb2.AUDIT_OUTCOME_FAILURE)
             self._audit.wait(sent)
             self._record_outcome(common, outcome, reasons, "")
-            raise failure from err
+            raise errors.recorded(failure) from err
 
         # 9. Audit the outcome; every record of this call is durable before the answer.
         if call.mutates:

@@ -97,7 +97,8 @@ class SpecialistServicer(pb_grpc.SpecialistServiceServicer):
         try:
             grant = self._admit(request)
         except errors.MeshError as err:
-            self._record_refusal(request, err, transport.caller_id(context))
+            if self._record_refusal(request, err, transport.caller_id(context)):
+                errors.recorded(err)
             raise
         return self._run(request, grant, context)
 
@@ -114,9 +115,10 @@ class SpecialistServicer(pb_grpc.SpecialistServiceServicer):
         self._agent.task_input(task)  # refuse a bad input before waiting or calling anything
         return grant
 
-    def _record_refusal(self, request: pb.RunTaskRequest, err: errors.MeshError, caller: str) -> None:
+    def _record_refusal(self, request: pb.RunTaskRequest, err: errors.MeshError, caller: str) -> bool:
+        """Records the refusal of a task; False when there is no recorder (then the denial hook records it)."""
         if self._audit is None:
-            return
+            return False
         task = request.task
         try:
             self._audit.record_durably(
@@ -127,6 +129,7 @@ class SpecialistServicer(pb_grpc.SpecialistServiceServicer):
                 execution_id=task.execution_id, correlation_id=task.correlation_id)
         except errors.MeshError:
             log.exception("refusal of task %r recorded neither in audit nor in the outbox", task.task_id)
+        return True
 
     def _run(self, request: pb.RunTaskRequest, grant: common_pb2.TaskGrant,
              context: grpc.ServicerContext) -> pb.RunTaskResponse:

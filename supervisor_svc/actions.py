@@ -276,7 +276,7 @@ class ReleaseActions:
         self._dispatch.narrate(audit_pb2.AUDIT_EVENT_TYPE_CONFIRMATION, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
                              execution_id=execution_id, tenant_id=user.tenant_id, user_id=user.user_id,
                              resource=f"permit:{resource_id}", reason_codes=[err.reason, err.message])
-        return err
+        return errors.recorded(err)
 
     @staticmethod
     def validate(req: pb.ConfirmActionRequest) -> None:

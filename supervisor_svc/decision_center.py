@@ -111,8 +111,8 @@ class DecisionCenter:
                                    resource=f"review:{review_id}" if review_id else "decision-center",
                                    reason_codes=["POLICY_UNAVAILABLE", policy_pb2.OperationKind.Name(operation),
                                                  err.reason])
-            raise errors.Unavailable(f"no policy decision, so no review: {err.message}",
-                                     reason="POLICY_UNAVAILABLE") from err
+            raise errors.recorded(errors.Unavailable(f"no policy decision, so no review: {err.message}",
+                                                     reason="POLICY_UNAVAILABLE")) from err
         if decision.effect != common_pb2.POLICY_EFFECT_ALLOW:
             reason = next((_REFUSALS[c] for c in decision.reason_codes if c in _REFUSALS), "POLICY_DENIED")
             self._dispatch.narrate(audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
@@ -121,10 +121,10 @@ class DecisionCenter:
                                    policy_decision=decision,
                                    reason_codes=[reason, policy_pb2.OperationKind.Name(operation),
                                                  *decision.reason_codes])
-            raise errors.PermissionDenied(
+            raise errors.recorded(errors.PermissionDenied(
                 f"the policy engine refused: {', '.join(decision.reason_codes)}", reason=reason,
                 metadata={"decision_id": decision.decision_id, "reason_codes": ",".join(decision.reason_codes),
-                          "field": "user_assertion"})
+                          "field": "user_assertion"}))
         return decision
 
     def _review(self, user: assertion.UserIdentity, review_id: str) -> dc_pb2.ReviewItem:
@@ -140,7 +140,8 @@ class DecisionCenter:
         self._dispatch.narrate(audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
                                tenant_id=user.tenant_id, user_id=user.user_id, resource=f"review:{review_id}",
                                reason_codes=["REVIEW_NOT_FOUND"])
-        return errors.NotFound(f"review {review_id!r} not found", reason="REVIEW_NOT_FOUND", field="review_id")
+        return errors.recorded(errors.NotFound(f"review {review_id!r} not found", reason="REVIEW_NOT_FOUND",
+                                               field="review_id"))
 
     # -- reading -----------------------------------------------------------------
 
@@ -249,10 +250,10 @@ class DecisionCenter:
                     execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=user.user_id,
                     resource=f"review:{item.review_id}", policy_decision=refused.decision,
                     reason_codes=["APPROVAL_NOT_INDEPENDENT", _decision_name(decision), *refused.decision.reason_codes])
-                raise errors.PermissionDenied(
+                raise errors.recorded(errors.PermissionDenied(
                     "this approval does not count: a high-risk action needs a human approver other than the "
                     f"requester ({', '.join(refused.decision.reason_codes)})", reason="APPROVAL_NOT_INDEPENDENT",
-                    metadata={"field": "user_assertion", "reason_codes": ",".join(refused.decision.reason_codes)}) \
+                    metadata={"field": "user_assertion", "reason_codes": ",".join(refused.decision.reason_codes)})) \
                     from refused
             item.status = dc_pb2.REVIEW_STATUS_OVERRIDDEN if override else dc_pb2.REVIEW_STATUS_APPROVED
         elif reject:

@@ -175,7 +175,8 @@ class Orchestrator:
             self._narrate(audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
                           reason_codes=[err.reason, *assertion.rejection_codes(user_assertion, err),
                                         f"caller={caller or 'none'}"])
-            raise errors.Unauthenticated(str(err), reason=err.reason, metadata={"field": "user_assertion"}) from err
+            raise errors.recorded(errors.Unauthenticated(str(err), reason=err.reason,
+                                                         metadata={"field": "user_assertion"})) from err
 
     def _narrate(self, event_type: int, **fields: Any) -> None:
         narrative(self._audit, event_type, **fields)
@@ -184,7 +185,7 @@ class Orchestrator:
         self._narrate(audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
                       reason_codes=[err.reason], tenant_id=user.tenant_id if user else "",
                       user_id=user.user_id if user else "", **fields)
-        return err
+        return errors.recorded(err)
 
     def _find(self, execution_id: str) -> tuple[_Live | None, pb.Execution | None]:
         if not execution_id:

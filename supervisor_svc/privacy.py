@@ -64,7 +64,7 @@ class ExecutionGuard:
                   tenant_id=user.tenant_id, user_id=user.user_id, resource=f"execution:{execution_id}",
                   reason_codes=[err.reason, policy_pb2.OperationKind.Name(operation),
                                 *(decision.reason_codes if decision is not None else [])], **fields)
-        return err
+        return errors.recorded(err)
 
     def require(self, user: assertion.UserIdentity, execution_id: str, execution: pb.Execution | None,
                 operation: int) -> pb.Execution:
