@@ -421,13 +421,28 @@ class AuditRecorder:
         return True
 
     def denial_hook(self) -> transport.DenialHook:
-        """A hook that records every call the interceptor refused (durably: a refusal is never lost)."""
+        """A hook that records every refused call the interceptor hands it (durably: a refusal is never lost).
+
+        Those the interceptor refused itself and those a servicer refused without
+        recording them. ACCESS_DENIED, DENIED, reason codes: the ErrorInfo
+        reason, ``field=<name>`` when it names a field, the caller and the method,
+        ``invalid_id=<name>`` for each baggage id removed for breaking the id
+        rule. Only names and codes: a reason or name that is not plain (letters,
+        digits and ``_ . : [ ] -``, short) is written ``invalid``, never copied.
+        """
+        plain = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:[]-")
+
+        def name(value: str, limit: int) -> str:
+            return value if len(value) <= limit and plain.issuperset(value) else "invalid"
 
         def hook(call: transport.DeniedCall) -> None:
             self.record_durably(
                 audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED,
                 outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
-                reason_codes=[call.reason, f"caller={call.caller or 'none'}", f"method={call.method}"],
+                reason_codes=[name(call.reason, 128) if call.reason else call.code.name,
+                              *([f"field={name(call.field, 256)}"] if call.field else []),
+                              f"caller={call.caller or 'none'}", f"method={call.method}",
+                              *(f"invalid_id={name(i, 128)}" for i in call.invalid_ids)],
             )
 
         return hook

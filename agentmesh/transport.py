@@ -9,7 +9,11 @@ The same interceptor refuses bad input before any servicer code runs, with
 INVALID_ARGUMENT naming the field (:mod:`agentmesh.validation`): request bytes
 that do not decode, unknown enum numbers, strings over their maximum or with
 characters outside their set, and bad mesh ids in ``baggage`` / ``traceparent``.
-Every refusal goes through the denial hook, so it is audited.
+Every refusal goes through the denial hook, so it is audited: the
+interceptor's own, and every refusal a servicer answers (a status in
+:data:`agentmesh.errors.REFUSALS`, raised as a MeshError or through
+``context.abort``) unless the service recorded it itself and said so with
+:func:`agentmesh.errors.recorded`.
 Every outgoing call goes through :func:`secure_channel`, which verifies the
 server by the DNS name derived from its SPIFFE id and puts a deadline on
 every call that has none.
@@ -68,7 +72,8 @@ class TlsFiles:
 
 @dataclass(frozen=True, slots=True)
 class DeniedCall:
-    """A call refused by the interceptor, handed to the denial hook for audit."""
+    """A refused call, handed to the denial hook for audit: refused by the interceptor, or by the
+    servicer with a refusal it did not record itself."""
 
     method: str
     caller: str
@@ -214,14 +219,33 @@ class MeshServerInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
 
     def _deny(
         self, method: str, caller: str, err: errors.MeshError, context: grpc.ServicerContext,
-        dropped: tuple[str, ...] = (),
+        dropped: tuple[str, ...] = (), call: _Call | None = None,
     ) -> NoReturn:
+        if call is not None:
+            call.denied = True
+        self._hand_over(DeniedCall(method, caller, err.code, err.reason, err.field or "", dropped))
+        errors.abort(context, err)
+
+    def _hand_over(self, call: DeniedCall) -> None:
         if self._on_denied is not None:
             try:
-                self._on_denied(DeniedCall(method, caller, err.code, err.reason, err.field or "", dropped))
+                self._on_denied(call)
             except Exception:  # noqa: BLE001 - the refusal stands even if audit fails
-                log.exception("could not record denied call to %s", method)
-        errors.abort(context, err)
+                log.exception("could not record denied call to %s", call.method)
+
+    def _refused(self, method: str, caller: str, err: errors.MeshError) -> None:
+        """A servicer's refusal, to the denial hook unless the service recorded it itself."""
+        if err.code in errors.REFUSALS and not err.recorded:
+            self._hand_over(DeniedCall(method, caller, err.code, err.reason, err.field or ""))
+
+    def _aborted(self, method: str, caller: str, context: grpc.ServicerContext, call: _Call) -> None:
+        """A servicer that ended the call with ``context.abort``: its refusal, to the denial hook."""
+        if call.denied or errors.abort_recorded(context):
+            return  # the interceptor's own refusal of a streamed request, or one the service recorded
+        status = errors.aborted_status(context)
+        if status is not None and status[0] in errors.REFUSALS:
+            code, reason, metadata = status
+            self._hand_over(DeniedCall(method, caller, code, reason, metadata.get("field", "")))
 
     def _enter(self, method: str, context: grpc.ServicerContext) -> str:
         """Admits the caller after checking the ids it sent in ``baggage`` and ``traceparent``.
@@ -240,33 +264,37 @@ class MeshServerInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
             caller = self._admit(method, context, dropped)
             self._deny(method, caller, bad, context, dropped)
 
-    def _check(self, method: str, caller: str, request: Any, context: grpc.ServicerContext) -> None:
+    def _check(self, method: str, caller: str, request: Any, context: grpc.ServicerContext,
+               call: _Call | None = None) -> None:
         """Refuses an undecodable or invalid request before the servicer sees it."""
         if isinstance(request, _Undecodable):
-            self._deny(method, caller, validation.undecodable(request.type_name), context)
+            self._deny(method, caller, validation.undecodable(request.type_name), context, call=call)
         bad = validation.problem(request)
         if bad is not None:
-            self._deny(method, caller, bad, context)
+            self._deny(method, caller, bad, context, call=call)
 
     def _checked(self, method: str, caller: str, requests: Iterator[Any],
-                 context: grpc.ServicerContext) -> Iterator[Any]:
+                 context: grpc.ServicerContext, call: _Call) -> Iterator[Any]:
         for request in requests:
-            self._check(method, caller, request, context)
+            self._check(method, caller, request, context, call)
             yield request
 
     def _unary(self, method: str, behavior: Callable[..., Any], *, streaming: bool) -> Callable[..., Any]:
         def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
             caller = self._enter(method, context)
+            call = _Call()
             if streaming:
-                request = self._checked(method, caller, request, context)
+                request = self._checked(method, caller, request, context, call)
             else:
                 self._check(method, caller, request, context)
             try:
                 return behavior(request, context)
             except errors.MeshError as err:
+                self._refused(method, caller, err)
                 errors.abort(context, err)
             except Exception:
                 if context.code() is not None:  # the servicer aborted on purpose
+                    self._aborted(method, caller, context, call)
                     raise
                 log.exception("unhandled error in %s", method)
                 errors.abort(context, errors.Internal("internal error"))
@@ -277,21 +305,33 @@ class MeshServerInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
                 streaming: bool) -> Callable[..., Any]:
         def wrapped(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
             caller = self._enter(method, context)
+            call = _Call()
             if streaming:
-                request = self._checked(method, caller, request, context)
+                request = self._checked(method, caller, request, context, call)
             else:
                 self._check(method, caller, request, context)
             try:
                 yield from behavior(request, context)
             except errors.MeshError as err:
+                self._refused(method, caller, err)
                 errors.abort(context, err)
             except Exception:
                 if context.code() is not None:
+                    self._aborted(method, caller, context, call)
                     raise
                 log.exception("unhandled error in %s", method)
                 errors.abort(context, errors.Internal("internal error"))
 
         return wrapped
+
+
+class _Call:
+    """Per-call state of the interceptor: whether it refused a streamed request itself (and recorded it)."""
+
+    __slots__ = ("denied",)
+
+    def __init__(self) -> None:
+        self.denied = False
 
 
 class _Undecodable:
