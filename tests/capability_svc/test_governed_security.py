@@ -391,7 +391,8 @@ def test_a_read_is_withheld_without_its_records(mesh: Mesh) -> None:
 
 def test_a_task_that_searches_its_tenant_may_read_what_it_finds_there_never_change_it(mesh: Mesh) -> None:
     grant = mesh.grant(resources=["tenant:acme"])
-    assert mesh.call(mesh.request("workPermit.get", grant=grant, permit_id="WP-10232")).output["permit_id"] == "WP-10232"
+    read = mesh.call(mesh.request("workPermit.get", grant=grant, permit_id="WP-10232"))
+    assert read.output["permit_id"] == "WP-10232"
     before = mesh.permit("WP-10235")
     err = mesh.refusal(mesh.request("workPermit.release", grant=grant, permit_id="WP-10235", reason="all good"))
     assert err.reason == "GRANT_RESOURCE_NOT_LISTED"

@@ -381,7 +381,7 @@ class Mesh:
     def captured_grants(self, execution_id: str, agent_id: str) -> list[common_pb2.SignedTaskGrant]:
         """The grants the supervisor delegated to an agent in an execution, as the agent received them.
 
-        The log keeps each grant's body (and, in older records, its signature); an Ed25519
+        The log keeps each grant's body and record signature (and, in older records, its signature); an Ed25519
         signature is deterministic, so signing the logged body with the supervisor's key
         gives back the very grant the agent got, byte for byte.
         """
@@ -393,7 +393,8 @@ class Mesh:
                 if grants.decode(logged).audience != str(spiffe.agent(agent_id)):
                     continue
                 signed = common_pb2.SignedTaskGrant(grant=logged.grant, key_id=logged.key_id,
-                                                    signature=logged.signature or self.signer.key.sign(logged.grant))
+                                                    signature=logged.signature or self.signer.key.sign(logged.grant),
+                                                    record_signature=logged.record_signature)
                 self.grant_signatures.add(signed.signature)
                 found.append(signed)
         return found
