@@ -15,8 +15,9 @@ interceptor's own, and every refusal a servicer answers (a status in
 ``context.abort``) unless the service recorded it itself and said so with
 :func:`agentmesh.errors.recorded`.
 Every outgoing call goes through :func:`secure_channel`, which verifies the
-server by the DNS name derived from its SPIFFE id and puts a deadline on
-every call that has none.
+server by the DNS name derived from its SPIFFE id, puts a deadline on
+every call that has none, and tries a lost peer again at most a second apart
+(:data:`RECONNECT_OPTIONS`), so a restarted process is reached again at once.
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ log = logging.getLogger(__name__)
 
 PEER_SPIFFE_ID = "peer_spiffe_id"
 DEFAULT_CALL_TIMEOUT_S = 10.0
+RECONNECT_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 1000),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+)
+"""Channel options of :func:`secure_channel`: a lost peer is tried again at most a second apart."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -473,6 +480,10 @@ def secure_channel(
             # The server must present the certificate of the identity we meant to reach.
             ("grpc.ssl_target_name_override", server_id.dns_name),
             ("grpc.default_authority", server_id.dns_name),
+            # A peer that restarts is reached again within about a second: gRPC's own
+            # backoff grows to two minutes between attempts. (min_reconnect_backoff is
+            # the shortest time one connection attempt is given; a closed port fails at once.)
+            *RECONNECT_OPTIONS,
         ],
     )
     provider = telemetry.setup_tracing(os.environ.get("OTEL_SERVICE_NAME", "agentmesh"))
