@@ -10,9 +10,15 @@ In this order, each step failing closed:
 2. the capability is executable and the input passes its JSON Schema;
 3. the grant names the resource the call acts on (``permit:WP-10231``, or
    ``tenant:acme`` for a search); an empty list names none;
+   and the grant is not revoked (its execution was cancelled, or the grant
+   belongs to tasks a supervisor restart orphaned: ``GRANT_REVOKED``);
 4. a mutation carries an idempotency key, held by the principal that first
    used it; a replay by that principal goes through step 5 again and is
-   answered with the first outcome, audited (``IDEMPOTENT_REPLAY``);
+   answered with the first outcome, audited (``IDEMPOTENT_REPLAY``). A key
+   still IN_FLIGHT whose capability process died mid-call is resolved, after
+   step 5 again, by reading the effect back: there → the key is completed with
+   it (``IN_FLIGHT_RESOLVED``, ``EFFECT_PRESENT``); not there → this process
+   takes the claim over and runs the call (``EFFECT_ABSENT``);
 5. PolicyService.Authorize decides, with the user from the grant; a record
    the tenant does not hold (missing or another tenant's) is "not found",
    byte-identical either way;
@@ -60,8 +66,11 @@ from capability_svc.idempotency import (
     IdempotencyInFlight,
     IdempotencyStore,
     KeyHolder,
+    Revocation,
 )
+from capability_svc.internal_runtime import TenantScope
 from capability_svc.invocation import CompensationResult, Execution, InvocationContext, VerificationResult
+from capability_svc.provenance import Authority, Provenance
 from capability_svc.runtime import CapabilityRuntime
 
 log = logging.getLogger(__name__)
@@ -147,6 +156,50 @@ def evidence_of(output: Mapping[str, Any], capability: str) -> list[common_pb2.E
     return [ref]
 
 
+EffectProbe = Callable[[TenantScope, InvocationContext, Mapping[str, Any], dt.datetime], "dict[str, Any] | None"]
+"""Reads a mutation's effect back without its output: the output it would have given, or None if absent."""
+
+
+def _probe_release(scope: TenantScope, ctx: InvocationContext, args: Mapping[str, Any],
+                   now: dt.datetime) -> dict[str, Any] | None:
+    permit = scope.get_permit(str(args["permit_id"]))
+    if permit is None or permit.status != "RELEASED" or permit.released_by != ctx.actor or not permit.released_at:
+        return None  # not released, or released by someone else: this call's effect is not there
+    return {"permit_id": permit.permit_id, "status": "RELEASED", "previous_status": "PENDING_RELEASE",
+            "released_at": permit.released_at, "released_by": permit.released_by,
+            "provenance": Provenance("permit-registry", Authority.OFFICIAL_RECORD, now,
+                                     f"permit/{permit.permit_id}").to_dict()}
+
+
+def _probe_validity(scope: TenantScope, ctx: InvocationContext, args: Mapping[str, Any],
+                    now: dt.datetime) -> dict[str, Any] | None:
+    permit = scope.get_permit(str(args["permit_id"]))
+    if permit is None or permit.valid_until != str(args["valid_until"]) or permit.updated_by != ctx.actor:
+        return None
+    return {"permit_id": permit.permit_id, "valid_from": permit.valid_from, "valid_until": permit.valid_until,
+            # The value it replaced is not kept on the record; the orphaned call's CAPABILITY_INVOKED says it.
+            "previous_valid_until": permit.valid_until, "updated_at": permit.updated_at or "",
+            "updated_by": permit.updated_by or "",
+            "provenance": Provenance("permit-registry", Authority.OFFICIAL_RECORD, now,
+                                     f"permit/{permit.permit_id}").to_dict()}
+
+
+EFFECT_PROBES: dict[str, EffectProbe] = {
+    "workPermit.release": _probe_release,
+    "workPermit.updateValidity": _probe_validity,
+}
+"""How an orphaned IN_FLIGHT key of each mutation is read back; the manifest's verifier then checks
+what was found, as after any write. A mutation without a probe is taken over and run again (its
+preconditions, e.g. PERMIT_ALREADY_RELEASED, refuse a second effect)."""
+
+
+def revoked_error(revocation: Revocation) -> errors.PermissionDenied:
+    """The refusal of a call under a revoked grant."""
+    return errors.PermissionDenied(
+        f"the grants of execution {revocation.execution_id} were revoked ({revocation.reason})",
+        reason="GRANT_REVOKED", metadata={"field": "grant"})
+
+
 class GovernedInvoker:
     """Runs InvokeCapability for one caller, in the order documented above."""
 
@@ -225,6 +278,10 @@ class GovernedInvoker:
             raise self._refuse(errors.PermissionDenied(
                 "the grant was issued to another identity", reason="GRANT_AUDIENCE_MISMATCH",
                 metadata={"field": "grant", "caller": caller}), req, grant)
+        revocation = self._idem.revocation(grant.execution_id) if grant.execution_id else None
+        if revocation is not None and revocation.covers(grant.issued_at.ToDatetime(tzinfo=dt.UTC)):
+            raise self._refuse(revoked_error(revocation), req, grant,
+                               details=[revocation.reason, f"grant_id={grant.grant_id}"])
         # The principal: rebuilt from grants that verify and chain to this one, or refused.
         # Until it verifies nothing of it is recorded, only the verified grant's ids.
         try:
@@ -282,6 +339,8 @@ class GovernedInvoker:
             except cap_errors.CapabilityError as err:
                 raise self._refuse(mesh_error(err), req, grant, principal=principal, resource=resource,
                                    details=[err.cause] if isinstance(err, IdempotencyConflict) else []) from err
+            if claim.orphaned:
+                return self._resolve_orphan(req, grant, call, principal, resource, payload, claim, deadline_s)
             if not claim.new:
                 return self._replay(req, grant, call, principal, resource, payload, claim)
             claimed = True
@@ -386,6 +445,85 @@ class GovernedInvoker:
             raise errors.Unavailable(f"audit unavailable; the stored result is withheld: {err.message}",
                                      reason="AUDIT_UNAVAILABLE") from err
         return first
+
+    def _resolve_orphan(self, req: pb.InvokeCapabilityRequest, grant: common_pb2.TaskGrant, call: PreparedCall,
+                        principal: common_pb2.AgentPrincipal, resource: str, payload: str, claim: Claim,
+                        deadline_s: float | None) -> pb.InvokeCapabilityResponse:
+        """A key IN_FLIGHT whose owner died: after a new ALLOW, the effect is read back and the key ends.
+
+        Effect present (the probe finds it and the manifest's verifier agrees): the key is
+        completed with that outcome and the caller gets it (``replayed``), audited. Absent: this
+        process takes the claim over and runs the call as a first call (its own records).
+        """
+        m = call.manifest
+        decision = self._decide(req, grant, call, principal, resource)
+        common = self._common(grant, principal, call, decision, resource, payload)
+        dead = f"dead_owner={claim.orphaned}"
+        probe = EFFECT_PROBES.get(m.id)
+        found = probe(self._rt.store.scope(grant.tenant_id), call.ctx, call.arguments, self._clock()) if probe else None
+        if found is not None:
+            check = self._rt.executor.verify(call, found)
+            if check.verified:
+                self._rt.registry.validate_output(m, found)
+                output_digest = _digest(found)
+                out_struct = struct_pb2.Struct()
+                out_struct.update(found)
+                completed = Timestamp()
+                completed.FromDatetime(self._clock())
+                resp = pb.InvokeCapabilityResponse(
+                    capability_id=m.id, capability_version=str(m.version), output=out_struct,
+                    evidence=evidence_of(found, m.key), decision=decision, verified=True, completed_at=completed,
+                    replayed=True)
+                try:
+                    self._audit.record(audit_pb2.AUDIT_EVENT_TYPE_VERIFICATION, outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS,
+                                       reason_codes=["IN_FLIGHT_RESOLVED", "EFFECT_PRESENT", check.reason, dead],
+                                       output_digest=output_digest, **common)
+                except errors.MeshError as err:
+                    raise errors.Unavailable(f"audit unavailable; the key stays unresolved: {err.message}",
+                                             reason="AUDIT_UNAVAILABLE") from err
+                self._idem.complete(grant.tenant_id, m.id, req.idempotency_key,
+                                    resp.SerializeToString(deterministic=True), output_digest)
+                self._record_outcome(common, audit_pb2.AUDIT_OUTCOME_SUCCESS,
+                                     ["VERIFIED", "IN_FLIGHT_RESOLVED", "EFFECT_PRESENT"], output_digest)
+                return resp
+        if not self._idem.take_over(grant.tenant_id, m.id, req.idempotency_key, claim.orphaned):
+            raise self._refuse(mesh_error(IdempotencyInFlight(
+                f"the first call with idempotency key {req.idempotency_key!r} is still running",
+                field="idempotency_key")), req, grant, principal=principal, resource=resource)
+        self._record(common, audit_pb2.AUDIT_EVENT_TYPE_VERIFICATION, audit_pb2.AUDIT_OUTCOME_PENDING,
+                     ["IN_FLIGHT_RESOLVED", "EFFECT_ABSENT", dead, "TAKEN_OVER"], "")
+        try:
+            return self._execute(req, grant, call, principal, resource, payload, decision, deadline_s)
+        except BaseException:
+            self._idem.release(grant.tenant_id, m.id, req.idempotency_key)
+            raise
+
+    # -- revocation -------------------------------------------------------------
+
+    def revoke(self, caller: str, req: pb.RevokeExecutionRequest) -> pb.RevokeExecutionResponse:
+        """Revokes an execution's grants (see ``RevokeExecution``); in force before its record is written."""
+        if not req.execution_id:
+            raise errors.InvalidArgument("execution_id is required", reason="MISSING_FIELD",
+                                         metadata={"field": "execution_id"})
+        before = req.issued_before.ToDatetime(tzinfo=dt.UTC) if req.HasField("issued_before") else None
+        now = self._clock()
+        revocation = self._idem.revoke(req.execution_id, before, req.reason or "revoked", now)
+        # A safety stop: in force at once, its record kept durably (outbox) rather than awaited.
+        try:
+            self._audit.record_durably(
+                audit_pb2.AUDIT_EVENT_TYPE_STATUS_CHANGED, outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS,
+                execution_id=req.execution_id,
+                reason_codes=["GRANTS_REVOKED", req.reason or "revoked",
+                              "issued_before=" + (revocation.issued_before.isoformat()
+                                                  if revocation.issued_before else "all"),
+                              f"revoked_by={caller}"])
+        except errors.MeshError:
+            log.exception("revocation of %s recorded neither in audit nor in the outbox", req.execution_id)
+        resp = pb.RevokeExecutionResponse(execution_id=req.execution_id)
+        resp.revoked_at.FromDatetime(now)
+        if revocation.issued_before is not None:
+            resp.issued_before.FromDatetime(revocation.issued_before)
+        return resp
 
     def _execute(self, req: pb.InvokeCapabilityRequest, grant: common_pb2.TaskGrant, call: PreparedCall,
                  principal: common_pb2.AgentPrincipal, resource: str, payload: str,

@@ -9,23 +9,91 @@ stored response (the caller re-authorises it first, see
 refused with one and the same answer (``IDEMPOTENCY_KEY_REUSED``), so a key
 tells nobody else whether or how it was used.
 
+A claim records its **owner**: the capability process that claimed it
+(``pid:start-time:instance``, see :func:`process_owner`). A key still
+IN_FLIGHT whose owner is alive is "still running"; one whose owner is gone
+(killed mid-call) is reported as :attr:`Claim.orphaned`, so the caller can
+read the effect back and either complete the key with what it finds
+(:meth:`IdempotencyStore.complete`) or take the claim over and run the call
+(:meth:`IdempotencyStore.take_over`): never IN_FLIGHT for ever.
+
+The same file keeps **revoked executions** (:meth:`IdempotencyStore.revoke`):
+the supervisor revokes the grants of a cancelled execution, or those a
+previous supervisor process issued before a restart; a call under such a grant
+is refused.
+
 Schema history (``PRAGMA user_version``): 0 had no principal columns; 1 adds
-``user_id``, ``agent_id`` and ``output_digest``. A file of version 0 is
-migrated in place on open; its rows have no principal, so no one can replay
-them (fail closed: such a key is refused as reused).
+``user_id``, ``agent_id`` and ``output_digest``; 2 adds ``owner`` and the
+``revocations`` table. A file of an older version is migrated in place on
+open; version-0 rows have no principal, so no one can replay them (fail
+closed: such a key is refused as reused); a row claimed before version 2 has
+no owner, so it is taken to be gone (only a process older than this one can
+have claimed it).
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import os
 import sqlite3
 import threading
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from capability_svc.errors import CapabilityError
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
+
+
+def _start_time(pid: int) -> str | None:
+    """The start time of process ``pid`` (clock ticks since boot, from /proc), or None if there is none."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Field 22, counted after the parenthesised command name (which may hold spaces).
+    fields = stat.rsplit(")", 1)[-1].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def process_owner(pid: int | None = None, instance: str = "") -> str:
+    """``pid:start-time:instance``: names one process for its whole life (a reused pid has another start time)."""
+    pid = os.getpid() if pid is None else pid
+    return f"{pid}:{_start_time(pid) or '?'}:{instance}"
+
+
+def owner_alive(owner: str | None, me: str) -> bool:
+    """Whether the process that claimed a key may still be running its call.
+
+    This process (same pid, start time and instance) is alive. Another process
+    is alive only if its pid exists with the same start time; a process that
+    died (kill -9, a crash) cannot answer for the key any more. An empty owner
+    (a claim from before owners were recorded) is gone.
+    """
+    if not owner:
+        return False
+    if owner == me:
+        return True
+    pid_text, _, rest = owner.partition(":")
+    started = rest.partition(":")[0]
+    my_pid, _, my_rest = me.partition(":")
+    if pid_text == my_pid and my_rest.partition(":")[0] == started:
+        return False  # this very process, but another store instance than the one that claimed: that call is over
+    try:
+        pid = int(pid_text)
+    except ValueError:
+        return False
+    if started == "?":  # no /proc where it was claimed: the pid alone says it
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    return _start_time(pid) == started
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +139,24 @@ class Claim:
     response: bytes | None = None
     output_digest: str = ""
     """Digest of the first call's output, as its outcome record named it."""
+    orphaned: str = ""
+    """Set (to the dead owner) when the key is IN_FLIGHT and its owner is gone: the caller must
+    read the effect back and :meth:`IdempotencyStore.complete` or :meth:`IdempotencyStore.take_over`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Revocation:
+    """The grants of an execution that are revoked: all of them, or those issued before ``issued_before``."""
+
+    execution_id: str
+    issued_before: dt.datetime | None
+    """None: every grant of the execution, whenever issued."""
+    reason: str
+    revoked_at: dt.datetime
+
+    def covers(self, issued_at: dt.datetime) -> bool:
+        """Whether a grant issued at ``issued_at`` is revoked."""
+        return self.issued_before is None or issued_at < self.issued_before
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
@@ -85,9 +171,12 @@ def _migrate(conn: sqlite3.Connection) -> None:
             " idem_key TEXT NOT NULL, payload_digest TEXT NOT NULL, response BLOB, failure TEXT,"
             " PRIMARY KEY (tenant_id, capability_id, idem_key))")
         columns = {row[1] for row in conn.execute("PRAGMA table_info(idempotency)")}
-        for column in ("user_id", "agent_id", "output_digest"):
+        for column in ("user_id", "agent_id", "output_digest", "owner"):
             if column not in columns:
                 conn.execute(f"ALTER TABLE idempotency ADD COLUMN {column} TEXT")
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS revocations (execution_id TEXT PRIMARY KEY, issued_before TEXT,"
+            " reason TEXT NOT NULL, revoked_at TEXT NOT NULL)")
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -96,14 +185,16 @@ def _migrate(conn: sqlite3.Connection) -> None:
 
 
 class IdempotencyStore:
-    """SQLite table of (tenant, capability, key) → holder, payload digest, response."""
+    """SQLite table of (tenant, capability, key) → holder, payload digest, owner, response; and revocations."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, owner: str | None = None) -> None:
+        """``owner`` names this process in the claims it makes (default :func:`process_owner`)."""
         self._conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=5.0)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=FULL")
         _migrate(self._conn)
         self._lock = threading.Lock()
+        self.owner = owner or process_owner(instance=uuid.uuid4().hex[:12])
 
     def claim(self, holder: KeyHolder, capability_id: str, key: str, payload_digest: str) -> Claim:
         """Claims a key for a principal and a payload, or returns the first call's outcome to the same principal.
@@ -111,18 +202,19 @@ class IdempotencyStore:
         Raises:
             IdempotencyConflict: another principal holds the key, or it was used with another payload.
             IdempotencyFailed: the first call failed after its effect was attempted.
-            IdempotencyInFlight: the first call has not finished.
+            IdempotencyInFlight: the first call has not finished and its owner is alive.
         """
         with self._lock:
             row = self._conn.execute(
-                "SELECT payload_digest, response, failure, user_id, agent_id, output_digest FROM idempotency"
+                "SELECT payload_digest, response, failure, user_id, agent_id, output_digest, owner FROM idempotency"
                 " WHERE tenant_id=? AND capability_id=? AND idem_key=?",
                 (holder.tenant_id, capability_id, key)).fetchone()
             if row is None:
                 self._conn.execute(
-                    "INSERT INTO idempotency (tenant_id, capability_id, idem_key, payload_digest, user_id, agent_id)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    (holder.tenant_id, capability_id, key, payload_digest, holder.user_id, holder.agent_id))
+                    "INSERT INTO idempotency (tenant_id, capability_id, idem_key, payload_digest, user_id, agent_id,"
+                    " owner) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (holder.tenant_id, capability_id, key, payload_digest, holder.user_id, holder.agent_id,
+                     self.owner))
                 return Claim(True)
         # One message for both: a key says nothing to anyone but its holder.
         reused = f"idempotency key {key!r} was already used for {capability_id} by another request; use a new key"
@@ -135,9 +227,61 @@ class IdempotencyStore:
                                     f"attempted ({row[2]}); check the resource and use a new key",
                                     field="idempotency_key")
         if row[1] is None:
+            if not owner_alive(row[6], self.owner):
+                return Claim(False, orphaned=row[6] or "unknown")
             raise IdempotencyInFlight(f"the first call with idempotency key {key!r} is still running",
                                       field="idempotency_key")
         return Claim(False, bytes(row[1]), row[5] or "")
+
+    def take_over(self, tenant_id: str, capability_id: str, key: str, dead_owner: str) -> bool:
+        """Makes this process the owner of an orphaned IN_FLIGHT key; False if someone else resolved it first."""
+        with self._lock:
+            changed = self._conn.execute(
+                "UPDATE idempotency SET owner=? WHERE tenant_id=? AND capability_id=? AND idem_key=?"
+                " AND response IS NULL AND failure IS NULL AND COALESCE(owner, 'unknown')=?",
+                (self.owner, tenant_id, capability_id, key, dead_owner)).rowcount
+        return changed == 1
+
+    def in_flight(self) -> list[tuple[str, str, str, str]]:
+        """Keys still IN_FLIGHT, as ``(tenant, capability, key, owner)`` (tools and tests)."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT tenant_id, capability_id, idem_key, COALESCE(owner, '') FROM idempotency"
+                " WHERE response IS NULL AND failure IS NULL").fetchall()
+        return [(str(a), str(b), str(c), str(d)) for a, b, c, d in rows]
+
+    # -- revoked executions --------------------------------------------------------
+
+    def revoke(self, execution_id: str, issued_before: dt.datetime | None, reason: str,
+               now: dt.datetime) -> Revocation:
+        """Revokes the grants of an execution (all, or those issued before ``issued_before``); only ever widens.
+
+        Returns the revocation in force afterwards.
+        """
+        with self._lock:
+            row = self._conn.execute("SELECT issued_before FROM revocations WHERE execution_id=?",
+                                     (execution_id,)).fetchone()
+            if row is not None:
+                held = None if row[0] is None else dt.datetime.fromisoformat(row[0])
+                if held is None or (issued_before is not None and issued_before <= held):
+                    issued_before = held
+            self._conn.execute(
+                "INSERT INTO revocations VALUES (?, ?, ?, ?) ON CONFLICT (execution_id) DO UPDATE SET"
+                " issued_before=excluded.issued_before, reason=excluded.reason, revoked_at=excluded.revoked_at",
+                (execution_id, None if issued_before is None else issued_before.isoformat(), reason,
+                 now.isoformat()))
+        return Revocation(execution_id, issued_before, reason, now)
+
+    def revocation(self, execution_id: str) -> Revocation | None:
+        """The revocation of an execution's grants, or None."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT issued_before, reason, revoked_at FROM revocations WHERE execution_id=?",
+                (execution_id,)).fetchone()
+        if row is None:
+            return None
+        return Revocation(execution_id, None if row[0] is None else dt.datetime.fromisoformat(row[0]), str(row[1]),
+                          dt.datetime.fromisoformat(row[2]))
 
     def complete(self, tenant_id: str, capability_id: str, key: str, response: bytes, output_digest: str = "") -> None:
         """Stores the outcome of the first call."""

@@ -54,7 +54,7 @@ def definition(entry: CapabilityEntry) -> pb.CapabilityDefinition:
 
 
 class CapabilityServicer(pb_grpc.CapabilityServiceServicer):
-    """InvokeCapability, ListCapabilities, SetCapabilityStatus."""
+    """InvokeCapability, ListCapabilities, SetCapabilityStatus, RevokeExecution."""
 
     def __init__(self, invoker: GovernedInvoker, registry: CapabilityRegistry, audit: AuditRecorder) -> None:
         self._invoker = invoker
@@ -69,6 +69,12 @@ class CapabilityServicer(pb_grpc.CapabilityServiceServicer):
         # reported as such (with its cause) before the caller gives up.
         deadline = None if remaining is None else remaining - min(0.25, remaining * 0.1)
         return self._invoker.invoke(transport.caller_id(context), request, deadline_s=deadline)
+
+    def RevokeExecution(
+        self, request: pb.RevokeExecutionRequest, context: grpc.ServicerContext
+    ) -> pb.RevokeExecutionResponse:
+        # Only the supervisor gets here (the caller table).
+        return self._invoker.revoke(transport.caller_id(context), request)
 
     def ListCapabilities(
         self, request: pb.ListCapabilitiesRequest, context: grpc.ServicerContext

@@ -104,3 +104,23 @@ class SetCapabilityStatusResponse(_message.Message):
     CAPABILITY_FIELD_NUMBER: _ClassVar[int]
     capability: CapabilityDefinition
     def __init__(self, capability: _Optional[_Union[CapabilityDefinition, _Mapping]] = ...) -> None: ...
+
+class RevokeExecutionRequest(_message.Message):
+    __slots__ = ("execution_id", "issued_before", "reason")
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    ISSUED_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    execution_id: str
+    issued_before: _timestamp_pb2.Timestamp
+    reason: str
+    def __init__(self, execution_id: _Optional[str] = ..., issued_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class RevokeExecutionResponse(_message.Message):
+    __slots__ = ("execution_id", "issued_before", "revoked_at")
+    EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
+    ISSUED_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_AT_FIELD_NUMBER: _ClassVar[int]
+    execution_id: str
+    issued_before: _timestamp_pb2.Timestamp
+    revoked_at: _timestamp_pb2.Timestamp
+    def __init__(self, execution_id: _Optional[str] = ..., issued_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., revoked_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...

@@ -52,6 +52,11 @@ class CapabilityServiceStub:
                 request_serializer=agentmesh_dot_v1_dot_capability__service__pb2.SetCapabilityStatusRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_v1_dot_capability__service__pb2.SetCapabilityStatusResponse.FromString,
                 _registered_method=True)
+        self.RevokeExecution = channel.unary_unary(
+                '/agentmesh.v1.CapabilityService/RevokeExecution',
+                request_serializer=agentmesh_dot_v1_dot_capability__service__pb2.RevokeExecutionRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_v1_dot_capability__service__pb2.RevokeExecutionResponse.FromString,
+                _registered_method=True)
 
 
 class CapabilityServiceServicer:
@@ -81,6 +86,16 @@ class CapabilityServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RevokeExecution(self, request, context):
+        """Revokes the task grants of an execution (the supervisor only: a
+        cancelled execution, or tasks orphaned by a supervisor restart). From
+        then on every call under a revoked grant is refused PERMISSION_DENIED
+        GRANT_REVOKED, and audited. Persisted; revoking again only widens it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CapabilityServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -98,6 +113,11 @@ def add_CapabilityServiceServicer_to_server(servicer, server):
                     servicer.SetCapabilityStatus,
                     request_deserializer=agentmesh_dot_v1_dot_capability__service__pb2.SetCapabilityStatusRequest.FromString,
                     response_serializer=agentmesh_dot_v1_dot_capability__service__pb2.SetCapabilityStatusResponse.SerializeToString,
+            ),
+            'RevokeExecution': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeExecution,
+                    request_deserializer=agentmesh_dot_v1_dot_capability__service__pb2.RevokeExecutionRequest.FromString,
+                    response_serializer=agentmesh_dot_v1_dot_capability__service__pb2.RevokeExecutionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -184,6 +204,33 @@ class CapabilityService:
             '/agentmesh.v1.CapabilityService/SetCapabilityStatus',
             agentmesh_dot_v1_dot_capability__service__pb2.SetCapabilityStatusRequest.SerializeToString,
             agentmesh_dot_v1_dot_capability__service__pb2.SetCapabilityStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeExecution(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.v1.CapabilityService/RevokeExecution',
+            agentmesh_dot_v1_dot_capability__service__pb2.RevokeExecutionRequest.SerializeToString,
+            agentmesh_dot_v1_dot_capability__service__pb2.RevokeExecutionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -42,6 +42,12 @@ class CapabilityServiceStub:
     """Lists registered capabilities with their versions and lifecycle."""
     SetCapabilityStatus: _grpc.UnaryUnaryMultiCallable[_capability_service_pb2.SetCapabilityStatusRequest, _capability_service_pb2.SetCapabilityStatusResponse]
     """Changes a capability's lifecycle status (operators only; audited)."""
+    RevokeExecution: _grpc.UnaryUnaryMultiCallable[_capability_service_pb2.RevokeExecutionRequest, _capability_service_pb2.RevokeExecutionResponse]
+    """Revokes the task grants of an execution (the supervisor only: a
+    cancelled execution, or tasks orphaned by a supervisor restart). From
+    then on every call under a revoked grant is refused PERMISSION_DENIED
+    GRANT_REVOKED, and audited. Persisted; revoking again only widens it.
+    """
 
 @_typing.type_check_only
 class CapabilityServiceAsyncStub(CapabilityServiceStub):
@@ -57,6 +63,12 @@ class CapabilityServiceAsyncStub(CapabilityServiceStub):
     """Lists registered capabilities with their versions and lifecycle."""
     SetCapabilityStatus: _aio.UnaryUnaryMultiCallable[_capability_service_pb2.SetCapabilityStatusRequest, _capability_service_pb2.SetCapabilityStatusResponse]  # type: ignore[assignment]
     """Changes a capability's lifecycle status (operators only; audited)."""
+    RevokeExecution: _aio.UnaryUnaryMultiCallable[_capability_service_pb2.RevokeExecutionRequest, _capability_service_pb2.RevokeExecutionResponse]  # type: ignore[assignment]
+    """Revokes the task grants of an execution (the supervisor only: a
+    cancelled execution, or tasks orphaned by a supervisor restart). From
+    then on every call under a revoked grant is refused PERMISSION_DENIED
+    GRANT_REVOKED, and audited. Persisted; revoking again only widens it.
+    """
 
 class CapabilityServiceServicer(metaclass=_abc_1.ABCMeta):
     """Registered capabilities and their governed execution. Agents never touch a
@@ -87,5 +99,17 @@ class CapabilityServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_capability_service_pb2.SetCapabilityStatusResponse, _abc.Awaitable[_capability_service_pb2.SetCapabilityStatusResponse]]:
         """Changes a capability's lifecycle status (operators only; audited)."""
+
+    @_abc_1.abstractmethod
+    def RevokeExecution(
+        self,
+        request: _capability_service_pb2.RevokeExecutionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_capability_service_pb2.RevokeExecutionResponse, _abc.Awaitable[_capability_service_pb2.RevokeExecutionResponse]]:
+        """Revokes the task grants of an execution (the supervisor only: a
+        cancelled execution, or tasks orphaned by a supervisor restart). From
+        then on every call under a revoked grant is refused PERMISSION_DENIED
+        GRANT_REVOKED, and audited. Persisted; revoking again only widens it.
+        """
 
 def add_CapabilityServiceServicer_to_server(servicer: CapabilityServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

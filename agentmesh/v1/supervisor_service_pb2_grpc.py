@@ -74,7 +74,11 @@ class SupervisorServiceServicer:
     """
 
     def Analyze(self, request, context):
-        """Starts an analysis; returns once it has finished or its deadline passed.
+        """Starts an analysis; returns once it has finished or its deadline passed
+        (or at once with `detach`). The execution is durable before any task
+        runs, and its id is sent first, in the response's initial metadata
+        `agentmesh-execution-id`, so a caller that loses the call can find it
+        again (GetExecution, or Analyze with the same `client_request_id`).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -36,7 +36,12 @@ class SupervisorServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> SupervisorServiceAsyncStub: ...
     Analyze: _grpc.UnaryUnaryMultiCallable[_supervisor_service_pb2.AnalyzeRequest, _supervisor_service_pb2.AnalyzeResponse]
-    """Starts an analysis; returns once it has finished or its deadline passed."""
+    """Starts an analysis; returns once it has finished or its deadline passed
+    (or at once with `detach`). The execution is durable before any task
+    runs, and its id is sent first, in the response's initial metadata
+    `agentmesh-execution-id`, so a caller that loses the call can find it
+    again (GetExecution, or Analyze with the same `client_request_id`).
+    """
     GetExecution: _grpc.UnaryUnaryMultiCallable[_supervisor_service_pb2.GetExecutionRequest, _supervisor_service_pb2.GetExecutionResponse]
     """Returns an execution by id."""
     WatchExecution: _grpc.UnaryStreamMultiCallable[_supervisor_service_pb2.WatchExecutionRequest, _supervisor_service_pb2.WatchExecutionResponse]
@@ -60,7 +65,12 @@ class SupervisorServiceAsyncStub(SupervisorServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     Analyze: _aio.UnaryUnaryMultiCallable[_supervisor_service_pb2.AnalyzeRequest, _supervisor_service_pb2.AnalyzeResponse]  # type: ignore[assignment]
-    """Starts an analysis; returns once it has finished or its deadline passed."""
+    """Starts an analysis; returns once it has finished or its deadline passed
+    (or at once with `detach`). The execution is durable before any task
+    runs, and its id is sent first, in the response's initial metadata
+    `agentmesh-execution-id`, so a caller that loses the call can find it
+    again (GetExecution, or Analyze with the same `client_request_id`).
+    """
     GetExecution: _aio.UnaryUnaryMultiCallable[_supervisor_service_pb2.GetExecutionRequest, _supervisor_service_pb2.GetExecutionResponse]  # type: ignore[assignment]
     """Returns an execution by id."""
     WatchExecution: _aio.UnaryStreamMultiCallable[_supervisor_service_pb2.WatchExecutionRequest, _supervisor_service_pb2.WatchExecutionResponse]  # type: ignore[assignment]
@@ -87,7 +97,12 @@ class SupervisorServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _supervisor_service_pb2.AnalyzeRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_supervisor_service_pb2.AnalyzeResponse, _abc.Awaitable[_supervisor_service_pb2.AnalyzeResponse]]:
-        """Starts an analysis; returns once it has finished or its deadline passed."""
+        """Starts an analysis; returns once it has finished or its deadline passed
+        (or at once with `detach`). The execution is durable before any task
+        runs, and its id is sent first, in the response's initial metadata
+        `agentmesh-execution-id`, so a caller that loses the call can find it
+        again (GetExecution, or Analyze with the same `client_request_id`).
+        """
 
     @_abc_1.abstractmethod
     def GetExecution(

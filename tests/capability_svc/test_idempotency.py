@@ -102,7 +102,7 @@ def test_an_old_file_is_migrated_in_place_and_its_keys_replay_to_nobody(tmp_path
     try:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         columns = [row[1] for row in conn.execute("PRAGMA table_info(idempotency)")]
-        assert columns[-3:] == ["user_id", "agent_id", "output_digest"]
+        assert columns[-4:] == ["user_id", "agent_id", "output_digest", "owner"]
     finally:
         conn.close()
     # Opening it again changes nothing.
