@@ -27,12 +27,20 @@ part of the result (FAILED with ``error_reason``, or UNCERTAINTY).
 Each of those refusals is recorded in the audit log (ACCESS_DENIED, DENIED,
 reason codes starting with the reason), under this agent's identity, through
 the durable outbox: the refusal stands whether or not audit is up.
+
+A task stops when its call ends: when the supervisor cancels the RunTask (a
+cancelled execution), or the call is gone (its deadline passed, the
+supervisor died), gRPC ends the server context, and the agent makes no
+further capability call — each one is refused locally (``TASK_CANCELLED``)
+before it leaves, so the rules wind down at once. The capability service
+refuses the grants of a cancelled execution anyway (``GRANT_REVOKED``).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import grpc
@@ -46,10 +54,30 @@ from agentmesh.v1 import specialist_service_pb2 as pb
 from agentmesh.v1 import specialist_service_pb2_grpc as pb_grpc
 from specialist_svc.agent import SpecialistAgent
 from specialist_svc.capability_client import Deadline, GrpcCapabilityClient, principal_for
+from specialist_svc.rules import CapabilityClient
 
-__all__ = ["SpecialistServicer"]
+__all__ = ["SpecialistServicer", "StopWhenCallEnds"]
 
 log = logging.getLogger(__name__)
+
+
+class StopWhenCallEnds:
+    """A capability client that makes no call once the task's RunTask has ended (see the module docstring)."""
+
+    def __init__(self, client: CapabilityClient, is_active: Callable[[], bool]) -> None:
+        self._client = client
+        self._is_active = is_active
+        self.stopped = False
+        """Whether a call was refused because the task had ended."""
+
+    def call(self, capability_id: str, input: Mapping[str, Any], idempotency_key: str | None = None
+             ) -> tuple[dict[str, Any], list[common_pb2.EvidenceReference]]:
+        """The call, unless the task was cancelled (or its caller is gone): then Aborted ``TASK_CANCELLED``."""
+        if not self._is_active():
+            self.stopped = True
+            raise errors.Aborted(f"the task was cancelled or its caller is gone; {capability_id} was not called",
+                                 reason="TASK_CANCELLED")
+        return self._client.call(capability_id, input, idempotency_key)
 
 
 def check_grant(agent: SpecialistAgent, task: common_pb2.AgentTask,
@@ -145,13 +173,16 @@ class SpecialistServicer(pb_grpc.SpecialistServiceServicer):
         principal = principal_for(request.principal, request.grant, agent_id=self._agent.agent_id,
                                   agent_version=self._agent.manifest.version,
                                   execution_id=task.execution_id or grant.execution_id)
-        client = GrpcCapabilityClient(self._capability, grant=request.grant, principal=principal, trace=trace,
-                                      deadline=deadline)
+        grpc_client = GrpcCapabilityClient(self._capability, grant=request.grant, principal=principal, trace=trace,
+                                           deadline=deadline)
+        client = StopWhenCallEnds(grpc_client, context.is_active)
         attributes: dict[str, Any] = {"agentmesh.agent_id": self._agent.agent_id, "agentmesh.task_id": task.task_id}
         with telemetry.mesh_ids(execution_id=trace.execution_id, correlation_id=trace.correlation_id), \
                 telemetry.tracer(__name__).start_as_current_span("AgentTask", attributes=attributes):
             result = self._agent.run(task, client)
-        result.versions.policy_version = ",".join(client.policy_versions)
+        if client.stopped:
+            log.info("task %s stopped: its call ended (cancelled, or the supervisor is gone)", task.task_id)
+        result.versions.policy_version = ",".join(grpc_client.policy_versions)
         return pb.RunTaskResponse(result=result)
 
     def DescribeAgent(
