@@ -3,6 +3,12 @@
 A role's ``__main__`` describes itself with a :class:`ServiceSpec` and calls
 :func:`run`. Anything wrong at start-up (config, certificate, port, a role's
 own files) ends the process with exit code 2 and one line naming the cause.
+
+Health is true (:mod:`agentmesh.health`): while serving, a monitor thread runs
+the checks the role registered on its :class:`ServiceContext` (its databases,
+required peers, the audit log's writer; the audit outbox is checked by
+:meth:`ServiceContext.audit`) about once a second, and the process answers
+NOT_SERVING, with the reasons, while any of them fails.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from pathlib import Path
 import grpc
 
 from agentmesh import config as mesh_config
-from agentmesh import errors, spiffe, transport
+from agentmesh import errors, health, spiffe, transport
 from agentmesh.access import AccessTable, AccessTableError
 from agentmesh.audit_client import AuditOutbox, AuditRecorder, outbox_path
 from agentmesh.config import ConfigError, MeshConfig
@@ -46,6 +52,7 @@ class ServiceContext:
     _channels: dict[str, grpc.Channel] = field(default_factory=dict)
     _on_stop: list[Callable[[], None]] = field(default_factory=list)
     _audit: AuditRecorder | None = None
+    _checks: list[tuple[str, health.Check, int]] = field(default_factory=list)
 
     @property
     def data_dir(self) -> Path:
@@ -81,6 +88,7 @@ class ServiceContext:
             recorder.start()
             self._audit = recorder
             self.on_stop(recorder.close)
+            self.check_database(outbox.path)
         return self._audit
 
     def _audit_channel(self) -> grpc.Channel:
@@ -91,6 +99,25 @@ class ServiceContext:
     def on_stop(self, fn: Callable[[], None]) -> None:
         """Registers cleanup run after the server has stopped."""
         self._on_stop.append(fn)
+
+    def health_check(self, name: str, check: health.Check, *, tolerate: int = 0) -> None:
+        """Registers a health check: while it returns a reason the process is NOT_SERVING.
+
+        ``tolerate`` consecutive failures are ignored (a probe over the network).
+        Checks run on the health monitor's thread, about once a second.
+        """
+        self._checks.append((name, check, tolerate))
+
+    def check_database(self, path: Path) -> None:
+        """Health depends on the SQLite file at ``path`` being usable."""
+        self.health_check(f"database {path.name}", health.sqlite_check(path))
+
+    def require_peer(self, peer: str) -> None:
+        """Health depends on ``peer`` (a role or agent id) answering SERVING over this process's channel to it."""
+        if not knows_peer(self.config, peer):
+            self.health_check(f"peer {peer}", lambda: f"no address known (set --peer {peer}=HOST:PORT)")
+            return
+        self.health_check(f"peer {peer}", health.peer_check(lambda: self.channel(peer)), tolerate=1)
 
 
 Register = Callable[[grpc.Server, ServiceContext], transport.DenialHook | None]
@@ -183,7 +210,10 @@ def run(
             hooks.append(hook)
         elif spec.name != "audit" and knows_peer(cfg, "audit"):
             hooks.append(ctx.audit().denial_hook())
-        health = transport.add_health_and_reflection(server, spec.service_names)
+        health_servicer = health.add_to_server(server, spec.service_names)
+        monitor = health.HealthMonitor(health_servicer, spec.service_names)
+        for name, check, tolerate in ctx._checks:
+            monitor.add(name, check, tolerate=tolerate)
     except (ConfigError, PkiError, AccessTableError, StartupError, transport.PortInUse) as err:
         print(f"{parser.prog}: {err}", file=sys.stderr)
         return 2
@@ -196,11 +226,12 @@ def run(
     addr_file.parent.mkdir(parents=True, exist_ok=True)
     addr_file.write_text(json.dumps({"address": f"{cfg.host}:{port}", "pid": os.getpid(),
                                      "spiffe_id": str(spec.identity)}))
-    transport.set_serving(health, spec.service_names, True)
-    log.info("%s serving as %s on %s:%d", spec.name, spec.identity, cfg.host, port)
+    monitor.start()
+    log.info("%s serving as %s on %s:%d (health checks: %s)", spec.name, spec.identity, cfg.host, port,
+             ", ".join(monitor.checks) or "none")
     stop.wait()
     log.info("%s stopping", spec.name)
-    transport.set_serving(health, spec.service_names, False)
+    monitor.stop()
     server.stop(grace=5).wait()
     for fn in ctx._on_stop:
         try:

@@ -78,6 +78,8 @@ def register(server: grpc.Server, ctx: ServiceContext) -> transport.DenialHook:
     """Opens the log, adds the servicer, and records this service's own refusals in it."""
     audit_log = open_log(ctx.config.mesh_home)
     ctx.on_stop(audit_log.close)
+    # NOT_SERVING while the log cannot commit (full disk, I/O error, file removed); it retries by itself.
+    ctx.health_check("audit log", audit_log.health)
     servicer = AuditServicer(audit_log, trusted_grant_keys=load_grant_keys(ctx.config.mesh_home),
                              identity=ctx.identity)
     add_to_server(servicer, server)

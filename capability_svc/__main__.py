@@ -14,7 +14,7 @@ from agentmesh.v1 import capability_service_pb2_grpc as capability_grpc
 from capability_svc.errors import CapabilityError
 from capability_svc.governance import GovernedInvoker
 from capability_svc.idempotency import IdempotencyStore
-from capability_svc.runtime import open_runtime
+from capability_svc.runtime import CAPABILITY_DB, INTERNAL_DB, open_runtime
 from capability_svc.servicer import CapabilityServicer, PolicyClient
 
 SERVICES = ("agentmesh.v1.CapabilityService",)
@@ -38,6 +38,11 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
     idempotency = IdempotencyStore(ctx.data_dir / "idempotency.db")
     ctx.on_stop(runtime.close)
     ctx.on_stop(idempotency.close)
+    for db in (CAPABILITY_DB, INTERNAL_DB, "idempotency.db"):
+        ctx.check_database(ctx.data_dir / db)
+    # No decision without policy, no governed call without its record: both are required peers.
+    ctx.require_peer("policy")
+    ctx.require_peer("audit")
     audit = ctx.audit()
     invoker = GovernedInvoker(runtime, idempotency, PolicyClient(ctx.channel("policy"), ctx.config.call_timeout_s),
                               audit, {signing.key_id(grant_key): grant_key})

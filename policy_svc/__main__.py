@@ -30,6 +30,7 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
     except (PolicyError, AgentRegistrationError) as err:
         raise StartupError(str(err)) from err
     ctx.on_stop(switches.close)
+    ctx.check_database(ctx.data_dir / "policy.db")
     audit = ctx.audit() if knows_peer(ctx.config, "audit") else None
     policy_grpc.add_PolicyServiceServicer_to_server(
         PolicyServicer(engine, switches, agents.capabilities, audit), server)

@@ -40,6 +40,7 @@ def spec(args: argparse.Namespace) -> ServiceSpec:
         stub = capability_grpc.CapabilityServiceStub(ctx.channel("capability"))
         # The same recorder (and outbox) as the caller table's refusals at this agent's door.
         audit = ctx.audit() if knows_peer(ctx.config, "audit") else None
+        ctx.require_peer("capability")  # an agent acts only through capabilities
         specialist_grpc.add_SpecialistServiceServicer_to_server(
             SpecialistServicer(agent, stub, fixed_delay_s=delay_s, audit=audit), server)
 

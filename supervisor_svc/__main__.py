@@ -85,6 +85,10 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
     ctx.on_stop(orchestrator.close)
     ctx.on_stop(store.close)
     ctx.on_stop(registry.close)
+    for db in ("supervisor.db", "supervisor-agents.db"):
+        ctx.check_database(ctx.data_dir / db)
+    ctx.require_peer("audit")
+    ctx.require_peer("policy")
     supervisor_grpc.add_SupervisorServiceServicer_to_server(SupervisorServicer(orchestrator, actions, events), server)
     dc_grpc.add_DecisionCenterServiceServicer_to_server(DecisionCenterServicer(orchestrator, center), server)
     registry_grpc.add_AgentRegistryServiceServicer_to_server(AgentRegistryServicer(registry, selector, audit), server)
