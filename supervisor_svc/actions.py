@@ -20,6 +20,13 @@ as a :class:`ProposedAction`; nothing is released unless, in this order:
    capability service asks the policy engine again and verifies the effect by
    reading it back; it compensates (restores the previous state) if that fails.
 
+A release in flight when the supervisor stopped (the token spent, the action
+EXECUTING or not yet marked so) is settled on restart by :meth:`ReleaseActions.resume`:
+it runs again under the same idempotency key (the action id), so the capability
+service answers with what happened — the stored outcome, or, if the call was
+cut off, what reading the permit back shows — and only runs the release if it
+never took effect. The execution then says what the permit is.
+
 Every step is audited with the execution id: the policy decision, the review,
 the confirmation (issued, used, refused, declined, expired), the release task.
 The records that let the release move on are durable before it does (fail
@@ -38,6 +45,7 @@ import hmac
 import logging
 import secrets
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -53,7 +61,7 @@ from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
 from agentmesh.v1 import policy_service_pb2 as policy_pb2
 from agentmesh.v1 import supervisor_service_pb2 as pb
 from supervisor_svc import executions
-from supervisor_svc.dispatch import Actor, TaskDispatcher, now_ts
+from supervisor_svc.dispatch import Actor, Dispatched, TaskDispatcher, now_ts
 from supervisor_svc.executions import ExecutionStore
 from supervisor_svc.privacy import not_found
 from supervisor_svc.recording import AUDIT_UNAVAILABLE
@@ -73,6 +81,12 @@ class ApprovalNotCounted(Exception):
     def __init__(self, decision: common_pb2.PolicyDecision) -> None:
         super().__init__(", ".join(decision.reason_codes))
         self.decision = decision
+
+
+def _in_flight(done: Dispatched) -> bool:
+    """Whether the release was answered "the first call with this key is still running"."""
+    said = done.failure if done.result is None else done.result.error_reason
+    return "IDEMPOTENCY_KEY_IN_FLIGHT" in said
 
 
 def token_digest(token: str) -> str:
@@ -361,25 +375,67 @@ class ReleaseActions:
                                            reason_codes=["CONFIRMATION_DECLINED", record.action_id])
                     self._finish(ex, "ACTION_DECLINED")
                     return ex
-                self._execute(ex, user)
+                self._execute(ex, Actor.of_user(user))
         return ex
 
-    def _execute(self, ex: pb.Execution, user: assertion.UserIdentity) -> None:
+    def resume(self, stored: pb.Execution, *, attempts: int = 30, pause_s: float = 1.0) -> None:
+        """Settles a release the previous supervisor process confirmed but did not see end.
+
+        The release runs again under its idempotency key (the action id): the capability
+        service gives the first call's outcome, resolves a call cut off by reading the permit
+        back, or runs it if it never happened. While the first call still runs elsewhere
+        (``IDEMPOTENCY_KEY_IN_FLIGHT``) it asks again, ``attempts`` times at most.
+        """
+        with self.lock:
+            ex = self._store.get(stored.execution_id) or stored
+            record = self._store.action(ex.execution_id)
+            with telemetry.mesh_ids(execution_id=ex.execution_id, correlation_id=ex.trace.correlation_id):
+                if record is None or record.state != executions.USED or not ex.HasField("action"):
+                    self._set(ex, pb.ACTION_STATE_FAILED, "SUPERVISOR_RESTARTED: the release was not confirmed; "
+                                                          "nothing was done")
+                    ex.status = pb.EXECUTION_STATUS_FAILED
+                    ex.reason = "SUPERVISOR_RESTARTED: the release was not confirmed"
+                    self._finish(ex, "ACTION_FAILED")
+                    return
+                requester = record.requester
+                actor = Actor(tenant_id=requester.tenant_id, user_id=requester.user_id, roles=tuple(requester.roles),
+                              session_id=requester.session_id, conversation_id=requester.conversation_id,
+                              assertion_digest=requester.assertion_digest)
+                self._dispatch.narrate(audit_pb2.AUDIT_EVENT_TYPE_CONFIRMATION, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
+                                       execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=record.user_id,
+                                       resource=f"permit:{ex.action.resource_id}",
+                                       reason_codes=["RELEASE_RESUMED", "SUPERVISOR_RESTARTED", record.action_id],
+                                       input_digest=ex.action.action_digest)
+                self._execute(ex, actor, attempts=attempts, pause_s=pause_s)
+
+    def _execute(self, ex: pb.Execution, actor: Actor, *, attempts: int = 1, pause_s: float = 1.0) -> None:
         action = ex.action
         action.confirmation_token = ""
         self._set(ex, pb.ACTION_STATE_EXECUTING, "EXECUTING: confirmed by the requester")
         ex.status = pb.EXECUTION_STATUS_RUNNING
         self._store.save(ex)
+        done = self._release(ex, actor)
+        for _ in range(attempts - 1):
+            if not _in_flight(done):
+                break
+            time.sleep(pause_s)  # the first call under this key is still running somewhere: ask again
+            done = self._release(ex, actor)
+        self._conclude(ex, done)
+
+    def _release(self, ex: pb.Execution, actor: Actor) -> Dispatched:
+        action = ex.action
         arguments = json_format.MessageToDict(action.arguments)
-        actor = Actor(tenant_id=user.tenant_id, user_id=user.user_id, roles=tuple(user.roles),
-                      session_id=user.session_id, conversation_id=user.conversation_id, assertion_digest=user.digest)
-        done = self._dispatch.run(
+        return self._dispatch.run(
             ex, agent_id=RELEASE_AGENT, objective=f"Release permit {action.resource_id} (confirmed by the user)",
             input={"operation": "release", "permit_id": arguments["permit_id"], "reason": arguments["reason"],
                    "idempotency_key": action.action_id},
             capabilities=[RELEASE_CAPABILITY, "workPermit.get"], actor=actor,
             confirmed_action_digest=action.action_digest, confirmation_id=action.action_id,
             human_approval_id=action.approval_review_id, human_approver_id=action.approved_by)
+
+    def _conclude(self, ex: pb.Execution, done: Dispatched) -> None:
+        """The execution says what the release did: SUCCEEDED only once the permit reads back RELEASED."""
+        action = ex.action
         result = done.result
         release: dict[str, Any] = {}
         if result is not None and "release" in result.result.fields:

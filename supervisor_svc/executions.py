@@ -2,8 +2,12 @@
 
 An execution is stored whole, as its protobuf, after every change (planned,
 each task started / finished, decided), so a supervisor restart never loses
-one: on start, executions still RUNNING are ended truthfully (see
-:meth:`Orchestrator.end_interrupted`). Review items are stored whole as
+one. Each completed task's result is stored with it: that is the checkpoint
+from which a restarted supervisor resumes an execution still RUNNING (see
+:meth:`Orchestrator.end_interrupted`), with what it needs to go on kept beside
+it (:class:`ResumeInfo`: the requester, the budget, what was asked). A
+client's request id (``AnalyzeRequest.client_request_id``) is claimed per
+tenant and user, so a retried Analyze finds its execution. Review items are stored whole as
 ``ReviewItem`` protobufs. A proposed action keeps the requester's user context
 (for deciding it later, after a review) and the digest of its single-use
 confirmation token, never the token itself.
@@ -12,6 +16,7 @@ confirmation token, never the token itself.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import sqlite3
 import threading
 import uuid
@@ -54,6 +59,24 @@ CREATE TABLE IF NOT EXISTS actions (
     expires_at TEXT,
     updated_at TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS resume (
+    execution_id TEXT PRIMARY KEY,
+    requester BLOB NOT NULL,
+    budget BLOB,
+    release_requested INTEGER NOT NULL,
+    ttl_s INTEGER NOT NULL,
+    language TEXT NOT NULL,
+    not_run TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS client_requests (
+    tenant_id TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    client_request_id TEXT NOT NULL,
+    execution_id TEXT NOT NULL,
+    request_digest TEXT NOT NULL,
+    received_at TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, user_id, client_request_id)
+);
 CREATE TABLE IF NOT EXISTS events (
     tenant_id TEXT NOT NULL,
     event_id TEXT NOT NULL,
@@ -86,6 +109,20 @@ class ActionRecord:
     """How long a confirmation token may stay unused (0: the supervisor's default)."""
     token_digest: str | None
     expires_at: dt.datetime | None
+
+
+@dataclass(frozen=True)
+class ResumeInfo:
+    """What a restarted supervisor needs to go on with an execution beyond the execution itself."""
+
+    requester: common_pb2.UserContext
+    """The verified user (with the assertion digest): grants of resumed tasks are on their authority."""
+    budget: common_pb2.AgentBudget | None
+    release_requested: bool
+    ttl_s: int
+    language: str
+    not_run: tuple[tuple[str, str], ...]
+    """``(analysis, reason)`` of analyses the plan could not assign."""
 
 
 def _now() -> str:
@@ -135,6 +172,57 @@ class ExecutionStore:
             execution.ParseFromString(body)
             out.append(execution)
         return out
+
+    def save_resume(self, execution_id: str, info: ResumeInfo) -> None:
+        """Keeps what resuming ``execution_id`` needs (once, when it is planned)."""
+        with self._lock:
+            self._conn.execute(
+                "INSERT OR REPLACE INTO resume VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (execution_id, info.requester.SerializeToString(deterministic=True),
+                 info.budget.SerializeToString(deterministic=True) if info.budget is not None else None,
+                 int(info.release_requested), info.ttl_s, info.language, json.dumps(list(info.not_run))))
+
+    def resume_info(self, execution_id: str) -> ResumeInfo | None:
+        """What resuming ``execution_id`` needs, or None (an execution stored before resumption existed)."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT requester, budget, release_requested, ttl_s, language, not_run FROM resume"
+                " WHERE execution_id = ?", (execution_id,)).fetchone()
+        if row is None:
+            return None
+        requester = common_pb2.UserContext()
+        requester.ParseFromString(row[0])
+        budget = None
+        if row[1] is not None:
+            budget = common_pb2.AgentBudget()
+            budget.ParseFromString(row[1])
+        return ResumeInfo(requester, budget, bool(row[2]), int(row[3]), str(row[4]),
+                          tuple((str(a), str(r)) for a, r in json.loads(row[5])))
+
+    def claim_request(self, tenant_id: str, user_id: str, client_request_id: str, execution_id: str,
+                      request_digest: str) -> tuple[str, str]:
+        """Records that a client's request id starts ``execution_id``; returns the owning execution and its digest."""
+        with self._lock:
+            self._conn.execute("INSERT OR IGNORE INTO client_requests VALUES (?, ?, ?, ?, ?, ?)",
+                               (tenant_id, user_id, client_request_id, execution_id, request_digest, _now()))
+            row = self._conn.execute(
+                "SELECT execution_id, request_digest FROM client_requests"
+                " WHERE tenant_id = ? AND user_id = ? AND client_request_id = ?",
+                (tenant_id, user_id, client_request_id)).fetchone()
+        return str(row[0]), str(row[1])
+
+    def release_request(self, tenant_id: str, user_id: str, client_request_id: str, execution_id: str) -> None:
+        """Gives up a client request id whose execution never came to exist (it may be retried)."""
+        with self._lock:
+            self._conn.execute(
+                "DELETE FROM client_requests WHERE tenant_id = ? AND user_id = ? AND client_request_id = ?"
+                " AND execution_id = ?", (tenant_id, user_id, client_request_id, execution_id))
+
+    def used_actions(self) -> list[str]:
+        """Executions whose action's confirmation was spent (the release was let go): candidates for resuming."""
+        with self._lock:
+            rows = self._conn.execute("SELECT execution_id FROM actions WHERE state = ?", (USED,)).fetchall()
+        return [str(r[0]) for r in rows]
 
     def add_review(self, item: dc_pb2.ReviewItem) -> str:
         """Persists a new review item (its id is made when empty); returns its id."""

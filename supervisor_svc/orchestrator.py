@@ -11,14 +11,28 @@ execution is accepted, and a task delegated, only once its record is durable.
 Executions are private (supervisor_svc.privacy): reading or cancelling one is
 the policy engine's decision.
 
+Executions are durable workflows. Each completed task's result is stored with
+the execution (the checkpoint); after a crash, :meth:`Orchestrator.end_interrupted`
+(called at start) first revokes the grants the dead process issued (the
+capability service refuses its orphaned tasks, ``GRANT_REVOKED``), then
+resumes every execution left RUNNING from its checkpoint under the same id:
+completed tasks are not run again, the others are (they only read); a release
+in flight is handed to :meth:`ReleaseActions.resume`, which re-runs it under
+its idempotency key (the capability service reads the effect back). A
+cancellation revokes every grant of the execution. ``client_request_id`` makes
+a retried Analyze the same execution.
+
 Transport-free: specialists are reached through :class:`SpecialistPort`,
 audit through a recorder; the servicer supplies gRPC adapters.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import datetime as dt
+import hashlib
+import hmac
 import logging
 import queue
 import threading
@@ -27,7 +41,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from google.protobuf import json_format
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -51,10 +65,19 @@ from supervisor_svc.aggregation import (
 )
 from supervisor_svc.contract import Analysis, condition_holds, permit_context
 from supervisor_svc.dispatch import Actor, delegate
-from supervisor_svc.executions import ExecutionStore
+from supervisor_svc.executions import ExecutionStore, ResumeInfo
 from supervisor_svc.intent import IntentKind, check_tenant, parse_intent
 from supervisor_svc.limits import ExecutionBudget, LimitAction
-from supervisor_svc.planner import HandoffRequest, Plan, admit_handoff, build_plan
+from supervisor_svc.planner import (
+    ANALYSIS_ROLES,
+    STATUS_ROLE,
+    HandoffRequest,
+    NotRun,
+    Plan,
+    TaskSpec,
+    admit_handoff,
+    build_plan,
+)
 from supervisor_svc.privacy import CANCEL, READ, Authorizer, ExecutionGuard, not_found
 from supervisor_svc.projection import Projector, to_struct
 from supervisor_svc.recording import PipelinedRecorder, governing, narrative, narrative_batch
@@ -92,6 +115,31 @@ class SpecialistPort(Protocol):
     """How the supervisor reaches specialist agents."""
 
     def start(self, agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float) -> TaskCall: ...
+
+
+@runtime_checkable
+class Revoker(Protocol):
+    """How the supervisor stops the work of an execution: CapabilityService.RevokeExecution."""
+
+    def revoke(self, execution_id: str, reason: str, issued_before: dt.datetime | None = None) -> None:
+        """Revokes the execution's grants (all, or those issued before ``issued_before``); raises a MeshError."""
+        ...
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """An Analyze accepted: its execution, the verified caller, and whether it was a retry of an earlier one."""
+
+    execution_id: str
+    user: assertion.UserIdentity
+    duplicate: bool = False
+
+
+def request_digest(request: pb.AnalyzeRequest) -> str:
+    """What a client request id is bound to: the request's text and what it asks for."""
+    body = "\0".join([request.request_text, str(request.request_release), str(request.confirmation_ttl_seconds),
+                       request.budget.SerializeToString(deterministic=True).hex()])
+    return hashlib.sha256(body.encode()).hexdigest()
 
 
 def _ts(moment: dt.datetime | None = None) -> Timestamp:
@@ -141,7 +189,10 @@ class Orchestrator:
         task_timeout_s: float = DEFAULT_TASK_TIMEOUT_S,
         max_parallel: int = 16,
         actions: ReleaseActions | None = None,
+        revoker: Revoker | None = None,
     ) -> None:
+        """``revoker`` stops an execution's work at the capability service; by default the
+        specialists port, when it can (``GrpcSpecialists`` reaches the capability service too)."""
         self._id = identity
         self._registry = registry
         self._selector = selector
@@ -156,6 +207,8 @@ class Orchestrator:
         self._guard = ExecutionGuard(authorize=authorize, audit=audit, agent_id=identity.name)
         self._task_timeout_s = task_timeout_s
         self._actions = actions
+        self._revoker = revoker if revoker is not None else (
+            specialists if isinstance(specialists, Revoker) else None)
         self._pool = futures.ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="task")
         self._live: dict[str, _Live] = {}
         self._live_lock = threading.Lock()
@@ -233,6 +286,16 @@ class Orchestrator:
 
         The execution is accepted only once its EXECUTION_STARTED record is durable in the audit
         log: if audit cannot take it, UNAVAILABLE ``AUDIT_UNAVAILABLE`` and nothing exists or ran.
+        See :meth:`accept` for a retried request (``client_request_id``).
+        """
+        return self.accept(request, caller).execution_id
+
+    def accept(self, request: pb.AnalyzeRequest, caller: str) -> Accepted:
+        """:meth:`start`, telling a retry apart: a request whose (tenant, user, ``client_request_id``)
+        started an execution before answers that one (``duplicate``) and starts nothing.
+
+        Raises:
+            agentmesh.errors.Aborted: ``CLIENT_REQUEST_ID_REUSED`` — the id was used for another request.
         """
         user = self.authenticate(request.user_assertion, caller)
         if request.tenant_id and request.tenant_id != user.tenant_id:
@@ -252,6 +315,36 @@ class Orchestrator:
             raise errors.InvalidArgument(intent.message, reason="UNKNOWN_INTENT", metadata={"field": "request_text"})
 
         execution_id = f"exe-{uuid.uuid4().hex[:16]}"
+        crid = request.client_request_id
+        if crid:
+            digest = request_digest(request)
+            owner, held = self._store.claim_request(user.tenant_id, user.user_id, crid, execution_id, digest)
+            if owner != execution_id:
+                if not hmac.compare_digest(held, digest):
+                    raise self._refuse(errors.Aborted(
+                        "client_request_id was already used for another request; use a new id",
+                        reason="CLIENT_REQUEST_ID_REUSED", metadata={"field": "client_request_id"}), user)
+                self._await_existence(owner)
+                return Accepted(owner, user, duplicate=True)
+        try:
+            self._begin(request, user, intent, caller, execution_id)
+        except BaseException:
+            if crid and self._store.get(execution_id) is None:
+                self._store.release_request(user.tenant_id, user.user_id, crid, execution_id)
+            raise
+        return Accepted(execution_id, user)
+
+    def _await_existence(self, execution_id: str, timeout_s: float = 10.0) -> None:
+        """Waits until a just-claimed execution exists (its first Analyze is still accepting it)."""
+        deadline = time.monotonic() + timeout_s
+        while execution_id not in self._live and self._store.get(execution_id) is None:
+            if time.monotonic() > deadline:
+                raise errors.Unavailable("the execution of this client_request_id is still being accepted; "
+                                         "retry", reason="EXECUTION_STARTING", metadata={"field": "client_request_id"})
+            time.sleep(0.02)
+
+    def _begin(self, request: pb.AnalyzeRequest, user: assertion.UserIdentity, intent: Any, caller: str,
+               execution_id: str) -> None:
         correlation_id = request.correlation_id or f"corr-{uuid.uuid4().hex[:12]}"
         with telemetry.mesh_ids(execution_id=execution_id, correlation_id=correlation_id):
             ids = telemetry.current_ids()
@@ -260,7 +353,7 @@ class Orchestrator:
                 intent=f"{intent.kind.value}:{intent.rule}", tenant_id=user.tenant_id, user_id=user.user_id,
                 trace=common_pb2.TraceContext(trace_id=ids.get("trace_id", ""), correlation_id=correlation_id,
                                               execution_id=execution_id),
-                started_at=_ts())
+                started_at=_ts(), client_request_id=request.client_request_id)
             user_ctx = user.to_context()
             try:
                 tenant = self._tenants.get(user.tenant_id)
@@ -287,7 +380,7 @@ class Orchestrator:
                     self._finish(live)
                     self._register(live)
                     live.done.set()
-                    return execution_id
+                    return
                 except sup_errors.NoAgentAvailable as err:
                     execution.status = pb.EXECUTION_STATUS_FAILED
                     execution.decision = common_pb2.ANALYSIS_DECISION_INSUFFICIENT_EVIDENCE
@@ -296,7 +389,7 @@ class Orchestrator:
                     self._finish(live)
                     self._register(live)
                     live.done.set()
-                    return execution_id
+                    return
                 span.set_attribute("agentmesh.tasks", len(plan.graph.nodes))
             live.plan = plan
             execution.graph.CopyFrom(plan.graph)
@@ -312,15 +405,25 @@ class Orchestrator:
                     reason_codes=[f"score={s.final_score:.3f}" for s in plan.selection_scores()
                                   if s.agent_id == node.target_agent_id][:1]))
                 for node in plan.graph.nodes])
+        # What a restarted supervisor needs to resume it, then the execution: both before any task runs.
+        self._store.save_resume(execution_id, ResumeInfo(
+            user_ctx, request.budget if request.HasField("budget") else None, live.release_requested,
+            live.confirmation_ttl_s, live.language, tuple((n.analysis.value, n.reason) for n in plan.not_run)))
         self._store.save(execution)
         self._register(live)
-        return execution_id
 
     def _register(self, live: _Live) -> None:
         with self._live_lock:
             self._live[live.execution.execution_id] = live
 
     # -- run ---------------------------------------------------------------------
+
+    def outcome_of(self, user: assertion.UserIdentity, execution_id: str) -> pb.Execution:
+        """The execution once it has ended (waits while it runs here), as ``user`` may see it: a retried Analyze."""
+        live = self._live.get(execution_id)
+        if live is not None:
+            live.done.wait()
+        return self.snapshot(user, execution_id)
 
     def run(self, execution_id: str) -> pb.Execution:
         """Executes a planned execution to its end; returns the final execution."""
@@ -389,6 +492,13 @@ class Orchestrator:
                 return
             runnable: list[str] = []
             for task_id in stage:
+                done = self._checkpoint(live, task_id)
+                if done is not None:
+                    # Completed before a restart: its stored result is the checkpoint, not run again.
+                    outcomes[task_id] = done
+                    if done.result is not None:
+                        results[task_id] = done.result
+                    continue
                 skip = next((e for e in plan.incoming(task_id)
                              if not condition_holds(e.condition, plan.specs[e.from_task_id].analysis,
                                                     results.get(e.from_task_id))), None)
@@ -410,6 +520,19 @@ class Orchestrator:
                 if outcome.result is not None:
                     results[task_id] = outcome.result
         self._decide(live, outcomes)
+
+    def _checkpoint(self, live: _Live, task_id: str) -> TaskOutcome | None:
+        """The outcome of a task that completed before (its result is stored), or None if it must run."""
+        plan = live.plan
+        assert plan is not None
+        with live.lock:
+            node = next((n for n in live.execution.graph.nodes if n.task_id == task_id), None)
+            if node is None or node.status != common_pb2.TASK_STATUS_COMPLETED:
+                return None
+            result = next((r for r in live.execution.results if r.task_id == task_id), None)
+        if result is None:
+            return None
+        return self._outcome(plan, task_id, TaskState.COMPLETED, result=result)
 
     def _context_for_stage(self, plan: Plan, results: dict[str, common_pb2.AgentResult]) -> dict[str, Any] | None:
         for task_id, spec in plan.specs.items():
@@ -706,34 +829,163 @@ class Orchestrator:
             calls = list(live.calls.values())
         for call in calls:
             call.cancel()
+        # Whatever a cancelled task still tries is refused at the capability service.
+        self._revoke(execution_id, "CANCELLED")
         self._narrate(audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
                       execution_id=execution_id, tenant_id=user.tenant_id, user_id=user.user_id,
                       reason_codes=["CANCEL_REQUESTED", reason or "no reason given"])
         live.done.wait(timeout=30)
         return self._snapshot(live)
 
+    def _revoke(self, execution_id: str, reason: str, issued_before: dt.datetime | None = None) -> bool:
+        """Revokes an execution's grants at the capability service; False (logged) if it could not be told."""
+        if self._revoker is None:
+            return False
+        for attempt in range(3):
+            try:
+                self._revoker.revoke(execution_id, reason, issued_before)
+                return True
+            except errors.MeshError as err:
+                log.warning("revoking the grants of %s failed (%s %s), attempt %d", execution_id, err.code.name,
+                            err.reason, attempt + 1)
+                time.sleep(0.2 * (attempt + 1))
+        log.error("the grants of %s could not be revoked; they expire on their own", execution_id)
+        return False
+
     def end_interrupted(self) -> list[str]:
-        """Ends executions a previous supervisor process left RUNNING: FAILED, naming what did not finish."""
-        ended = []
+        """At start: resumes, in the background, what a previous supervisor process left unfinished.
+
+        Returns the ids of the executions it resumes or ends (see :meth:`resume_interrupted`).
+        """
+        return self.resume_interrupted(background=True)
+
+    def resume_interrupted(self, *, background: bool = True) -> list[str]:
+        """Executions a previous process left RUNNING go on from their checkpoint, under the same id.
+
+        First the dead process's grants are revoked (those issued before now), so its orphaned
+        tasks are refused at the capability service; then each analysis continues from its
+        last completed task (only unfinished tasks run, with fresh grants) and each release in
+        flight is settled by :meth:`ReleaseActions.resume`. An execution that cannot be rebuilt
+        (stored before resumption existed) ends FAILED ``SUPERVISOR_RESTARTED``, naming what did
+        not finish.
+        """
+        restarted = dt.datetime.now(dt.UTC)
+        lives: list[_Live] = []
+        releases: list[pb.Execution] = []
+        touched: list[str] = []
         for ex in self._store.running():
-            unfinished = [f"{n.target_agent_id} ({n.task_id})" for n in ex.graph.nodes
-                          if n.status in (common_pb2.TASK_STATUS_RUNNING, common_pb2.TASK_STATUS_CREATED)]
-            for n in ex.graph.nodes:
-                if n.status in (common_pb2.TASK_STATUS_RUNNING, common_pb2.TASK_STATUS_CREATED):
-                    n.status = common_pb2.TASK_STATUS_FAILED
-            ex.status = pb.EXECUTION_STATUS_FAILED
-            ex.decision = common_pb2.ANALYSIS_DECISION_INSUFFICIENT_EVIDENCE
-            ex.reason = "SUPERVISOR_RESTARTED: the supervisor stopped while the execution was running"
-            ex.missing.extend(f"{u}: did not finish before the supervisor stopped" for u in unfinished)
-            ex.summary = ("The supervisor restarted during this analysis; it ended without a decision. "
-                          "Missing: " + (", ".join(unfinished) or "nothing was running"))
-            ex.finished_at.CopyFrom(_ts())
-            self._store.save(ex)
-            self._narrate(audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED, outcome=audit_pb2.AUDIT_OUTCOME_FAILURE,
-                          execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=ex.user_id,
-                          reason_codes=["SUPERVISOR_RESTARTED"])
-            ended.append(ex.execution_id)
-        return ended
+            touched.append(ex.execution_id)
+            if ex.HasField("action") and ex.action.state == pb.ACTION_STATE_EXECUTING:
+                releases.append(ex)
+                continue
+            live = self._rebuild(ex, restarted)
+            if live is None:
+                self._end_interrupted(ex)
+                continue
+            self._register(live)
+            lives.append(live)
+        for execution_id in self._store.used_actions():
+            confirmed = self._store.get(execution_id)
+            # Confirmed (the token spent) but stopped before the release was marked EXECUTING.
+            if confirmed is not None and execution_id not in touched and confirmed.HasField("action") and \
+                    confirmed.action.state == pb.ACTION_STATE_AWAITING_CONFIRMATION:
+                touched.append(execution_id)
+                releases.append(confirmed)
+
+        def resume() -> None:
+            for execution_id in touched:
+                self._revoke(execution_id, "SUPERVISOR_RESTARTED", restarted)
+            threads = [threading.Thread(target=contextvars.copy_context().run,
+                                        args=(self.run, live.execution.execution_id),
+                                        name=f"resume-{live.execution.execution_id[-6:]}", daemon=True)
+                       for live in lives]
+            if self._actions is not None:
+                actions = self._actions
+                threads += [threading.Thread(target=contextvars.copy_context().run, args=(actions.resume, ex),
+                                             name=f"release-{ex.execution_id[-6:]}", daemon=True) for ex in releases]
+            for t in threads:
+                t.start()
+            if not background:
+                for t in threads:
+                    t.join()
+
+        if background:
+            threading.Thread(target=contextvars.copy_context().run, args=(resume,), name="resume",
+                             daemon=True).start()
+        else:
+            resume()
+        return touched
+
+    def _rebuild(self, ex: pb.Execution, restarted: dt.datetime) -> _Live | None:
+        """The in-memory state of a stored RUNNING execution, to go on from its checkpoint; None if it cannot be."""
+        info = self._store.resume_info(ex.execution_id)
+        if info is None:
+            return None
+        try:
+            intent = parse_intent(ex.request_text)
+            requester = info.requester
+            user = assertion.UserIdentity(requester.tenant_id, requester.user_id, tuple(requester.roles),
+                                          requester.session_id, requester.conversation_id, requester.assertion_digest)
+            budget = ExecutionBudget(self._tenants.get(user.tenant_id).limit_policy, info.budget)
+            roles = (STATUS_ROLE,) if intent.kind is IntentKind.PERMIT_STATUS else ANALYSIS_ROLES
+            graph = common_pb2.AgentTaskGraph()
+            graph.CopyFrom(ex.graph)
+            # Handoff tasks run inside their parent's task; one unfinished at the crash is not re-run.
+            handoffs = [n for n in ex.graph.nodes if n.parent_task_id]
+            del graph.nodes[:]
+            graph.nodes.extend(n for n in ex.graph.nodes if not n.parent_task_id)
+            specs: dict[str, TaskSpec] = {}
+            for node in graph.nodes:
+                role = STATUS_ROLE if intent.kind is IntentKind.PERMIT_STATUS else next(
+                    r for r in ANALYSIS_ROLES
+                    if tuple(r.requirement.required_capabilities) == tuple(node.required_capabilities))
+                specs[node.task_id] = TaskSpec(node.task_id, role.analysis, role.purpose,
+                                               self._registry.get(node.target_agent_id))
+            plan = Plan(intent, ex.execution_id, graph, specs, {}, tuple(r.analysis for r in roles),
+                        [NotRun(Analysis(a), reason) for a, reason in info.not_run])
+            with contextlib.suppress(sup_errors.LimitExceeded):  # admitted when it was planned
+                budget.admit_plan([(n.depth, specs[n.task_id].agent.manifest.cost) for n in graph.nodes])
+        except Exception:  # noqa: BLE001 - what cannot be rebuilt ends truthfully instead
+            log.exception("execution %s cannot be resumed", ex.execution_id)
+            return None
+        for node in handoffs:
+            if node.status not in (common_pb2.TASK_STATUS_COMPLETED, common_pb2.TASK_STATUS_FAILED,
+                                   common_pb2.TASK_STATUS_SKIPPED, common_pb2.TASK_STATUS_CANCELLED):
+                node.status = common_pb2.TASK_STATUS_CANCELLED
+                ex.missing.append(f"handoff {node.source_agent_id} -> {node.target_agent_id} ({node.task_id}): "
+                                  "did not finish before the supervisor stopped")
+        done = [n.task_id for n in graph.nodes if n.status == common_pb2.TASK_STATUS_COMPLETED]
+        live = _Live(ex, plan, user, budget, info.language, release_requested=info.release_requested,
+                     confirmation_ttl_s=info.ttl_s)
+        # The execution's time limit counts from when it was accepted, downtime included.
+        live.started = time.monotonic() - max(0.0, (restarted - ex.started_at.ToDatetime(tzinfo=dt.UTC))
+                                              .total_seconds())
+        self._store.save(ex)
+        self._narrate(audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_STARTED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
+                      execution_id=ex.execution_id, correlation_id=ex.trace.correlation_id, tenant_id=ex.tenant_id,
+                      user_id=ex.user_id, reason_codes=["RESUMED", "SUPERVISOR_RESTARTED",
+                                                        f"completed={','.join(done) or 'none'}"])
+        log.info("resuming %s from its checkpoint (completed: %s)", ex.execution_id, ", ".join(done) or "none")
+        return live
+
+    def _end_interrupted(self, ex: pb.Execution) -> None:
+        """Ends an execution that cannot be resumed: FAILED, naming what did not finish."""
+        unfinished = [f"{n.target_agent_id} ({n.task_id})" for n in ex.graph.nodes
+                      if n.status in (common_pb2.TASK_STATUS_RUNNING, common_pb2.TASK_STATUS_CREATED)]
+        for n in ex.graph.nodes:
+            if n.status in (common_pb2.TASK_STATUS_RUNNING, common_pb2.TASK_STATUS_CREATED):
+                n.status = common_pb2.TASK_STATUS_FAILED
+        ex.status = pb.EXECUTION_STATUS_FAILED
+        ex.decision = common_pb2.ANALYSIS_DECISION_INSUFFICIENT_EVIDENCE
+        ex.reason = "SUPERVISOR_RESTARTED: the supervisor stopped while the execution was running"
+        ex.missing.extend(f"{u}: did not finish before the supervisor stopped" for u in unfinished)
+        ex.summary = ("The supervisor restarted during this analysis; it ended without a decision. "
+                      "Missing: " + (", ".join(unfinished) or "nothing was running"))
+        ex.finished_at.CopyFrom(_ts())
+        self._store.save(ex)
+        self._narrate(audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED, outcome=audit_pb2.AUDIT_OUTCOME_FAILURE,
+                      execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=ex.user_id,
+                      reason_codes=["SUPERVISOR_RESTARTED"])
 
     def close(self) -> None:
         """Stops the task pool."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Callable, Iterator, Sequence
 
@@ -13,6 +14,7 @@ from agentmesh.v1 import agent_registry_service_pb2 as reg_pb2
 from agentmesh.v1 import agent_registry_service_pb2_grpc as reg_grpc
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import capability_service_pb2 as cap_pb2
+from agentmesh.v1 import capability_service_pb2_grpc as cap_grpc
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
 from agentmesh.v1 import decision_center_service_pb2_grpc as dc_grpc
@@ -71,15 +73,31 @@ class _GrpcTaskCall:
         self._future.cancel()
 
 
-class GrpcSpecialists:
-    """Reaches each specialist over its own mTLS channel."""
+EXECUTION_ID_METADATA = "agentmesh-execution-id"
+"""Initial-metadata key of Analyze: the execution id, sent before any task runs."""
 
-    def __init__(self, channel_for: Callable[[str], grpc.Channel]) -> None:
+
+class GrpcSpecialists:
+    """Reaches each specialist over its own mTLS channel, and stops an execution's work at the capability service."""
+
+    def __init__(self, channel_for: Callable[[str], grpc.Channel], timeout_s: float = 5.0) -> None:
         self._channel_for = channel_for
+        self._timeout_s = timeout_s
 
     def start(self, agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float) -> _GrpcTaskCall:
         stub = spec_grpc.SpecialistServiceStub(self._channel_for(agent_id))
         return _GrpcTaskCall(stub.RunTask.future(request, timeout=timeout_s))
+
+    def revoke(self, execution_id: str, reason: str, issued_before: dt.datetime | None = None) -> None:
+        """CapabilityService.RevokeExecution; raises a MeshError if the capability service does not take it."""
+        request = cap_pb2.RevokeExecutionRequest(execution_id=execution_id, reason=reason)
+        if issued_before is not None:
+            request.issued_before.FromDatetime(issued_before)
+        try:
+            cap_grpc.CapabilityServiceStub(self._channel_for("capability")).RevokeExecution(
+                request, timeout=self._timeout_s)
+        except grpc.RpcError as err:
+            raise errors.from_rpc_error(err) from err
 
 
 class GrpcAuthorizer:
@@ -131,13 +149,18 @@ class SupervisorServicer(pb_grpc.SupervisorServiceServicer):
 
     def Analyze(self, request: pb.AnalyzeRequest, context: grpc.ServicerContext) -> pb.AnalyzeResponse:
         try:
-            execution_id = self._orch.start(request, transport.caller_id(context))
+            accepted = self._orch.accept(request, transport.caller_id(context))
         except sup_errors.SupervisorError as err:
             raise mesh_error(err) from err
+        execution_id, user = accepted.execution_id, accepted.user
+        # The execution is durable now; its id goes out before any task runs.
+        context.send_initial_metadata(((EXECUTION_ID_METADATA, execution_id),))
+        # The requester's own execution, just accepted (or retried): no need to ask whether they may read it.
+        if accepted.duplicate:
+            return pb.AnalyzeResponse(execution=self._orch.snapshot(user, execution_id) if request.detach
+                                      else self._orch.outcome_of(user, execution_id))
         if request.detach:
             self._orch.run_async(execution_id)
-            user = self._orch.authenticate(request.user_assertion, transport.caller_id(context))
-            # The requester's own execution, just accepted: no need to ask whether they may read it.
             return pb.AnalyzeResponse(execution=self._orch.snapshot(user, execution_id))
         return pb.AnalyzeResponse(execution=self._orch.run(execution_id))
 

@@ -268,3 +268,60 @@ def test_a_denial_is_recorded_as_a_refusal_an_allowing_decision_before_it_counts
     actions, store, dispatcher = make(tmp_path / "b", FakePolicy(common_pb2.POLICY_EFFECT_CONFIRMATION_REQUIRED))
     actions.propose(decided(store), ALICE, "WP-10231")
     assert [t for t, _ in dispatcher.governing] == [audit_pb2.AUDIT_EVENT_TYPE_POLICY_DECISION]
+
+
+# -- a release in flight when the supervisor stopped ----------------------------------------------------
+
+def _confirmed_then_crashed(tmp_path: Path, dispatcher: FakeDispatcher) -> tuple[ReleaseActions, ExecutionStore]:
+    actions, store, _, ex = awaiting_confirmation(tmp_path, dispatcher=dispatcher)
+    # The token is spent and the action marked EXECUTING; the process dies before the release ends.
+    assert store.spend(ex.action.action_id, executions.USED)
+    ex.action.state = pb.ACTION_STATE_EXECUTING
+    ex.action.confirmation_token = ""
+    ex.status = pb.EXECUTION_STATUS_RUNNING
+    store.save(ex)
+    return actions, store
+
+
+def test_a_resumed_release_runs_again_under_the_same_key_and_says_what_the_permit_is(tmp_path: Path) -> None:
+    dispatcher = FakeDispatcher({"verified": True})
+    actions, store = _confirmed_then_crashed(tmp_path, dispatcher)
+    stored = store.get("exe-1")
+    assert stored is not None
+    actions.resume(stored, pause_s=0)
+    done = store.get("exe-1")
+    assert done is not None
+    assert (done.action.state, done.status, done.action.verified) == (
+        pb.ACTION_STATE_SUCCEEDED, pb.EXECUTION_STATUS_SUCCEEDED, True)
+    (run,) = dispatcher.runs
+    assert run["input"]["idempotency_key"] == done.action.action_id
+    assert run["confirmed_action_digest"] == done.action.action_digest
+    assert run["actor"].user_id == "alice" and run["actor"].assertion_digest == "digest-a"
+    assert any("RELEASE_RESUMED" in f.get("reason_codes", []) for _, f in dispatcher.records)
+
+
+def test_a_resumed_release_waits_while_the_first_call_is_still_in_flight(tmp_path: Path) -> None:
+    class InFlightOnce(FakeDispatcher):
+        def run(self, ex: pb.Execution, **kw: Any) -> Dispatched:
+            self.error = "RELEASE_OUTCOME_UNKNOWN: workPermit.release IDEMPOTENCY_KEY_IN_FLIGHT: still running" \
+                if not self.runs else ""
+            return super().run(ex, **kw)
+
+    dispatcher = InFlightOnce({"verified": True})
+    actions, store = _confirmed_then_crashed(tmp_path, dispatcher)
+    stored = store.get("exe-1")
+    assert stored is not None
+    actions.resume(stored, pause_s=0)
+    done = store.get("exe-1")
+    assert done is not None and done.action.state == pb.ACTION_STATE_SUCCEEDED
+    assert len(dispatcher.runs) == 2
+
+
+def test_a_release_never_confirmed_is_not_run_on_resume(tmp_path: Path) -> None:
+    dispatcher = FakeDispatcher({"verified": True})
+    actions, store, _, ex = awaiting_confirmation(tmp_path, dispatcher=dispatcher)
+    ex.action.state = pb.ACTION_STATE_EXECUTING
+    store.save(ex)
+    actions.resume(ex, pause_s=0)
+    done = store.get("exe-1")
+    assert done is not None and done.action.state == pb.ACTION_STATE_FAILED and not dispatcher.runs

@@ -226,15 +226,77 @@ def test_tenant_named_in_the_text_must_match_the_assertion(world: Any) -> None:
     assert audit.records[-1].event_type == audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED
 
 
-def test_restart_ends_running_executions_truthfully(world: Any, tmp_path: Path) -> None:
+def test_restart_ends_an_execution_it_cannot_resume_truthfully(world: Any, tmp_path: Path) -> None:
     orch, _, _, token, _ = world
     execution_id = orch.start(pb.AnalyzeRequest(user_assertion=token, tenant_id="acme",
                                                 request_text="Analyze permit WP-10231"), "x")
-    # The process "dies" before running it; the next start over the same store ends it truthfully.
-    assert orch.end_interrupted() == [execution_id]
+    # Stored before resumption existed: nothing says how to go on, so it ends, naming what did not finish.
+    orch._store._conn.execute("DELETE FROM resume")
+    orch._live.clear()
+    assert orch.resume_interrupted(background=False) == [execution_id]
     stored = orch._store.get(execution_id)
     assert stored is not None and stored.status == pb.EXECUTION_STATUS_FAILED
     assert stored.reason.startswith("SUPERVISOR_RESTARTED") and stored.missing
+
+
+class Revocations:
+    def __init__(self) -> None:
+        self.revoked: list[tuple[str, str, Any]] = []
+
+    def revoke(self, execution_id: str, reason: str, issued_before: Any = None) -> None:
+        self.revoked.append((execution_id, reason, issued_before))
+
+
+def test_restart_resumes_from_the_last_completed_task(world: Any) -> None:
+    orch, specialists, audit, token, _ = world
+    revocations = Revocations()
+    orch._revoker = revocations
+    execution_id = orch.start(pb.AnalyzeRequest(user_assertion=token, tenant_id="acme",
+                                                request_text="Analyze permit WP-10231 and tell me if it can be "
+                                                             "released"), "x")
+    # The first stage completes, then the process dies: only the work-permit result is stored.
+    live = orch._live[execution_id]
+    assert live.plan is not None
+    first = live.plan.stages()[0][0]
+    orch._run_task(live, first, None)
+    orch._live.clear()
+    assert [r.task.target_agent_id for r in specialists.requests] == ["work-permit-agent"]
+
+    assert orch.resume_interrupted(background=False) == [execution_id]
+    ex = orch._store.get(execution_id)
+    assert ex is not None and ex.status == pb.EXECUTION_STATUS_SUCCEEDED, ex.summary
+    assert ex.decision == common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE
+    ran = [r.task.target_agent_id for r in specialists.requests]
+    assert ran.count("work-permit-agent") == 1, "a completed task is not run again"
+    assert sorted(ran[1:]) == ["compliance-agent", "risk-agent", "training-agent"]
+    assert len(ex.results) == 4 and ex.execution_id == execution_id
+    # The dead process's grants were revoked first (those issued before the restart), then the rest ran.
+    ((revoked_id, reason, before),) = revocations.revoked
+    assert (revoked_id, reason) == (execution_id, "SUPERVISOR_RESTARTED") and before is not None
+    assert any(r.event_type == audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_STARTED and "RESUMED" in r.reason_codes
+               for r in audit.records + audit.outbox)
+
+
+def test_a_retried_analyze_with_the_same_client_request_id_is_the_same_execution(world: Any) -> None:
+    orch, specialists, _, token, _ = world
+    text = "Analyze permit WP-10231 and tell me if it can be released"
+    first = orch.accept(pb.AnalyzeRequest(user_assertion=token, tenant_id="acme", request_text=text,
+                                          client_request_id="req-1"), "x")
+    again = orch.accept(pb.AnalyzeRequest(user_assertion=token, tenant_id="acme", request_text=text,
+                                          client_request_id="req-1"), "x")
+    assert (again.execution_id, again.duplicate, first.duplicate) == (first.execution_id, True, False)
+    ex = orch.run(first.execution_id)
+    assert ex.client_request_id == "req-1"
+    assert orch.outcome_of(again.user, again.execution_id).status == pb.EXECUTION_STATUS_SUCCEEDED
+    assert len(specialists.requests) == 4, "one execution ran"
+    with pytest.raises(errors.Aborted) as info:
+        orch.accept(pb.AnalyzeRequest(user_assertion=token, tenant_id="acme", request_text="Analyze permit WP-10232",
+                                      client_request_id="req-1"), "x")
+    assert info.value.reason == "CLIENT_REQUEST_ID_REUSED"
+    # Another id is another request.
+    other = orch.accept(pb.AnalyzeRequest(user_assertion=token, tenant_id="acme", request_text=text,
+                                          client_request_id="req-2"), "x")
+    assert other.execution_id != first.execution_id and not other.duplicate
 
 
 # -- executions are private -------------------------------------------------------------------------
