@@ -123,25 +123,57 @@ def cmd_token_issue(args: argparse.Namespace, cfg: MeshConfig) -> int:
 
 # --- launcher --------------------------------------------------------------
 
+def _clock(ts: Any) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(float(ts))) if ts else ""
+
+
+def _mesh_row(r: dict[str, Any]) -> dict[str, Any]:
+    if r["kind"] == launcher.LAUNCHER:
+        return {"name": r["name"], "pid": r["pid"], "address": f"({r['mode']})", "health": r["health"],
+                "up_since": _clock(r["started_at"])}
+    last = launcher.exit_text(r.get("last_exit_code"))
+    return {"name": r["name"], "pid": r["pid"] or "", "address": r["address"], "health": r["health"],
+            "up_since": _clock(r.get("started_at")) if r["alive"] else "", "restarts": r.get("restarts", 0),
+            "last_exit": f"{last} at {_clock(r.get('last_exit_at'))}" if last else ""}
+
+
 def _show_mesh(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
-    emit(args, rows, lambda: print_table(rows, ["name", "spiffe_id", "address", "pid", "health"]))
+    def human() -> None:
+        print_table([_mesh_row(r) for r in rows],
+                    ["name", "pid", "address", "health", "up_since", "restarts", "last_exit"])
+        for r in rows:
+            if r["health"] in ("SERVING", "RUNNING"):
+                continue
+            print(f"\n{r['name']}: {r['health']}" + (f": {r['reason']}" if r.get("reason") else ""))
+            if r.get("log"):
+                print(f"  last lines of its {'current' if r['alive'] else 'last'} run ({r['log_file']}):")
+                for line in r["log"]:
+                    print(f"    {line}")
+    emit(args, rows, human)
 
 
 def cmd_up(args: argparse.Namespace, cfg: MeshConfig) -> int:
     if args.ports_auto:
         cfg = cfg.model_copy(update={"ports": {k: 0 for k in cfg.ports}})
+    progress = not args.json
     try:
-        procs = launcher.up(cfg, progress=not args.json)
+        if args.detach:
+            launcher.up_detached(cfg, progress=progress)
+            _show_mesh(args, launcher.status(cfg))
+            return 0
+
+        def on_up(_: object) -> None:
+            _show_mesh(args, launcher.status(cfg))
+            sys.stdout.flush()
+            print("agentmesh: running; crashed processes are restarted; press Ctrl-C (or run "
+                  "'agentmesh down') to stop", file=sys.stderr, flush=True)
+
+        launcher.up_foreground(cfg, progress=progress, on_up=on_up)
     except LegacyLayoutError as err:
         print(f"agentmesh: {err}", file=sys.stderr)
         return 2
     except launcher.LaunchError as err:
         raise CliError(str(err)) from err
-    _show_mesh(args, launcher.status(cfg))
-    if args.detach:
-        return 0
-    print("agentmesh: running; press Ctrl-C to stop", file=sys.stderr)
-    launcher.wait_foreground(cfg, procs)
     return 0
 
 
@@ -151,7 +183,7 @@ def cmd_status(args: argparse.Namespace, cfg: MeshConfig) -> int:
         emit(args, [], lambda: print(f"no mesh running under {cfg.home}"))
         return 1
     _show_mesh(args, rows)
-    return 0 if all(r["health"] == "SERVING" for r in rows) else 1
+    return 0 if launcher.healthy(rows) else 1
 
 
 def cmd_down(args: argparse.Namespace, cfg: MeshConfig) -> int:
@@ -820,13 +852,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ttl", type=int, default=assertion.DEFAULT_TTL_S, help="seconds valid (default 3600)")
     p.set_defaults(handler=cmd_token_issue)
 
-    p = sub.add_parser("up", parents=[common, out], help="start every role as its own process")
-    p.add_argument("--detach", action="store_true", help="return once all report SERVING")
+    p = sub.add_parser(
+        "up", parents=[common, out], help="start every role as its own process and keep it running",
+        description="Start every role as its own process, each SERVING before the next, and supervise them: "
+                    "a process that crashes (a signal other than SIGTERM/SIGINT, or an exit code other than 0) "
+                    "is restarted on its port after a backoff of 0.5 s doubling to 10 s (reset once it has been "
+                    "SERVING for 10 s). Without --detach this command supervises until Ctrl-C.")
+    p.add_argument("--detach", action="store_true",
+                   help="return once all report SERVING; a background supervisor keeps them running "
+                        "(log: HOME/logs/launcher.log)")
     p.add_argument("--ports-auto", action="store_true", help="let every process pick a free port")
     p.set_defaults(handler=cmd_up)
-    p = sub.add_parser("status", parents=[common, out], help="show the running mesh and its health")
+    p = sub.add_parser(
+        "status", parents=[common, out], help="show the running mesh and its health",
+        description="Each process's pid, address, health (its own answer, or RESTARTING / STARTING / STOPPED / "
+                    "DEAD), since when it runs, its restarts and last exit; for a process that is not SERVING the "
+                    "reason and the last lines of its current (or last) run. Exit code 0 only while every "
+                    "process is SERVING and the supervising loop runs.")
     p.set_defaults(handler=cmd_status)
-    p = sub.add_parser("down", parents=[common, out], help="stop every process of the mesh")
+    p = sub.add_parser("down", parents=[common, out], help="stop the supervising loop and every process of the mesh")
     p.set_defaults(handler=cmd_down)
 
     policy = sub.add_parser("policy", help="ask the policy engine; manage kill switches")

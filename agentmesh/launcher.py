@@ -1,4 +1,4 @@
-"""``agentmesh up / status / down``: run every role as its own process.
+"""``agentmesh up / status / down``: run every role as its own process, and keep it running.
 
 Processes start in dependency order. Each binds its port (0 picks a free one)
 and records its address under ``HOME/run``; the launcher passes those
@@ -9,10 +9,22 @@ Before starting anything, ``up`` moves a home of the old layout (``certs/``,
 ``keys/``) to ``ca/``, ``trust/`` and ``workloads/`` and issues what is missing
 or expiring. The sandbox LMS gets a fresh admin token in
 ``HOME/workloads/lms-sandbox/admin-token`` (0600) unless one is there.
+
+**Supervision.** Once the mesh is up, a supervising loop restarts a process that
+crashed (killed by a signal other than SIGTERM/SIGINT, or any exit code but 0) on
+the port it had, after a backoff of 0.5 s doubling to 10 s, reset once the
+process has been SERVING for 10 s. A process that exits 0 (it was stopped, e.g.
+with SIGTERM) is left stopped. ``up`` runs the loop itself; ``up --detach``
+starts it as a small background process (``python -m agentmesh.launcher``, its
+log ``HOME/logs/launcher.log``) which starts the mesh, and returns once every
+process is SERVING. ``mesh.json`` records the loop and, for each process, its
+pid, restarts, last exit code and times, and where its current run's log lines
+begin. ``down`` stops the loop, which stops the processes in reverse order.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -20,16 +32,15 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-from agentmesh import spiffe, transport
+from agentmesh import health, spiffe, transport
 from agentmesh.config import MeshConfig
 from agentmesh.identities import (
     OPERATOR,
@@ -41,6 +52,15 @@ from agentmesh.identities import (
 )
 from agentmesh.pki import PkiError
 from agentmesh.service import address_file
+
+BACKOFF_INITIAL_S = 0.5
+BACKOFF_MAX_S = 10.0
+BACKOFF_RESET_S = 10.0
+"""A process SERVING this long starts again from the initial backoff if it crashes."""
+TICK_S = 0.1
+LOG_LINES = 5
+LAUNCHER = "launcher"
+"""The name (and ``kind``) of the supervising loop's row in ``status``."""
 
 
 class LaunchError(Exception):
@@ -56,6 +76,29 @@ class Running:
     address: str
     pid: int
     kind: str = "grpc"
+    state: str = "running"
+    """``starting`` (no address or no SERVING yet), ``running``, ``backoff`` (crashed, restart due at
+    ``next_start_at``), ``stopped`` (exited 0: not restarted)."""
+    started_at: float = 0.0
+    serving_since: float = 0.0
+    restarts: int = 0
+    last_exit_code: int | None = None
+    last_exit_at: float = 0.0
+    next_start_at: float = 0.0
+    log_offset: int = 0
+    """Where the current (or last) run's lines begin in its log."""
+
+
+@dataclass(frozen=True, slots=True)
+class Supervisor:
+    """The supervising loop as recorded in ``mesh.json``."""
+
+    pid: int
+    mode: str
+    """``foreground`` (the ``up`` command itself) or ``detached``."""
+    started_at: float
+    phase: str = "starting"
+    """``starting``, ``running``, ``stopping``."""
 
 
 def state_file(config: MeshConfig) -> Path:
@@ -63,16 +106,35 @@ def state_file(config: MeshConfig) -> Path:
     return config.mesh_home.run / "mesh.json"
 
 
+def _read(config: MeshConfig) -> tuple[Supervisor | None, list[Running]]:
+    try:
+        data = json.loads(state_file(config).read_text())
+    except (FileNotFoundError, ValueError):
+        return None, []
+    if isinstance(data, list):  # written before supervision existed
+        return None, [Running(**r) for r in data]
+    known = {f.name for f in fields(Running)}
+    procs = [Running(**{k: v for k, v in r.items() if k in known}) for r in data.get("processes", [])]
+    sup = data.get("supervisor")
+    return (Supervisor(**sup) if sup else None), procs
+
+
 def read_state(config: MeshConfig) -> list[Running]:
     """The recorded mesh, or [] when none is up."""
-    try:
-        return [Running(**r) for r in json.loads(state_file(config).read_text())]
-    except FileNotFoundError:
-        return []
+    return _read(config)[1]
 
 
-def _write_state(config: MeshConfig, procs: list[Running]) -> None:
-    state_file(config).write_text(json.dumps([asdict(p) for p in procs], indent=2))
+def read_supervisor(config: MeshConfig) -> Supervisor | None:
+    """The recorded supervising loop, or None (no mesh, or one started by :func:`up` without supervision)."""
+    return _read(config)[0]
+
+
+def _write_state(config: MeshConfig, procs: list[Running], supervisor: Supervisor | None = None) -> None:
+    path = state_file(config)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"supervisor": asdict(supervisor) if supervisor else None,
+                               "processes": [asdict(p) for p in procs]}, indent=2))
+    os.replace(tmp, path)
 
 
 def pid_alive(pid: int) -> bool:
@@ -98,62 +160,41 @@ def pid_alive(pid: int) -> bool:
 
 def health_check(config: MeshConfig, address: str, identity: str, timeout_s: float = 2.0) -> str:
     """The process's health status name over mTLS, or the error that prevented it."""
-    tls = tls_files(config, OPERATOR)
-    try:
-        channel = transport.secure_channel(address, tls, spiffe.parse(identity))
-        with channel:
-            resp = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=""), timeout=timeout_s
-            )
-        return str(health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status))
-    except grpc.RpcError as err:
-        return f"UNREACHABLE ({err.code().name})"
+    return health_probe(config, address, identity, timeout_s)[0]
 
 
-def _log_tail(path: Path, lines: int = 5) -> str:
+def health_probe(config: MeshConfig, address: str, identity: str, timeout_s: float = 2.0) -> tuple[str, str]:
+    """(health status name or ``UNREACHABLE (CODE)``, the process's reason when it is not SERVING)."""
+    channel = transport.secure_channel(address, tls_files(config, OPERATOR), spiffe.parse(identity))
+    with channel:
+        return health.probe(channel, timeout_s)
+
+
+def log_lines(path: Path, offset: int = 0, lines: int = LOG_LINES) -> list[str]:
+    """The last ``lines`` lines of a log written from ``offset`` on (one run's own lines)."""
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            text = fh.read().decode(errors="replace")
     except OSError:
-        return "(no log)"
+        return []
+    return text.splitlines()[-lines:]
+
+
+def _log_tail(path: Path, offset: int = 0, lines: int = LOG_LINES) -> str:
+    return "\n".join(log_lines(path, offset, lines)) or "(nothing in its log)"
+
+
+def _log_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def demo_world() -> Path:
     """The demo world shipped with agentmesh: loaded on first start, served by the sandbox LMS."""
     return Path(str(resources.files("agentmesh"))) / "data" / "demo_world.yaml"
-
-
-def _start(config: MeshConfig, w: Workload, peers: dict[str, str],
-           extra: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
-    log_path = config.mesh_home.logs / f"{w.name}.log"
-    address_file(config, w.name).unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", w.module, *w.extra_args, *extra, "--home", str(config.home),
-           "--host", config.host, "--port", str(config.port(w.name))]
-    for name, addr in peers.items():
-        cmd += ["--peer", f"{name}={addr}"]
-    with open(log_path, "ab") as log:
-        # A new session: Ctrl-C in the launcher's terminal must not kill children
-        # before the launcher stops them in order.
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, "OTEL_SERVICE_NAME": w.name})
-
-
-def _wait_ready(config: MeshConfig, w: Workload, proc: subprocess.Popen[bytes]) -> str:
-    deadline = time.monotonic() + config.startup_timeout_s
-    addr_path = address_file(config, w.name)
-    log_path = config.mesh_home.logs / f"{w.name}.log"
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise LaunchError(f"{w.name} exited with code {proc.returncode}:\n{_log_tail(log_path)}")
-        if addr_path.exists():
-            try:
-                address = str(json.loads(addr_path.read_text())["address"])
-            except (ValueError, KeyError):
-                address = ""
-            if address and health_check(config, address, str(w.identity)) == "SERVING":
-                return address
-        time.sleep(0.05)
-    raise LaunchError(f"{w.name} did not report SERVING within {config.startup_timeout_s:.0f}s:\n"
-                      f"{_log_tail(log_path)}")
 
 
 def lms_world(config: MeshConfig) -> Path:
@@ -186,46 +227,204 @@ def lms_admin_token(config: MeshConfig) -> str:
                           f"{err.strerror} (it is made by 'agentmesh up')") from err
 
 
-def _start_lms(config: MeshConfig, port: int | None = None) -> tuple[subprocess.Popen[bytes], str]:
-    """Starts the sandbox LMS (plain HTTP, an external system) and waits for /healthz."""
-    addr_path = config.mesh_home.run / "lms.addr"
-    addr_path.unlink(missing_ok=True)
-    log_path = config.mesh_home.logs / "lms.log"
-    cmd = [sys.executable, "-m", "lms_sandbox", "--host", config.host,
-           "--port", str(config.port("lms") if port is None else port),
-           "--data", str(lms_world(config)), "--address-file", str(addr_path),
-           "--admin-token-file", str(ensure_lms_admin_token(config))]
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + config.startup_timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise LaunchError(f"lms exited with code {proc.returncode}:\n{_log_tail(log_path)}")
-        if addr_path.exists():
-            url = addr_path.read_text().strip()
-            try:
-                with urllib.request.urlopen(f"{url}/healthz", timeout=2) as resp:
-                    if resp.status == 200:
-                        return proc, url
-            except OSError:
-                pass
-        time.sleep(0.05)
-    proc.kill()
-    raise LaunchError(f"lms did not answer /healthz within {config.startup_timeout_s:.0f}s")
+def _http_health(url: str) -> str:
+    try:
+        with urllib.request.urlopen(f"{url}/healthz", timeout=2) as resp:
+            return "SERVING" if resp.status == 200 else f"HTTP {resp.status}"
+    except OSError as err:
+        return f"UNREACHABLE ({err})"
 
 
-def restart_lms(config: MeshConfig) -> str | None:
-    """Restarts a running sandbox LMS on its port so it serves the current world; None if none runs."""
-    procs = read_state(config)
-    lms = next((p for p in procs if p.name == "lms" and pid_alive(p.pid)), None)
-    if lms is None:
-        return None
-    stop_all([lms])
-    port = int(lms.address.rsplit(":", 1)[1])
-    proc, url = _start_lms(config, port)
-    _write_state(config, [Running("lms", "", url, proc.pid, kind="http") if p.name == "lms" else p for p in procs])
-    return url
+def exit_text(code: int | None) -> str:
+    if code is None:
+        return ""
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"{code} ({signal.Signals(-code).name})"
+    return str(code)
 
+
+def _clean_exit(code: int) -> bool:
+    """Stopped on purpose (exit 0, or SIGTERM/SIGINT before a handler was installed): not restarted."""
+    return code in (0, -signal.SIGTERM, -signal.SIGINT)
+
+
+# --- one managed process ------------------------------------------------------------------------
+
+@dataclass
+class _Managed:
+    """A process of the mesh as its supervisor knows it: how to start it, its run, its history."""
+
+    config: MeshConfig
+    name: str
+    kind: str
+    spiffe_id: str
+    workload: Workload | None
+    peers: dict[str, str]
+    extra: tuple[str, ...] = ()
+    port: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+    address: str = ""
+    state: str = "starting"
+    started_at: float = 0.0
+    serving_since: float = 0.0
+    restarts: int = 0
+    failures: int = 0
+    last_exit_code: int | None = None
+    last_exit_at: float = 0.0
+    next_start_at: float = 0.0
+    log_offset: int = 0
+    _last_probe: float = field(default=0.0)
+    _bound: bool = False
+    """Whether the current run recorded its address (the previous run's stays shown meanwhile)."""
+
+    @property
+    def log_path(self) -> Path:
+        return self.config.mesh_home.logs / f"{self.name}.log"
+
+    @property
+    def addr_path(self) -> Path:
+        if self.kind == "http":
+            return self.config.mesh_home.run / "lms.addr"
+        return address_file(self.config, self.name)
+
+    def command(self) -> list[str]:
+        if self.workload is None:  # the sandbox LMS; it serves the world loaded last
+            return [sys.executable, "-m", "lms_sandbox", "--host", self.config.host, "--port", str(self.port),
+                    "--data", str(lms_world(self.config)), "--address-file", str(self.addr_path),
+                    "--admin-token-file", str(ensure_lms_admin_token(self.config))]
+        w = self.workload
+        cmd = [sys.executable, "-m", w.module, *w.extra_args, *self.extra, "--home", str(self.config.home),
+               "--host", self.config.host, "--port", str(self.port)]
+        for name, addr in self.peers.items():
+            cmd += ["--peer", f"{name}={addr}"]
+        return cmd
+
+    def spawn(self) -> None:
+        self.addr_path.unlink(missing_ok=True)
+        self.log_offset = _log_size(self.log_path)
+        env = dict(os.environ)
+        if self.workload is not None:
+            env["OTEL_SERVICE_NAME"] = self.name
+        with open(self.log_path, "ab") as log:
+            # A new session: Ctrl-C in the launcher's terminal must not kill children
+            # before the launcher stops them in order.
+            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+        self.state, self.started_at, self.serving_since, self.next_start_at = "starting", time.time(), 0.0, 0.0
+        self._bound = False
+
+    def read_address(self) -> str:
+        """The address the process recorded, once it did."""
+        try:
+            text = self.addr_path.read_text().strip()
+        except OSError:
+            return ""
+        if self.kind == "http":
+            return text
+        try:
+            return str(json.loads(text)["address"])
+        except (ValueError, KeyError, TypeError):
+            return ""
+
+    def probe(self) -> str:
+        if self.kind == "http":
+            return _http_health(self.address)
+        return health_check(self.config, self.address, self.spiffe_id)
+
+    def record(self) -> Running:
+        pid = self.proc.pid if self.proc is not None else 0
+        return Running(self.name, self.spiffe_id, self.address, pid, self.kind, self.state, self.started_at,
+                       self.serving_since, self.restarts, self.last_exit_code, self.last_exit_at,
+                       self.next_start_at, self.log_offset)
+
+    def wait_ready(self, stop: threading.Event | None = None) -> None:
+        """Blocks until the first start reports SERVING; LaunchError with this run's log lines if not."""
+        assert self.proc is not None
+        deadline = time.monotonic() + self.config.startup_timeout_s
+        while time.monotonic() < deadline:
+            if stop is not None and stop.is_set():
+                raise LaunchError("stopped while starting")
+            if self.proc.poll() is not None:
+                raise LaunchError(f"{self.name} exited with code {exit_text(self.proc.returncode)}:\n"
+                                  f"{_log_tail(self.log_path, self.log_offset)}")
+            address = self.address if self._bound else self.read_address()
+            if address:
+                self.address, self._bound = address, True
+                if self.probe() == "SERVING":
+                    self._serving()
+                    return
+            time.sleep(0.05)
+        raise LaunchError(f"{self.name} did not report SERVING within {self.config.startup_timeout_s:.0f}s:\n"
+                          f"{_log_tail(self.log_path, self.log_offset)}")
+
+    def _serving(self) -> None:
+        self.state = "running"
+        self.serving_since = time.time()
+        # From now on it restarts on the port it bound.
+        self.port = int(self.address.rsplit(":", 1)[1])
+
+    def tick(self, now: float, say: Any) -> bool:
+        """Advances this process's supervision one step; True if anything changed."""
+        if self.state == "stopped":
+            return False
+        if self.state == "backoff":
+            if now < self.next_start_at:
+                return False
+            self.restarts += 1
+            self.spawn()
+            say(f"{self.name}: restart {self.restarts} (pid {self.proc.pid if self.proc else 0})")
+            return True
+        assert self.proc is not None
+        code = self.proc.poll()
+        if code is not None:
+            self.last_exit_code, self.last_exit_at = code, now
+            lines = log_lines(self.log_path, self.log_offset, 2)
+            last = f": {lines[-1]}" if lines else ""
+            if _clean_exit(code):
+                self.state = "stopped"
+                say(f"{self.name} (pid {self.proc.pid}) stopped with code {exit_text(code)}; not restarted{last}")
+                return True
+            if self.serving_since and now - self.serving_since >= BACKOFF_RESET_S:
+                self.failures = 0
+            delay = min(BACKOFF_INITIAL_S * 2 ** self.failures, BACKOFF_MAX_S)
+            self.failures += 1
+            self.state, self.next_start_at = "backoff", now + delay
+            say(f"{self.name} (pid {self.proc.pid}) exited with code {exit_text(code)}; "
+                f"restarting in {delay:g} s{last}")
+            return True
+        if self.state == "starting":
+            if not self._bound:
+                address = self.read_address()
+                if address:
+                    self.address, self._bound = address, True
+                elif now - self.started_at > self.config.startup_timeout_s:
+                    say(f"{self.name} (pid {self.proc.pid}) did not start within "
+                        f"{self.config.startup_timeout_s:g} s; killing it")
+                    with contextlib.suppress(ProcessLookupError):
+                        self.proc.kill()
+                    return False
+            if self._bound and now - self._last_probe >= 0.5:
+                self._last_probe = now
+                if self.probe() == "SERVING":
+                    self._serving()
+                    say(f"{self.name} SERVING again at {self.address} (pid {self.proc.pid})")
+                    return True
+        return False
+
+    def stop_for_restart(self) -> None:
+        """SIGTERM (SIGKILL after 10 s) and wait; used when asked to restart, not counted as a crash."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+# --- the mesh -----------------------------------------------------------------------------------
 
 def report_migration(moved: list[str], config: MeshConfig) -> None:
     """One line on stderr when a home was moved to the current layout (and what was left)."""
@@ -239,17 +438,98 @@ def report_migration(moved: list[str], config: MeshConfig) -> None:
             print(f"agentmesh: {line}", file=sys.stderr)
 
 
-def up(config: MeshConfig, *, progress: bool = True) -> list[Running]:
-    """Starts every process (creating certificates first if needed); returns them."""
-    if any(pid_alive(p.pid) for p in read_state(config)):
+def _already_running(config: MeshConfig) -> bool:
+    sup, procs = _read(config)
+    return (sup is not None and pid_alive(sup.pid)) or any(pid_alive(p.pid) for p in procs)
+
+
+def prepare(config: MeshConfig) -> None:
+    """Refuses a home where a mesh runs; moves an old layout; issues missing or expiring certificates."""
+    if _already_running(config):
         raise LaunchError(f"a mesh is already running under {config.home}; run 'agentmesh down' first")
     report_migration(migrate_legacy_layout(config.mesh_home), config)  # LegacyLayoutError when it cannot
     try:
         init_identities(config)
     except PkiError as err:
         raise LaunchError(str(err)) from err
+
+
+class Mesh:
+    """Every process of one mesh, started by :func:`start`; :meth:`supervise` keeps them running."""
+
+    def __init__(self, config: MeshConfig, supervisor: Supervisor | None) -> None:
+        self.config = config
+        self.supervisor = supervisor
+        self.procs: list[_Managed] = []
+        self._lock = threading.Lock()
+
+    def running(self) -> list[Running]:
+        return [m.record() for m in self.procs]
+
+    def save(self) -> None:
+        _write_state(self.config, self.running(), self.supervisor)
+
+    def _say(self, text: str) -> None:
+        print(f"{time.strftime('%H:%M:%S')} agentmesh: {text}", file=sys.stderr, flush=True)
+
+    def supervise(self, stop: threading.Event) -> None:
+        """Restarts what crashes until ``stop`` is set, then stops every process (reverse order)."""
+        if self.supervisor is not None:
+            self.supervisor = replace(self.supervisor, phase="running")
+        self.save()
+        try:
+            while not stop.wait(TICK_S):
+                now = time.time()
+                changed = False
+                for m in self.procs:
+                    try:
+                        changed |= m.tick(now, self._say)
+                    except Exception as err:  # noqa: BLE001 - one process's trouble must not stop the loop
+                        self._say(f"{m.name}: supervision step failed: {err!r}")
+                        if m.state == "backoff":  # e.g. it could not be spawned: try again later
+                            m.next_start_at = now + BACKOFF_MAX_S
+                changed |= self._restart_requested()
+                if changed:
+                    self.save()
+        finally:
+            self.stop()
+
+    def _restart_requested(self) -> bool:
+        changed = False
+        for m in self.procs:
+            request = _restart_request(self.config, m.name)
+            if not request.exists():
+                continue
+            request.unlink(missing_ok=True)
+            self._say(f"{m.name}: restart asked for")
+            m.stop_for_restart()
+            m.spawn()
+            changed = True
+        return changed
+
+    def stop(self) -> None:
+        """Stops every process in reverse start order and forgets the mesh."""
+        if self.supervisor is not None:
+            self._say("stopping the mesh")
+            self.supervisor = replace(self.supervisor, phase="stopping")
+            with contextlib.suppress(OSError):
+                self.save()
+        stop_all([m.record() for m in self.procs if m.proc is not None and m.proc.poll() is None])
+        for m in self.procs:
+            if m.proc is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    m.proc.wait(timeout=1)
+        state_file(self.config).unlink(missing_ok=True)
+        (self.config.mesh_home.run / "lms.addr").unlink(missing_ok=True)
+
+
+def start(config: MeshConfig, *, progress: bool = True, supervisor: Supervisor | None = None,
+          stop: threading.Event | None = None) -> Mesh:
+    """Starts every process, each SERVING before the next (certificates must exist: see :func:`prepare`)."""
+    config.mesh_home.logs.mkdir(parents=True, exist_ok=True)
+    config.mesh_home.run.mkdir(parents=True, exist_ok=True)
+    mesh = Mesh(config, supervisor)
     peers: dict[str, str] = dict(config.peers)
-    started: list[Running] = []
     extra: dict[str, tuple[str, ...]] = {"capability": ("--world", str(demo_world()))}
     if config.specialist_delay_ms:
         for agent in config.agents:
@@ -257,104 +537,263 @@ def up(config: MeshConfig, *, progress: bool = True) -> list[Running]:
     try:
         lms_url = config.lms_url
         if lms_url is None:
-            lms_proc, lms_url = _start_lms(config)
-            started.append(Running("lms", "", lms_url, lms_proc.pid, kind="http"))
-            _write_state(config, started)
+            lms = _Managed(config, "lms", "http", "", None, {}, port=config.port("lms"))
+            mesh.procs.append(lms)
+            lms.spawn()
+            lms.wait_ready(stop)
+            lms_url = lms.address
+            mesh.save()
             if progress:
                 print(f"  {'lms (sandbox)':<18} SERVING  {lms_url}", file=sys.stderr)
         extra["capability"] += ("--lms-url", lms_url)
         for w in workloads(config):
-            proc = _start(config, w, peers, extra.get(w.name, ()))
-            started.append(Running(w.name, str(w.identity), "", proc.pid))
-            address = _wait_ready(config, w, proc)
-            started[-1] = Running(w.name, str(w.identity), address, proc.pid)
-            peers[w.name] = address
-            _write_state(config, started)
+            m = _Managed(config, w.name, "grpc", str(w.identity), w, dict(peers), extra.get(w.name, ()),
+                         port=config.port(w.name))
+            mesh.procs.append(m)
+            m.spawn()
+            mesh.save()
+            m.wait_ready(stop)
+            peers[w.name] = m.address
+            mesh.save()
             if progress:
-                print(f"  {w.name:<18} SERVING  {address}", file=sys.stderr)
+                print(f"  {w.name:<18} SERVING  {m.address}", file=sys.stderr)
     except BaseException:
-        stop_all(started)
-        state_file(config).unlink(missing_ok=True)
+        mesh.stop()
         raise
-    return started
+    return mesh
+
+
+def up(config: MeshConfig, *, progress: bool = True) -> list[Running]:
+    """Starts every process (creating certificates first if needed), unsupervised; returns them."""
+    prepare(config)
+    return start(config, progress=progress).running()
+
+
+def _signal_event() -> threading.Event:
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    return stop
+
+
+def up_foreground(config: MeshConfig, *, progress: bool = True,
+                  on_up: Any = None) -> None:
+    """``agentmesh up``: starts the mesh and supervises it here until Ctrl-C / SIGTERM (``down``)."""
+    prepare(config)
+    stop = _signal_event()
+    sup = Supervisor(os.getpid(), "foreground", time.time())
+    try:
+        mesh = start(config, progress=progress, supervisor=sup, stop=stop)
+    except LaunchError:
+        if stop.is_set():
+            return
+        raise
+    if on_up is not None:
+        on_up(mesh.running())
+    mesh.supervise(stop)
+
+
+def _supervisor_config(config: MeshConfig) -> Path:
+    return config.mesh_home.run / "launcher-config.json"
+
+
+def _supervisor_error(config: MeshConfig) -> Path:
+    return config.mesh_home.run / "launcher-error.txt"
+
+
+def _restart_request(config: MeshConfig, name: str) -> Path:
+    return config.mesh_home.run / f"restart-{name}.request"
+
+
+def up_detached(config: MeshConfig, *, progress: bool = True) -> list[Running]:
+    """``agentmesh up --detach``: a background supervisor starts the mesh; returns once all are SERVING."""
+    prepare(config)
+    home = config.mesh_home
+    home.run.mkdir(parents=True, exist_ok=True)
+    home.logs.mkdir(parents=True, exist_ok=True)
+    cfg_path, err_path = _supervisor_config(config), _supervisor_error(config)
+    cfg_path.write_text(config.model_dump_json())
+    err_path.unlink(missing_ok=True)
+    state_file(config).unlink(missing_ok=True)
+    log_path = home.logs / f"{LAUNCHER}.log"
+    offset = _log_size(log_path)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "agentmesh.launcher", "--config-json", str(cfg_path)],
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    shown: set[str] = set()
+    deadline = time.monotonic() + config.startup_timeout_s * (len(workloads(config)) + 1) + 10
+    while True:
+        sup, procs = _read(config)
+        for p in procs:
+            if p.name not in shown and p.state == "running" and sup is not None and sup.pid == proc.pid:
+                shown.add(p.name)
+                if progress:
+                    label = "lms (sandbox)" if p.name == "lms" else p.name
+                    print(f"  {label:<18} SERVING  {p.address}", file=sys.stderr)
+        if sup is not None and sup.pid == proc.pid and sup.phase == "running":
+            return procs
+        code = proc.poll()
+        if code is not None:
+            try:
+                message = err_path.read_text().strip()
+            except OSError:
+                message = f"the supervisor exited with code {code}:\n{_log_tail(log_path, offset)}"
+            raise LaunchError(message)
+        if time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            down(config)
+            raise LaunchError(f"the mesh did not come up in time:\n{_log_tail(log_path, offset)}")
+        time.sleep(0.05)
+
+
+def _supervisor_main(argv: list[str] | None = None) -> int:
+    """``python -m agentmesh.launcher --config-json FILE``: the detached supervisor (started by ``up --detach``)."""
+    parser = argparse.ArgumentParser(prog="python -m agentmesh.launcher",
+                                     description="agentmesh supervisor: starts the mesh and restarts what crashes")
+    parser.add_argument("--config-json", required=True, help="the mesh config, as written by 'agentmesh up'")
+    args = parser.parse_args(argv)
+    config_path = Path(args.config_json)
+    config = MeshConfig.model_validate_json(config_path.read_text())
+    config_path.unlink(missing_ok=True)
+    stop = _signal_event()
+    sup = Supervisor(os.getpid(), "detached", time.time())
+    try:
+        mesh = start(config, progress=True, supervisor=sup, stop=stop)
+    except LaunchError as err:
+        _supervisor_error(config).write_text(str(err) + "\n")
+        print(f"agentmesh: {err}", file=sys.stderr)
+        return 1
+    print(f"{time.strftime('%H:%M:%S')} agentmesh: mesh up; supervising (pid {os.getpid()})", file=sys.stderr,
+          flush=True)
+    mesh.supervise(stop)
+    print(f"{time.strftime('%H:%M:%S')} agentmesh: mesh stopped", file=sys.stderr, flush=True)
+    return 0
+
+
+def restart_lms(config: MeshConfig) -> str | None:
+    """Restarts a running sandbox LMS on its port so it serves the current world; None if none runs."""
+    sup, procs = _read(config)
+    lms = next((p for p in procs if p.name == "lms" and pid_alive(p.pid)), None)
+    if lms is None:
+        return None
+    if sup is not None and pid_alive(sup.pid):
+        # The supervisor owns the process: ask it, and wait for the new one to answer.
+        _restart_request(config, "lms").write_text("")
+        deadline = time.monotonic() + config.startup_timeout_s + 15
+        while time.monotonic() < deadline:
+            now = next((p for p in read_state(config) if p.name == "lms"), None)
+            if (now is not None and now.pid != lms.pid and now.state == "running"
+                    and not _restart_request(config, "lms").exists()):
+                return now.address
+            time.sleep(0.05)
+        raise LaunchError("the sandbox LMS did not come back after its restart")
+    stop_all([lms])
+    m = _Managed(config, "lms", "http", "", None, {}, port=int(lms.address.rsplit(":", 1)[1]))
+    m.spawn()
+    m.wait_ready()
+    _write_state(config, [m.record() if p.name == "lms" else p for p in procs], sup)
+    return m.address
 
 
 def stop_all(procs: list[Running], grace_s: float = 10.0) -> list[str]:
     """SIGTERM in reverse start order, SIGKILL what is left after the grace; returns names killed."""
     for p in reversed(procs):
-        if pid_alive(p.pid):
+        if p.pid and pid_alive(p.pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(pid_alive(p.pid) for p in procs):
+    while time.monotonic() < deadline and any(p.pid and pid_alive(p.pid) for p in procs):
         time.sleep(0.05)
     killed = []
     for p in procs:
-        if pid_alive(p.pid):
+        if p.pid and pid_alive(p.pid):
             try:
                 os.kill(p.pid, signal.SIGKILL)
                 killed.append(p.name)
             except ProcessLookupError:
                 pass
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(pid_alive(p.pid) for p in procs):
+    while time.monotonic() < deadline and any(p.pid and pid_alive(p.pid) for p in procs):
         time.sleep(0.05)
     return killed
 
 
 def down(config: MeshConfig) -> list[Running]:
-    """Stops the recorded mesh; returns what was stopped."""
-    procs = read_state(config)
+    """Stops the supervising loop and the recorded mesh; returns what was stopped."""
+    sup, procs = _read(config)
+    if sup is not None and sup.pid != os.getpid() and pid_alive(sup.pid):
+        # The loop stops its processes itself (in order) and then exits.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(sup.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 25
+        while time.monotonic() < deadline and pid_alive(sup.pid):
+            time.sleep(0.05)
+        if pid_alive(sup.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(sup.pid, signal.SIGKILL)
+        procs = read_state(config) or procs  # it may have restarted one meanwhile
     stop_all(procs)
     state_file(config).unlink(missing_ok=True)
     # gRPC roles remove their own address files on a clean stop; the LMS does not.
     (config.mesh_home.run / "lms.addr").unlink(missing_ok=True)
+    for request in config.mesh_home.run.glob("restart-*.request"):
+        request.unlink(missing_ok=True)
     return procs
 
 
 def status(config: MeshConfig) -> list[dict[str, object]]:
-    """Each recorded process with whether it is alive and its health."""
+    """Each recorded process with whether it is alive, its health and why it is not SERVING.
+
+    A row per process: the record (pid, restarts, last exit, ...), ``alive``, ``health``
+    (the process's own answer; ``RESTARTING`` / ``STARTING`` / ``STOPPED`` / ``DEAD``
+    when it has none), ``reason`` and, unless it is SERVING, ``log`` (the last lines of
+    its current or last run). The supervising loop, when there is one, is the last row
+    (name and kind ``launcher``, health ``RUNNING`` or ``DEAD``).
+    """
+    sup, procs = _read(config)
     rows: list[dict[str, object]] = []
-    for p in read_state(config):
-        alive = pid_alive(p.pid)
+    for p in procs:
+        alive = bool(p.pid) and pid_alive(p.pid)
+        reason = ""
         if not alive:
-            health = "DEAD"
+            health_name = {"backoff": "RESTARTING", "starting": "STARTING", "stopped": "STOPPED"}.get(p.state, "DEAD")
+            if p.state == "backoff":
+                reason = (f"exited with code {exit_text(p.last_exit_code)}; restart "
+                          f"{p.restarts + 1} in {max(0.0, p.next_start_at - time.time()):.1f} s")
+            elif p.state == "stopped":
+                reason = f"exited with code {exit_text(p.last_exit_code)}; not restarted"
+        elif p.kind == "grpc" and p.address:
+            health_name, reason = health_probe(config, p.address, p.spiffe_id)
+            if p.state == "starting" and health_name.startswith("UNREACHABLE"):
+                health_name, reason = "STARTING", f"pid {p.pid} is not answering yet"
         elif p.kind == "grpc":
-            health = health_check(config, p.address, p.spiffe_id)
+            health_name = "STARTING"
         else:
-            health = _http_health(p.address)
-        rows.append({**asdict(p), "alive": alive, "health": health})
+            health_name = _http_health(p.address)
+        row: dict[str, object] = {**asdict(p), "alive": alive, "health": health_name, "reason": reason}
+        if health_name != "SERVING":
+            row["log"] = log_lines(config.mesh_home.logs / f"{p.name}.log", p.log_offset)
+            row["log_file"] = str(config.mesh_home.logs / f"{p.name}.log")
+        rows.append(row)
+    if sup is not None:
+        alive = pid_alive(sup.pid)
+        rows.append({"name": LAUNCHER, "kind": LAUNCHER, "spiffe_id": "", "address": "", "pid": sup.pid,
+                     "mode": sup.mode, "phase": sup.phase, "started_at": sup.started_at, "alive": alive,
+                     "health": "RUNNING" if alive else "DEAD",
+                     "reason": "" if alive else "the supervising loop is gone: crashed processes are not restarted"})
     return rows
 
 
-def _http_health(url: str) -> str:
-    try:
-        with urllib.request.urlopen(f"{url}/healthz", timeout=2) as resp:
-            return "SERVING" if resp.status == 200 else f"HTTP {resp.status}"
-    except OSError as err:
-        return f"UNREACHABLE ({err})"
+def healthy(rows: list[dict[str, object]]) -> bool:
+    """Every process SERVING and the supervising loop (if any) alive."""
+    return bool(rows) and all(r["health"] == ("RUNNING" if r["kind"] == LAUNCHER else "SERVING") for r in rows)
 
 
-def wait_foreground(config: MeshConfig, procs: list[Running]) -> None:
-    """Blocks until Ctrl-C / SIGTERM, warning when a process dies, then stops all."""
-    stop = {"now": False}
-
-    def handler(*_: object) -> None:
-        stop["now"] = True
-
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)
-    reported: set[str] = set()
-    while not stop["now"]:
-        for p in procs:
-            if p.name not in reported and not pid_alive(p.pid):
-                reported.add(p.name)
-                print(f"agentmesh: {p.name} (pid {p.pid}) exited; see "
-                      f"{config.mesh_home.logs / (p.name + '.log')}", file=sys.stderr)
-        time.sleep(0.2)
-    print("agentmesh: stopping…", file=sys.stderr)
-    down(config)
+__all__ = ["LaunchError", "Running", "Supervisor", "down", "healthy", "init_identities", "lms_admin_token",
+           "read_state", "read_supervisor", "status", "up", "up_detached", "up_foreground"]
 
 
-__all__ = ["LaunchError", "Running", "down", "init_identities", "lms_admin_token", "read_state", "status", "up",
-           "wait_foreground"]
+if __name__ == "__main__":
+    sys.exit(_supervisor_main())

@@ -83,10 +83,30 @@ def test_down_leaves_no_process_behind(tmp_path: Path) -> None:
     assert not any((home / "ca").iterdir())
     pids = [p.pid for p in launcher.read_state(cfg)]
     assert len(pids) >= 8
+    loop = launcher.read_supervisor(cfg)
+    assert loop is not None and loop.mode == "detached" and launcher.pid_alive(loop.pid)
     down = agentmesh_cli(home, "down")
     assert down.returncode == 0, down.stderr
-    assert not any(launcher.pid_alive(pid) for pid in pids)
+    assert not any(launcher.pid_alive(pid) for pid in [*pids, loop.pid])  # the supervising loop too
     assert agentmesh_cli(home, "status").returncode == 1
+    assert not (home / "run" / "mesh.json").exists()
+
+
+def test_a_role_failing_at_first_start_fails_up_with_its_own_fresh_lines(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / "logs").mkdir(parents=True)
+    (home / "logs" / "audit.log").write_text("a line of an earlier run\n")
+    (home / "data").mkdir()
+    (home / "data" / "audit.db").mkdir()  # the log cannot be opened
+    up = agentmesh_cli(home, "up", "--detach", "--ports-auto")
+    assert up.returncode == 1
+    assert "audit exited with code 2" in up.stderr and "audit.db" in up.stderr, up.stderr
+    assert "earlier run" not in up.stderr
+    assert agentmesh_cli(home, "status").returncode == 1
+    from agentmesh import config
+
+    cfg = config.load(home=str(home), environ={})
+    assert launcher.read_state(cfg) == [] and launcher.read_supervisor(cfg) is None
 
 
 def _run_role(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
