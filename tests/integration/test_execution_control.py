@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,7 +18,7 @@ from agentmesh.config import MeshConfig
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import supervisor_service_pb2 as pb
 
-from .conftest import RoleProcess, agentmesh_cli
+from .conftest import agentmesh_cli
 from .test_analysis_e2e import analyze, audit_records, supervisor, token
 
 DELAY_MS = 200
@@ -119,25 +118,19 @@ def test_killed_risk_agent_gives_partial_naming_the_risk_analysis(slow_mesh: Mes
     assert any(r.outcome in (3, 2, 5) and "FAILED" in r.reason_codes for r in trail), trail
 
 
-def test_supervisor_restart_ends_inflight_execution_truthfully(slow_mesh: MeshConfig) -> None:
+def test_supervisor_restart_resumes_the_inflight_execution(slow_mesh: MeshConfig) -> None:
+    from .test_durable_execution import restart_supervisor, wait_terminal
+
     stub = supervisor(slow_mesh)
     user = token(slow_mesh)
     started = stub.Analyze(pb.AnalyzeRequest(user_assertion=user, tenant_id="acme", detach=True,
                                              request_text="Analyze permit WP-10232 and tell me if it can be released"))
     execution_id = started.execution.execution_id
-    os.kill(_pid(slow_mesh, "supervisor"), signal.SIGKILL)
-    time.sleep(0.2)
-    peers = {p.name: p.address for p in launcher.read_state(slow_mesh)
-             if p.kind == "grpc" and p.name not in ("supervisor", "risk-agent")}
-    restarted = RoleProcess(slow_mesh, "supervisor", "supervisor_svc", peers=peers)
-    try:
-        ex = supervisor_at(slow_mesh, restarted.address).GetExecution(
-            pb.GetExecutionRequest(user_assertion=user, execution_id=execution_id)).execution
-        assert ex.status == pb.EXECUTION_STATUS_FAILED
-        assert ex.reason.startswith("SUPERVISOR_RESTARTED")
-        assert ex.missing, "what did not finish must be named"
-    finally:
-        restarted.stop()
+    with restart_supervisor(slow_mesh, keep=False) as address:
+        ex = wait_terminal(supervisor_at(slow_mesh, address), user, execution_id)
+        assert ex.execution_id == execution_id
+        assert not ex.reason.startswith("SUPERVISOR_RESTARTED"), ex.reason
+        assert ex.decision == common_pb2.ANALYSIS_DECISION_NOT_RECOMMENDED, ex.summary
 
 
 def supervisor_at(cfg: MeshConfig, address: str) -> Any:
