@@ -63,6 +63,7 @@ CALLERS: dict[str, spiffe.SpiffeId] = {
     "agentmesh.v1.CapabilityService.InvokeCapability": SUPERVISOR,
     "agentmesh.v1.CapabilityService.ListCapabilities": PLATFORM_CLI,
     "agentmesh.v1.CapabilityService.SetCapabilityStatus": OPERATOR,
+    "agentmesh.v1.CapabilityService.RevokeExecution": SUPERVISOR,
     "agentmesh.v1.AuditService": OPERATOR,
     "agentmesh.v1.AuditService.AppendRecord": CAPABILITY,
     "agentmesh.v1.AuditService.AppendRecords": CAPABILITY,
