@@ -379,6 +379,8 @@ class _Managed:
         code = self.proc.poll()
         if code is not None:
             self.last_exit_code, self.last_exit_at = code, now
+            if self.kind == "grpc":
+                self.addr_path.unlink(missing_ok=True)  # a crash leaves its address record behind
             lines = log_lines(self.log_path, self.log_offset, 2)
             last = f": {lines[-1]}" if lines else ""
             if _clean_exit(code):
