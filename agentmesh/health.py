@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-import time
 import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -222,7 +221,3 @@ def peer_check(channel: Callable[[], grpc.Channel], timeout_s: float = 1.0) -> C
 
     return check
 
-
-def since(ts: float) -> str:
-    """A wall-clock time for reasons (``HH:MM:SS``)."""
-    return time.strftime("%H:%M:%S", time.localtime(ts))
