@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agentmesh import spiffe
 from agentmesh.home import MeshHome
@@ -69,6 +69,11 @@ class MeshConfig(BaseModel):
     """Deadline the supervisor gives each specialist task."""
     confirmation_ttl_s: int = Field(default=300, ge=5, le=86_400)
     """How long a confirmation token stays valid (also the most a request may ask for)."""
+    database_url: str | None = None
+    """Where executions, tasks, reviews, confirmations and idempotency keys live: ``postgresql://…``
+    (shared by supervisor replicas), or ``sqlite:///PATH``; unset: the SQLite files under ``HOME/data``."""
+    supervisor_replicas: int = Field(default=1, ge=1, le=16)
+    """How many supervisor processes ``up`` starts; more than one needs a PostgreSQL ``database_url``."""
 
     @field_validator("ports")
     @classmethod
@@ -92,6 +97,14 @@ class MeshConfig(BaseModel):
                 raise ValueError(f"operators[{i}]: {text!r} is not a canonical SPIFFE id")
         return value
 
+    @model_validator(mode="after")
+    def _replicas_share_a_database(self) -> MeshConfig:
+        url = self.database_url or ""
+        if self.supervisor_replicas > 1 and url.split(":", 1)[0] not in ("postgresql", "postgres"):
+            raise ValueError(f"supervisor_replicas: {self.supervisor_replicas} replicas must share a PostgreSQL "
+                             "database; set database_url: postgresql://… (SQLite serves one supervisor)")
+        return self
+
     @property
     def mesh_home(self) -> MeshHome:
         """The home as a path helper."""
@@ -113,6 +126,7 @@ class MeshConfig(BaseModel):
 
 _ENV_FIELDS = {"host": str, "call_timeout_s": float, "lms_url": str, "access_file": Path,
                "startup_timeout_s": float, "specialist_delay_ms": int, "task_timeout_s": float,
+               "database_url": str, "supervisor_replicas": int,
                "confirmation_ttl_s": int}
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import grpc
 
-from agentmesh import signing, spiffe
+from agentmesh import database, signing, spiffe
 from agentmesh.service import ServiceContext, ServiceSpec, StartupError, base_parser, run
 from agentmesh.v1 import capability_service_pb2_grpc as capability_grpc
 from capability_svc.errors import CapabilityError
@@ -35,11 +35,20 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
             runtime.load_world_if_empty(Path(ctx.args.world))
     except CapabilityError as err:
         raise StartupError(str(err)) from err
-    idempotency = IdempotencyStore(ctx.data_dir / "idempotency.db")
+    url = ctx.config.database_url
+    try:
+        idempotency = IdempotencyStore(ctx.data_dir / "idempotency.db", url=url)
+    except database.DatabaseError as err:
+        raise StartupError(f"idempotency database: {err}") from err
     ctx.on_stop(runtime.close)
     ctx.on_stop(idempotency.close)
-    for db in (CAPABILITY_DB, INTERNAL_DB, "idempotency.db"):
+    for db in (CAPABILITY_DB, INTERNAL_DB):
         ctx.check_database(ctx.data_dir / db)
+    if database.is_postgresql(url):
+        assert url is not None
+        ctx.health_check("database idempotency", database.postgresql_check(url), tolerate=1)
+    else:
+        ctx.check_database(ctx.data_dir / "idempotency.db")
     # No decision without policy, no governed call without its record: both are required peers.
     ctx.require_peer("policy")
     ctx.require_peer("audit")

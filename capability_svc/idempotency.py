@@ -22,7 +22,13 @@ the supervisor revokes the grants of a cancelled execution, or those a
 previous supervisor process issued before a restart; a call under such a grant
 is refused.
 
-Schema history (``PRAGMA user_version``): 0 had no principal columns; 1 adds
+On PostgreSQL (``url``, shared by capability processes on several hosts) an
+owner's liveness cannot be read from ``/proc``: each store holds a **lease**
+(a row of ``idempotency_owners`` whose ``expires_at`` it renews every
+:data:`HEARTBEAT_S`, on the database's clock); an owner whose lease expired
+(or was given up at close) is dead.
+
+Schema history on SQLite (``PRAGMA user_version``): 0 had no principal columns; 1 adds
 ``user_id``, ``agent_id`` and ``output_digest``; 2 adds ``owner`` and the
 ``revocations`` table. A file of an older version is migrated in place on
 open; version-0 rows have no principal, so no one can replay them (fail
@@ -34,15 +40,18 @@ have claimed it).
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
-import sqlite3
 import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from agentmesh.database import Database, open_database
 from capability_svc.errors import CapabilityError
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION: Final = 2
 
@@ -159,18 +168,33 @@ class Revocation:
         return self.issued_before is None or issued_at < self.issued_before
 
 
-def _migrate(conn: sqlite3.Connection) -> None:
-    """Brings the file to :data:`SCHEMA_VERSION`; idempotent, in one transaction."""
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
+HEARTBEAT_S: Final = 1.0
+"""How often a PostgreSQL store renews its owner lease."""
+OWNER_LEASE_S: Final = 5.0
+"""How long an owner lease lasts without renewal."""
+
+_POSTGRESQL_SCHEMA = """
+CREATE TABLE IF NOT EXISTS idempotency (tenant_id TEXT NOT NULL, capability_id TEXT NOT NULL,
+    idem_key TEXT NOT NULL, payload_digest TEXT NOT NULL, response {blob}, failure TEXT,
+    user_id TEXT, agent_id TEXT, output_digest TEXT, owner TEXT,
+    PRIMARY KEY (tenant_id, capability_id, idem_key));
+CREATE TABLE IF NOT EXISTS revocations (execution_id TEXT PRIMARY KEY, issued_before TEXT,
+    reason TEXT NOT NULL, revoked_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS idempotency_owners (owner TEXT PRIMARY KEY, expires_at {real} NOT NULL)
+"""
+
+
+def _migrate(db: Database) -> None:
+    """Brings a SQLite file to :data:`SCHEMA_VERSION`; idempotent, in one transaction."""
+    version = db.execute("PRAGMA user_version").fetchone()[0]
     if version >= SCHEMA_VERSION:
         return
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with db.transaction() as conn:
         conn.execute(
             "CREATE TABLE IF NOT EXISTS idempotency (tenant_id TEXT NOT NULL, capability_id TEXT NOT NULL,"
             " idem_key TEXT NOT NULL, payload_digest TEXT NOT NULL, response BLOB, failure TEXT,"
             " PRIMARY KEY (tenant_id, capability_id, idem_key))")
-        columns = {row[1] for row in conn.execute("PRAGMA table_info(idempotency)")}
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(idempotency)").fetchall()}
         for column in ("user_id", "agent_id", "output_digest", "owner"):
             if column not in columns:
                 conn.execute(f"ALTER TABLE idempotency ADD COLUMN {column} TEXT")
@@ -178,23 +202,59 @@ def _migrate(conn: sqlite3.Connection) -> None:
             "CREATE TABLE IF NOT EXISTS revocations (execution_id TEXT PRIMARY KEY, issued_before TEXT,"
             " reason TEXT NOT NULL, revoked_at TEXT NOT NULL)")
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
 
 
 class IdempotencyStore:
-    """SQLite table of (tenant, capability, key) → holder, payload digest, owner, response; and revocations."""
+    """Table of (tenant, capability, key) → holder, payload digest, owner, response; and revocations.
 
-    def __init__(self, path: Path, *, owner: str | None = None) -> None:
+    SQLite (``path``, the default) or PostgreSQL (``url``).
+    """
+
+    def __init__(self, path: Path, *, owner: str | None = None, url: str | None = None) -> None:
         """``owner`` names this process in the claims it makes (default :func:`process_owner`)."""
-        self._conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=5.0)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=FULL")
-        _migrate(self._conn)
+        self._db: Database = open_database(url, default=path, synchronous="FULL", timeout_s=5.0)
         self._lock = threading.Lock()
         self.owner = owner or process_owner(instance=uuid.uuid4().hex[:12])
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+        if self._db.postgresql:
+            self._db.create_schema(_POSTGRESQL_SCHEMA)
+            self._renew()
+            self._heartbeat = threading.Thread(target=self._beat, name="idempotency-lease", daemon=True)
+            self._heartbeat.start()
+        else:
+            _migrate(self._db)
+
+    @property
+    def _conn(self) -> Database:
+        return self._db
+
+    # -- owner leases (PostgreSQL) ---------------------------------------------------
+
+    def _renew(self) -> None:
+        now = self._db.now_sql()
+        with self._lock:
+            self._db.execute(
+                f"INSERT INTO idempotency_owners VALUES (?, {now} + ?) ON CONFLICT (owner) DO UPDATE SET"
+                " expires_at = excluded.expires_at", (self.owner, OWNER_LEASE_S))
+
+    def _beat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                self._renew()
+            except Exception:  # noqa: BLE001 - the next beat tries again
+                log.warning("renewing the idempotency owner lease failed", exc_info=True)
+
+    def _alive(self, owner: str | None) -> bool:
+        if not self._db.postgresql:
+            return owner_alive(owner, self.owner)
+        if not owner:
+            return False
+        if owner == self.owner:
+            return True
+        row = self._db.execute(f"SELECT expires_at > {self._db.now_sql()} FROM idempotency_owners WHERE owner = ?",
+                               (owner,)).fetchone()
+        return bool(row and row[0])
 
     def claim(self, holder: KeyHolder, capability_id: str, key: str, payload_digest: str) -> Claim:
         """Claims a key for a principal and a payload, or returns the first call's outcome to the same principal.
@@ -205,17 +265,20 @@ class IdempotencyStore:
             IdempotencyInFlight: the first call has not finished and its owner is alive.
         """
         with self._lock:
-            row = self._conn.execute(
+            # One statement decides who claimed first, also across processes sharing the database.
+            claimed = self._db.execute(
+                "INSERT INTO idempotency (tenant_id, capability_id, idem_key, payload_digest, user_id, agent_id,"
+                " owner) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                (holder.tenant_id, capability_id, key, payload_digest, holder.user_id, holder.agent_id,
+                 self.owner)).rowcount
+            if claimed == 1:
+                return Claim(True)
+            row = self._db.execute(
                 "SELECT payload_digest, response, failure, user_id, agent_id, output_digest, owner FROM idempotency"
                 " WHERE tenant_id=? AND capability_id=? AND idem_key=?",
                 (holder.tenant_id, capability_id, key)).fetchone()
-            if row is None:
-                self._conn.execute(
-                    "INSERT INTO idempotency (tenant_id, capability_id, idem_key, payload_digest, user_id, agent_id,"
-                    " owner) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (holder.tenant_id, capability_id, key, payload_digest, holder.user_id, holder.agent_id,
-                     self.owner))
-                return Claim(True)
+        if row is None:  # released between the two statements: claim again
+            return self.claim(holder, capability_id, key, payload_digest)
         # One message for both: a key says nothing to anyone but its holder.
         reused = f"idempotency key {key!r} was already used for {capability_id} by another request; use a new key"
         if (row[3], row[4]) != (holder.user_id, holder.agent_id):
@@ -227,7 +290,7 @@ class IdempotencyStore:
                                     f"attempted ({row[2]}); check the resource and use a new key",
                                     field="idempotency_key")
         if row[1] is None:
-            if not owner_alive(row[6], self.owner):
+            if not self._alive(row[6]):
                 return Claim(False, orphaned=row[6] or "unknown")
             raise IdempotencyInFlight(f"the first call with idempotency key {key!r} is still running",
                                       field="idempotency_key")
@@ -236,7 +299,7 @@ class IdempotencyStore:
     def take_over(self, tenant_id: str, capability_id: str, key: str, dead_owner: str) -> bool:
         """Makes this process the owner of an orphaned IN_FLIGHT key; False if someone else resolved it first."""
         with self._lock:
-            changed = self._conn.execute(
+            changed = self._db.execute(
                 "UPDATE idempotency SET owner=? WHERE tenant_id=? AND capability_id=? AND idem_key=?"
                 " AND response IS NULL AND failure IS NULL AND COALESCE(owner, 'unknown')=?",
                 (self.owner, tenant_id, capability_id, key, dead_owner)).rowcount
@@ -245,7 +308,7 @@ class IdempotencyStore:
     def in_flight(self) -> list[tuple[str, str, str, str]]:
         """Keys still IN_FLIGHT, as ``(tenant, capability, key, owner)`` (tools and tests)."""
         with self._lock:
-            rows = self._conn.execute(
+            rows = self._db.execute(
                 "SELECT tenant_id, capability_id, idem_key, COALESCE(owner, '') FROM idempotency"
                 " WHERE response IS NULL AND failure IS NULL").fetchall()
         return [(str(a), str(b), str(c), str(d)) for a, b, c, d in rows]
@@ -258,14 +321,14 @@ class IdempotencyStore:
 
         Returns the revocation in force afterwards.
         """
-        with self._lock:
-            row = self._conn.execute("SELECT issued_before FROM revocations WHERE execution_id=?",
-                                     (execution_id,)).fetchone()
+        with self._lock, self._db.transaction():
+            row = self._db.execute("SELECT issued_before FROM revocations WHERE execution_id=?",
+                                   (execution_id,)).fetchone()
             if row is not None:
                 held = None if row[0] is None else dt.datetime.fromisoformat(row[0])
                 if held is None or (issued_before is not None and issued_before <= held):
                     issued_before = held
-            self._conn.execute(
+            self._db.execute(
                 "INSERT INTO revocations VALUES (?, ?, ?, ?) ON CONFLICT (execution_id) DO UPDATE SET"
                 " issued_before=excluded.issued_before, reason=excluded.reason, revoked_at=excluded.revoked_at",
                 (execution_id, None if issued_before is None else issued_before.isoformat(), reason,
@@ -275,7 +338,7 @@ class IdempotencyStore:
     def revocation(self, execution_id: str) -> Revocation | None:
         """The revocation of an execution's grants, or None."""
         with self._lock:
-            row = self._conn.execute(
+            row = self._db.execute(
                 "SELECT issued_before, reason, revoked_at FROM revocations WHERE execution_id=?",
                 (execution_id,)).fetchone()
         if row is None:
@@ -286,7 +349,7 @@ class IdempotencyStore:
     def complete(self, tenant_id: str, capability_id: str, key: str, response: bytes, output_digest: str = "") -> None:
         """Stores the outcome of the first call."""
         with self._lock:
-            self._conn.execute(
+            self._db.execute(
                 "UPDATE idempotency SET response=?, output_digest=?"
                 " WHERE tenant_id=? AND capability_id=? AND idem_key=?",
                 (response, output_digest, tenant_id, capability_id, key))
@@ -294,17 +357,25 @@ class IdempotencyStore:
     def fail(self, tenant_id: str, capability_id: str, key: str, reason: str) -> None:
         """Records that the first call failed after its effect was attempted: replays get that failure."""
         with self._lock:
-            self._conn.execute("UPDATE idempotency SET failure=? WHERE tenant_id=? AND capability_id=? AND idem_key=?",
+            self._db.execute("UPDATE idempotency SET failure=? WHERE tenant_id=? AND capability_id=? AND idem_key=?",
                                (reason, tenant_id, capability_id, key))
 
     def release(self, tenant_id: str, capability_id: str, key: str) -> None:
         """Forgets a claim whose call failed before any effect, so it may be retried."""
         with self._lock:
-            self._conn.execute(
+            self._db.execute(
                 "DELETE FROM idempotency WHERE tenant_id=? AND capability_id=? AND idem_key=?"
                 " AND response IS NULL AND failure IS NULL",
                 (tenant_id, capability_id, key))
 
     def close(self) -> None:
-        """Closes the database."""
-        self._conn.close()
+        """Gives up this owner's lease (PostgreSQL) and closes the database."""
+        self._stop.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join(timeout=5)
+            try:
+                with self._lock:
+                    self._db.execute("DELETE FROM idempotency_owners WHERE owner = ?", (self.owner,))
+            except Exception:  # noqa: BLE001 - the lease expires on its own
+                log.warning("giving up the idempotency owner lease failed", exc_info=True)
+        self._db.close()

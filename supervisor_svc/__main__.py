@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import sys
+import uuid
 
 import grpc
 
-from agentmesh import assertion, errors, grants, signing, spiffe
+from agentmesh import assertion, database, errors, grants, signing, spiffe
 from agentmesh.service import ServiceContext, ServiceSpec, StartupError, base_parser, run
 from agentmesh.v1 import agent_registry_service_pb2_grpc as registry_grpc
 from agentmesh.v1 import capability_service_pb2 as cap_pb2
@@ -62,10 +64,16 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
         evidence = EvidencePolicy.load()
     except SupervisorError as err:
         raise StartupError(f"{err.reason}: {err.message}") from err
-    store = ExecutionStore(ctx.data_dir / "supervisor.db")
+    url = ctx.config.database_url
+    try:
+        # Each replica (process) is its own owner of the executions it runs (leases, see supervisor_svc.orchestrator).
+        store = ExecutionStore(ctx.data_dir / "supervisor.db", url=url,
+                               owner=f"{ctx.name}:{os.getpid()}:{uuid.uuid4().hex[:8]}")
+    except database.DatabaseError as err:
+        raise StartupError(f"executions database: {err}") from err
     audit = ctx.audit()
     selector = AgentSelector(registry, tenants)
-    specialists = GrpcSpecialists(ctx.channel)
+    specialists = GrpcSpecialists(ctx.channel, timeout_s=ctx.config.call_timeout_s)
     authorize = GrpcAuthorizer(ctx.channel("policy"), ctx.config.call_timeout_s)
     dispatcher = TaskDispatcher(identity=ctx.identity, registry=registry, signer=signer, specialists=specialists,
                                 audit=audit, store=store, task_timeout_s=ctx.config.task_timeout_s,
@@ -77,7 +85,7 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
         identity=ctx.identity, registry=registry, selector=selector, tenants=tenants, projector=projector,
         evidence=evidence, store=store, signer=signer, specialists=specialists, audit=audit,
         verify_assertion=functools.partial(assertion.verify, key=idp_key), authorize=authorize,
-        task_timeout_s=ctx.config.task_timeout_s, actions=actions)
+        task_timeout_s=ctx.config.task_timeout_s, actions=actions, revoker=specialists)
     center = DecisionCenter(store=store, actions=actions, authorize=authorize, dispatcher=dispatcher,
                             visible=orchestrator.visible, snapshot=orchestrator.snapshot)
     events = EventHandler(store=store, dispatcher=dispatcher, tenants=tenants)
@@ -85,8 +93,13 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
     ctx.on_stop(orchestrator.close)
     ctx.on_stop(store.close)
     ctx.on_stop(registry.close)
-    for db in ("supervisor.db", "supervisor-agents.db"):
-        ctx.check_database(ctx.data_dir / db)
+    if database.is_postgresql(url):
+        assert url is not None
+        ctx.health_check("database executions", database.postgresql_check(url), tolerate=1)
+        ctx.check_database(ctx.data_dir / "supervisor-agents.db")
+    else:
+        for db in ("supervisor.db", "supervisor-agents.db"):
+            ctx.check_database(ctx.data_dir / db)
     ctx.require_peer("audit")
     ctx.require_peer("policy")
     supervisor_grpc.add_SupervisorServiceServicer_to_server(SupervisorServicer(orchestrator, actions, events), server)
@@ -94,14 +107,22 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
     registry_grpc.add_AgentRegistryServiceServicer_to_server(AgentRegistryServicer(registry, selector, audit), server)
 
 
+def replica_name(replica: int) -> str:
+    """The process name of supervisor replica ``replica`` (1: ``supervisor``, then ``supervisor-2``, …)."""
+    return "supervisor" if replica <= 1 else f"supervisor-{replica}"
+
+
 def spec(args: argparse.Namespace) -> ServiceSpec:
-    """The supervisor role."""
-    return ServiceSpec("supervisor", spiffe.service("supervisor"), SERVICES, register)
+    """The supervisor role (one replica: its own name, port and address file; the same identity)."""
+    return ServiceSpec(replica_name(args.replica), spiffe.service("supervisor"), SERVICES, register)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point."""
     parser = base_parser("supervisor_svc", "agentmesh supervisor")
+    parser.add_argument("--replica", type=int, default=1,
+                        help="which supervisor replica this is (1, 2, …; more than one needs a PostgreSQL "
+                             "database_url)")
     return run(spec, parser, argv)
 
 

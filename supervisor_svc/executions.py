@@ -1,4 +1,4 @@
-"""Durable executions, review items, proposed actions and handled events (SQLite under the mesh home).
+"""Durable executions, review items, proposed actions and handled events (SQLite under the mesh home, or PostgreSQL).
 
 An execution is stored whole, as its protobuf, after every change (planned,
 each task started / finished, decided), so a supervisor restart never loses
@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import sqlite3
 import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from agentmesh.database import Database, open_database
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
 from agentmesh.v1 import supervisor_service_pb2 as pb
@@ -34,7 +34,10 @@ CREATE TABLE IF NOT EXISTS executions (
     user_id TEXT NOT NULL,
     status INTEGER NOT NULL,
     updated_at TEXT NOT NULL,
-    body BLOB NOT NULL
+    body {blob} NOT NULL,
+    owner TEXT,
+    lease_expires_at {real},
+    cancel_requested TEXT
 );
 CREATE INDEX IF NOT EXISTS executions_status ON executions (status);
 CREATE TABLE IF NOT EXISTS reviews (
@@ -43,7 +46,7 @@ CREATE TABLE IF NOT EXISTS reviews (
     tenant_id TEXT NOT NULL,
     status INTEGER NOT NULL,
     created_at TEXT NOT NULL,
-    body BLOB NOT NULL
+    body {blob} NOT NULL
 );
 CREATE INDEX IF NOT EXISTS reviews_tenant ON reviews (tenant_id, status);
 CREATE INDEX IF NOT EXISTS reviews_execution ON reviews (execution_id);
@@ -52,7 +55,7 @@ CREATE TABLE IF NOT EXISTS actions (
     execution_id TEXT NOT NULL UNIQUE,
     tenant_id TEXT NOT NULL,
     user_id TEXT NOT NULL,
-    requester BLOB NOT NULL,
+    requester {blob} NOT NULL,
     state TEXT NOT NULL,
     ttl_s INTEGER NOT NULL,
     token_digest TEXT,
@@ -61,8 +64,8 @@ CREATE TABLE IF NOT EXISTS actions (
 );
 CREATE TABLE IF NOT EXISTS resume (
     execution_id TEXT PRIMARY KEY,
-    requester BLOB NOT NULL,
-    budget BLOB,
+    requester {blob} NOT NULL,
+    budget {blob},
     release_requested INTEGER NOT NULL,
     ttl_s INTEGER NOT NULL,
     language TEXT NOT NULL,
@@ -129,55 +132,183 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat()
 
 
-class ExecutionStore:
-    """Executions (whole protobufs), review items, proposed actions and events, durable on every save."""
+DEFAULT_LEASE_S = 5.0
+"""How long an execution's owner holds it without renewing (renewed about every second)."""
 
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=10.0)
-        self._conn.execute("PRAGMA journal_mode=WAL")
+_LEASE_COLUMNS = (("owner", "TEXT"), ("lease_expires_at", "REAL"), ("cancel_requested", "TEXT"))
+
+
+class LeaseLost(Exception):
+    """This replica no longer owns the execution it tried to save (another replica took it over)."""
+
+
+class ExecutionStore:
+    """Executions (whole protobufs), review items, proposed actions and events, durable on every save.
+
+    On SQLite (``path``, the default) or on PostgreSQL (``url``). Each RUNNING execution is
+    owned by one supervisor replica (``owner``) through a lease (``lease_expires_at``, on
+    the database's clock): the owner renews it (:meth:`renew_leases`); another replica may
+    take over one whose lease expired (:meth:`take_over`). A save by a replica that lost the
+    lease is refused (:class:`LeaseLost`), so a replica that was cut off cannot overwrite
+    what the new owner wrote.
+    """
+
+    def __init__(self, path: Path, *, url: str | None = None, owner: str | None = None,
+                 lease_s: float = DEFAULT_LEASE_S) -> None:
         # NORMAL in WAL mode survives a crash of the process (the threat a
         # restart recovers from); only an OS crash can lose the last commits.
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.executescript(_SCHEMA)
+        self._db: Database = open_database(url, default=path, synchronous="NORMAL")
+        if not self._db.postgresql:
+            self._add_lease_columns()
+        self._db.create_schema(_SCHEMA)
         self._lock = threading.Lock()
+        self.owner = owner or f"supervisor-{uuid.uuid4().hex[:12]}"
+        self.lease_s = lease_s
+        self._now = self._db.now_sql()
+
+    @property
+    def shared(self) -> bool:
+        """Whether several replicas may share this store (PostgreSQL)."""
+        return self._db.postgresql
+
+    @property
+    def database(self) -> Database:
+        """The database (health checks, tests)."""
+        return self._db
+
+    @property
+    def _conn(self) -> Database:
+        """The database, under the name the store's connection had (tools and tests)."""
+        return self._db
+
+    def _add_lease_columns(self) -> None:
+        """A file from before leases gets their columns (SQLite; idempotent)."""
+        rows = self._db.execute("PRAGMA table_info(executions)").fetchall()
+        if not rows:
+            return
+        have = {r[1] for r in rows}
+        for name, kind in _LEASE_COLUMNS:
+            if name not in have:
+                self._db.execute(f"ALTER TABLE executions ADD COLUMN {name} {kind}")
 
     def save(self, execution: pb.Execution) -> None:
-        """Stores the execution as it is now."""
+        """Stores the execution as it is now, held by this replica.
+
+        Raises:
+            LeaseLost: the execution is RUNNING under another replica's live lease.
+        """
         body = execution.SerializeToString(deterministic=True)
         with self._lock:
-            self._conn.execute(
-                "INSERT INTO executions VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (execution_id) DO UPDATE SET"
-                " status = excluded.status, updated_at = excluded.updated_at, body = excluded.body",
-                (execution.execution_id, execution.tenant_id, execution.user_id, int(execution.status), _now(), body))
+            changed = self._db.execute(
+                "INSERT INTO executions (execution_id, tenant_id, user_id, status, updated_at, body, owner,"
+                f" lease_expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, {self._now} + ?)"
+                " ON CONFLICT (execution_id) DO UPDATE SET"
+                " status = excluded.status, updated_at = excluded.updated_at, body = excluded.body,"
+                " owner = excluded.owner, lease_expires_at = excluded.lease_expires_at"
+                " WHERE executions.owner IS NULL OR executions.owner = excluded.owner"
+                f" OR executions.status <> ? OR executions.lease_expires_at < {self._now}",
+                (execution.execution_id, execution.tenant_id, execution.user_id, int(execution.status), _now(), body,
+                 self.owner, self.lease_s, pb.EXECUTION_STATUS_RUNNING)).rowcount
+        if changed == 0:
+            raise LeaseLost(f"execution {execution.execution_id} is owned by another supervisor replica")
 
     def get(self, execution_id: str) -> pb.Execution | None:
         """The stored execution, or None."""
         with self._lock:
-            row = self._conn.execute("SELECT body FROM executions WHERE execution_id = ?", (execution_id,)).fetchone()
+            row = self._db.execute("SELECT body FROM executions WHERE execution_id = ?", (execution_id,)).fetchone()
         if row is None:
             return None
         execution = pb.Execution()
-        execution.ParseFromString(row[0])
+        execution.ParseFromString(bytes(row[0]))
         return execution
 
     def running(self) -> list[pb.Execution]:
         """Executions still marked RUNNING."""
         with self._lock:
-            rows = self._conn.execute("SELECT body FROM executions WHERE status = ?",
-                                      (pb.EXECUTION_STATUS_RUNNING,)).fetchall()
-        out = []
-        for (body,) in rows:
-            execution = pb.Execution()
-            execution.ParseFromString(body)
-            out.append(execution)
-        return out
+            rows = self._db.execute("SELECT body FROM executions WHERE status = ?",
+                                    (pb.EXECUTION_STATUS_RUNNING,)).fetchall()
+        return [_execution(body) for (body,) in rows]
+
+    # -- leases ------------------------------------------------------------------
+
+    def owner_of(self, execution_id: str) -> tuple[str, bool] | None:
+        """``(owner, lease live)`` of an execution, or None if there is none."""
+        with self._lock:
+            row = self._db.execute(
+                f"SELECT COALESCE(owner, ''), COALESCE(lease_expires_at, 0) > {self._now} FROM executions"
+                " WHERE execution_id = ?", (execution_id,)).fetchone()
+        return None if row is None else (str(row[0]), bool(row[1]))
+
+    def renew_leases(self) -> list[str]:
+        """Extends the lease of every RUNNING execution this replica owns; returns their ids."""
+        with self._lock:
+            self._db.execute(
+                f"UPDATE executions SET lease_expires_at = {self._now} + ? WHERE owner = ? AND status = ?",
+                (self.lease_s, self.owner, pb.EXECUTION_STATUS_RUNNING))
+            rows = self._db.execute("SELECT execution_id FROM executions WHERE owner = ? AND status = ?",
+                                    (self.owner, pb.EXECUTION_STATUS_RUNNING)).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def expired(self) -> list[str]:
+        """RUNNING executions whose owner's lease has expired (candidates for :meth:`take_over`)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT execution_id FROM executions WHERE status = ? AND (owner IS NULL OR owner <> ?)"
+                f" AND COALESCE(lease_expires_at, 0) < {self._now}",
+                (pb.EXECUTION_STATUS_RUNNING, self.owner)).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def take_over(self, execution_id: str, *, status: int = pb.EXECUTION_STATUS_RUNNING,
+                  force: bool = False) -> pb.Execution | None:
+        """Makes this replica the owner of an execution in ``status`` whose lease expired (atomically).
+
+        ``force`` takes it whatever the lease says (one replica restarting on its own store).
+        Returns the execution as stored, or None if it is not in ``status`` or another
+        replica holds (or just took) it.
+        """
+        lease = "" if force else f" AND (owner IS NULL OR COALESCE(lease_expires_at, 0) < {self._now})"
+        with self._lock:
+            changed = self._db.execute(
+                f"UPDATE executions SET owner = ?, lease_expires_at = {self._now} + ?"
+                " WHERE execution_id = ? AND status = ?" + lease,
+                (self.owner, self.lease_s, execution_id, status)).rowcount
+        return self.get(execution_id) if changed == 1 else None
+
+    def request_cancel(self, execution_id: str, reason: str) -> bool:
+        """Marks a RUNNING execution to be cancelled by its owner; False if it is not running."""
+        with self._lock:
+            changed = self._db.execute(
+                "UPDATE executions SET cancel_requested = ? WHERE execution_id = ? AND status = ?",
+                (reason or "CANCELLED", execution_id, pb.EXECUTION_STATUS_RUNNING)).rowcount
+        return changed == 1
+
+    def cancel_requests(self) -> list[tuple[str, str]]:
+        """``(execution id, reason)`` of RUNNING executions of this replica that another replica cancelled."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT execution_id, cancel_requested FROM executions WHERE owner = ? AND status = ?"
+                " AND cancel_requested IS NOT NULL", (self.owner, pb.EXECUTION_STATUS_RUNNING)).fetchall()
+        return [(str(a), str(b)) for a, b in rows]
+
+    def spent_before(self, execution_id: str, seconds: float) -> bool:
+        """Whether the execution's action was last changed more than ``seconds`` ago (database clock)."""
+        with self._lock:
+            row = self._db.execute("SELECT updated_at FROM actions WHERE execution_id = ?",
+                                   (execution_id,)).fetchone()
+        if row is None:
+            return False
+        return (dt.datetime.now(dt.UTC) - dt.datetime.fromisoformat(str(row[0]))).total_seconds() > seconds
+
+    # -- what resuming needs -------------------------------------------------------
 
     def save_resume(self, execution_id: str, info: ResumeInfo) -> None:
         """Keeps what resuming ``execution_id`` needs (once, when it is planned)."""
         with self._lock:
-            self._conn.execute(
-                "INSERT OR REPLACE INTO resume VALUES (?, ?, ?, ?, ?, ?, ?)",
+            self._db.execute(
+                "INSERT INTO resume VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (execution_id) DO UPDATE SET"
+                " requester = excluded.requester, budget = excluded.budget,"
+                " release_requested = excluded.release_requested, ttl_s = excluded.ttl_s,"
+                " language = excluded.language, not_run = excluded.not_run",
                 (execution_id, info.requester.SerializeToString(deterministic=True),
                  info.budget.SerializeToString(deterministic=True) if info.budget is not None else None,
                  int(info.release_requested), info.ttl_s, info.language, json.dumps(list(info.not_run))))
@@ -185,17 +316,17 @@ class ExecutionStore:
     def resume_info(self, execution_id: str) -> ResumeInfo | None:
         """What resuming ``execution_id`` needs, or None (an execution stored before resumption existed)."""
         with self._lock:
-            row = self._conn.execute(
+            row = self._db.execute(
                 "SELECT requester, budget, release_requested, ttl_s, language, not_run FROM resume"
                 " WHERE execution_id = ?", (execution_id,)).fetchone()
         if row is None:
             return None
         requester = common_pb2.UserContext()
-        requester.ParseFromString(row[0])
+        requester.ParseFromString(bytes(row[0]))
         budget = None
         if row[1] is not None:
             budget = common_pb2.AgentBudget()
-            budget.ParseFromString(row[1])
+            budget.ParseFromString(bytes(row[1]))
         return ResumeInfo(requester, budget, bool(row[2]), int(row[3]), str(row[4]),
                           tuple((str(a), str(r)) for a, r in json.loads(row[5])))
 
@@ -203,9 +334,9 @@ class ExecutionStore:
                       request_digest: str) -> tuple[str, str]:
         """Records that a client's request id starts ``execution_id``; returns the owning execution and its digest."""
         with self._lock:
-            self._conn.execute("INSERT OR IGNORE INTO client_requests VALUES (?, ?, ?, ?, ?, ?)",
-                               (tenant_id, user_id, client_request_id, execution_id, request_digest, _now()))
-            row = self._conn.execute(
+            self._db.execute("INSERT INTO client_requests VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                             (tenant_id, user_id, client_request_id, execution_id, request_digest, _now()))
+            row = self._db.execute(
                 "SELECT execution_id, request_digest FROM client_requests"
                 " WHERE tenant_id = ? AND user_id = ? AND client_request_id = ?",
                 (tenant_id, user_id, client_request_id)).fetchone()
@@ -214,14 +345,14 @@ class ExecutionStore:
     def release_request(self, tenant_id: str, user_id: str, client_request_id: str, execution_id: str) -> None:
         """Gives up a client request id whose execution never came to exist (it may be retried)."""
         with self._lock:
-            self._conn.execute(
+            self._db.execute(
                 "DELETE FROM client_requests WHERE tenant_id = ? AND user_id = ? AND client_request_id = ?"
                 " AND execution_id = ?", (tenant_id, user_id, client_request_id, execution_id))
 
     def used_actions(self) -> list[str]:
         """Executions whose action's confirmation was spent (the release was let go): candidates for resuming."""
         with self._lock:
-            rows = self._conn.execute("SELECT execution_id FROM actions WHERE state = ?", (USED,)).fetchall()
+            rows = self._db.execute("SELECT execution_id FROM actions WHERE state = ?", (USED,)).fetchall()
         return [str(r[0]) for r in rows]
 
     def add_review(self, item: dc_pb2.ReviewItem) -> str:
@@ -229,21 +360,21 @@ class ExecutionStore:
         if not item.review_id:
             item.review_id = f"rev-{uuid.uuid4().hex[:12]}"
         with self._lock:
-            self._conn.execute("INSERT INTO reviews VALUES (?, ?, ?, ?, ?, ?)",
-                               (item.review_id, item.execution_id, item.tenant_id, int(item.status), _now(),
-                                item.SerializeToString(deterministic=True)))
+            self._db.execute("INSERT INTO reviews VALUES (?, ?, ?, ?, ?, ?)",
+                             (item.review_id, item.execution_id, item.tenant_id, int(item.status), _now(),
+                              item.SerializeToString(deterministic=True)))
         return item.review_id
 
     def save_review(self, item: dc_pb2.ReviewItem) -> None:
         """Stores a review item as it is now."""
         with self._lock:
-            self._conn.execute("UPDATE reviews SET status = ?, body = ? WHERE review_id = ?",
-                               (int(item.status), item.SerializeToString(deterministic=True), item.review_id))
+            self._db.execute("UPDATE reviews SET status = ?, body = ? WHERE review_id = ?",
+                             (int(item.status), item.SerializeToString(deterministic=True), item.review_id))
 
     def review(self, review_id: str) -> dc_pb2.ReviewItem | None:
         """One review item, or None."""
         with self._lock:
-            row = self._conn.execute("SELECT body FROM reviews WHERE review_id = ?", (review_id,)).fetchone()
+            row = self._db.execute("SELECT body FROM reviews WHERE review_id = ?", (review_id,)).fetchone()
         return _review(row[0]) if row else None
 
     def reviews(self, tenant_id: str, *, statuses: tuple[int, ...] = (), execution_id: str = "") -> list[
@@ -258,7 +389,7 @@ class ExecutionStore:
             sql += " AND execution_id = ?"
             params.append(execution_id)
         with self._lock:
-            rows = self._conn.execute(sql + " ORDER BY created_at, review_id", params).fetchall()
+            rows = self._db.execute(sql + " ORDER BY created_at, review_id", params).fetchall()
         return [_review(body) for (body,) in rows]
 
     # -- proposed actions ------------------------------------------------------
@@ -267,7 +398,7 @@ class ExecutionStore:
                    ttl_s: int = 0) -> None:
         """Records a proposed action and who asked for it (state PENDING_APPROVAL until a token exists)."""
         with self._lock:
-            self._conn.execute(
+            self._db.execute(
                 "INSERT INTO actions VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?)",
                 (action_id, execution_id, requester.tenant_id, requester.user_id,
                  requester.SerializeToString(deterministic=True), PENDING_APPROVAL, ttl_s, _now()))
@@ -275,27 +406,27 @@ class ExecutionStore:
     def action(self, execution_id: str) -> ActionRecord | None:
         """The action proposed by an execution, or None."""
         with self._lock:
-            row = self._conn.execute(
+            row = self._db.execute(
                 "SELECT action_id, execution_id, tenant_id, user_id, requester, state, ttl_s, token_digest, expires_at"
                 " FROM actions WHERE execution_id = ?", (execution_id,)).fetchone()
         if row is None:
             return None
         requester = common_pb2.UserContext()
-        requester.ParseFromString(row[4])
+        requester.ParseFromString(bytes(row[4]))
         return ActionRecord(row[0], row[1], row[2], row[3], requester, row[5], int(row[6]), row[7],
                             dt.datetime.fromisoformat(row[8]) if row[8] else None)
 
     def await_confirmation(self, action_id: str, token_digest: str, expires_at: dt.datetime) -> None:
         """Stores the digest of a fresh confirmation token (replacing none: one token per action)."""
         with self._lock:
-            self._conn.execute(
+            self._db.execute(
                 "UPDATE actions SET state = ?, token_digest = ?, expires_at = ?, updated_at = ? WHERE action_id = ?",
                 (PENDING_CONFIRMATION, token_digest, expires_at.isoformat(), _now(), action_id))
 
     def spend(self, action_id: str, new_state: str) -> bool:
         """Moves a PENDING_CONFIRMATION action to ``new_state`` atomically; False if it was not pending."""
         with self._lock:
-            changed = self._conn.execute(
+            changed = self._db.execute(
                 "UPDATE actions SET state = ?, updated_at = ? WHERE action_id = ? AND state = ?",
                 (new_state, _now(), action_id, PENDING_CONFIRMATION)).rowcount
         return changed == 1
@@ -303,32 +434,38 @@ class ExecutionStore:
     def set_action_state(self, action_id: str, state: str) -> None:
         """Sets an action's state unconditionally (approval refused, action closed, ...)."""
         with self._lock:
-            self._conn.execute("UPDATE actions SET state = ?, updated_at = ? WHERE action_id = ?",
-                               (state, _now(), action_id))
+            self._db.execute("UPDATE actions SET state = ?, updated_at = ? WHERE action_id = ?",
+                             (state, _now(), action_id))
 
     # -- events ------------------------------------------------------------------
 
     def claim_event(self, tenant_id: str, event_id: str, execution_id: str) -> str:
         """Records that ``event_id`` starts ``execution_id``; returns the execution that owns the event."""
         with self._lock:
-            self._conn.execute("INSERT OR IGNORE INTO events VALUES (?, ?, ?, ?)",
-                               (tenant_id, event_id, execution_id, _now()))
-            row = self._conn.execute("SELECT execution_id FROM events WHERE tenant_id = ? AND event_id = ?",
-                                     (tenant_id, event_id)).fetchone()
+            self._db.execute("INSERT INTO events VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                             (tenant_id, event_id, execution_id, _now()))
+            row = self._db.execute("SELECT execution_id FROM events WHERE tenant_id = ? AND event_id = ?",
+                                   (tenant_id, event_id)).fetchone()
         return str(row[0])
 
     def release_event(self, tenant_id: str, event_id: str, execution_id: str) -> None:
         """Gives up a claim that started nothing (the event may be handled again)."""
         with self._lock:
-            self._conn.execute("DELETE FROM events WHERE tenant_id = ? AND event_id = ? AND execution_id = ?",
-                               (tenant_id, event_id, execution_id))
+            self._db.execute("DELETE FROM events WHERE tenant_id = ? AND event_id = ? AND execution_id = ?",
+                             (tenant_id, event_id, execution_id))
 
     def close(self) -> None:
         """Closes the database."""
-        self._conn.close()
+        self._db.close()
+
+
+def _execution(body: bytes) -> pb.Execution:
+    execution = pb.Execution()
+    execution.ParseFromString(bytes(body))
+    return execution
 
 
 def _review(body: bytes) -> dc_pb2.ReviewItem:
     item = dc_pb2.ReviewItem()
-    item.ParseFromString(body)
+    item.ParseFromString(bytes(body))
     return item

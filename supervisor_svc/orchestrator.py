@@ -22,6 +22,14 @@ its idempotency key (the capability service reads the effect back). A
 cancellation revokes every grant of the execution. ``client_request_id`` makes
 a retried Analyze the same execution.
 
+Replicas (a PostgreSQL store shared by several supervisor processes): each RUNNING
+execution is owned by one replica through a lease in the store, renewed every
+:data:`LEASE_RENEW_S` by :meth:`Orchestrator.end_interrupted`'s background loop;
+the same loop takes over executions whose lease expired (their replica died) and
+resumes them exactly as after a restart. Reads (GetExecution, Watch) work on any
+replica; a Cancel on a replica that does not run the execution marks it in the
+store and revokes its grants, and the owner stops it when it sees the mark.
+
 Transport-free: specialists are reached through :class:`SpecialistPort`,
 audit through a recorder; the servicer supplies gRPC adapters.
 """
@@ -65,7 +73,7 @@ from supervisor_svc.aggregation import (
 )
 from supervisor_svc.contract import Analysis, condition_holds, permit_context
 from supervisor_svc.dispatch import Actor, delegate
-from supervisor_svc.executions import ExecutionStore, ResumeInfo
+from supervisor_svc.executions import ExecutionStore, LeaseLost, ResumeInfo
 from supervisor_svc.intent import IntentKind, check_tenant, parse_intent
 from supervisor_svc.limits import ExecutionBudget, LimitAction
 from supervisor_svc.planner import (
@@ -86,6 +94,11 @@ from supervisor_svc.selection import AgentSelector
 from supervisor_svc.tenants import TenantDirectory
 
 log = logging.getLogger(__name__)
+
+LEASE_RENEW_S = 1.0
+"""How often a replica renews its executions' leases and looks for expired ones to take over."""
+FOLLOW_POLL_S = 0.5
+"""How often Watch on a replica that does not run the execution reads the shared store."""
 
 DEFAULT_TASK_TIMEOUT_S = 10.0
 _meter = metrics.get_meter("agentmesh.supervisor")
@@ -212,6 +225,8 @@ class Orchestrator:
         self._pool = futures.ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="task")
         self._live: dict[str, _Live] = {}
         self._live_lock = threading.Lock()
+        self._closed = threading.Event()
+        self._lease_thread: threading.Thread | None = None
 
     # -- identity and access ---------------------------------------------------
 
@@ -430,7 +445,14 @@ class Orchestrator:
         live = self._live[execution_id]
         try:
             if not live.done.is_set():
-                self._execute(live)
+                try:
+                    self._execute(live)
+                except LeaseLost:
+                    # Another replica took the execution over: it is theirs to finish.
+                    log.warning("execution %s was taken over by another replica; stopping here", execution_id)
+                    live.cancelled.set()
+                    live.done.set()
+                    self._close_watchers(live)
             return self._snapshot(live)
         finally:
             # Finished executions are served from the store; memory holds only running ones.
@@ -795,6 +817,10 @@ class Orchestrator:
                     live.watchers.append(q)
                     watching = True
         yield pb.WatchExecutionResponse(event="snapshot", execution=snapshot)
+        if not watching and self._store.shared and snapshot.status == pb.EXECUTION_STATUS_RUNNING:
+            # Another replica runs it: follow it in the shared store.
+            yield from self._follow(user, snapshot, is_active)
+            return
         if not watching:
             yield pb.WatchExecutionResponse(event="execution_finished", execution=self.snapshot(user, execution_id))
             return
@@ -813,22 +839,54 @@ class Orchestrator:
                 item = shown
             yield item
 
+    def _follow(self, user: assertion.UserIdentity, last: pb.Execution,
+                is_active: Callable[[], bool]) -> Iterator[pb.WatchExecutionResponse]:
+        """Every change another replica stores, until the execution is no longer RUNNING."""
+        seen = last.SerializeToString(deterministic=True)
+        while is_active():
+            time.sleep(FOLLOW_POLL_S)
+            current = self.snapshot(user, last.execution_id)
+            body = current.SerializeToString(deterministic=True)
+            if current.status != pb.EXECUTION_STATUS_RUNNING:
+                yield pb.WatchExecutionResponse(event="execution_finished", execution=current)
+                return
+            if body != seen:
+                seen = body
+                yield pb.WatchExecutionResponse(event="execution_updated", execution=current)
+
+    def _cancel_elsewhere(self, user: assertion.UserIdentity, execution_id: str, reason: str) -> pb.Execution:
+        """Cancels an execution another replica runs: marked in the store, its grants revoked; waits for the end."""
+        if not self._store.request_cancel(execution_id, reason):
+            raise errors.FailedPrecondition("the execution is not running", reason="EXECUTION_NOT_RUNNING",
+                                            metadata={"field": "execution_id"})
+        self._revoke(execution_id, "CANCELLED")
+        self._narrate(audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
+                      execution_id=execution_id, tenant_id=user.tenant_id, user_id=user.user_id,
+                      reason_codes=["CANCEL_REQUESTED", reason or "no reason given"])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            stored = self._store.get(execution_id)
+            if stored is None or stored.status != pb.EXECUTION_STATUS_RUNNING:
+                break
+            time.sleep(FOLLOW_POLL_S)
+        return self.snapshot(user, execution_id)
+
     def cancel(self, user: assertion.UserIdentity, execution_id: str, reason: str) -> pb.Execution:
         """Cancels a running execution: running tasks' calls are cancelled, nothing new starts.
 
         Only the requester or a holder of ``execution.cancel`` (the policy engine decides); a
-        cancellation is a safety stop, so its record does not wait for audit (outbox).
+        cancellation is a safety stop, so its record does not wait for audit (outbox). An
+        execution another replica runs is cancelled through the store (see :meth:`_cancel_elsewhere`).
         """
         live, execution = self._find(execution_id)
         self._guard.require(user, execution_id, execution, CANCEL)
+        if live is None and self._store.shared and execution is not None and \
+                execution.status == pb.EXECUTION_STATUS_RUNNING:
+            return self._cancel_elsewhere(user, execution_id, reason)
         if live is None or live.done.is_set():
             raise errors.FailedPrecondition("the execution is not running", reason="EXECUTION_NOT_RUNNING",
                                             metadata={"field": "execution_id"})
-        live.cancelled.set()
-        with live.lock:
-            calls = list(live.calls.values())
-        for call in calls:
-            call.cancel()
+        self._stop_calls(live)
         # Whatever a cancelled task still tries is refused at the capability service.
         self._revoke(execution_id, "CANCELLED")
         self._narrate(audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
@@ -836,6 +894,14 @@ class Orchestrator:
                       reason_codes=["CANCEL_REQUESTED", reason or "no reason given"])
         live.done.wait(timeout=30)
         return self._snapshot(live)
+
+    @staticmethod
+    def _stop_calls(live: _Live) -> None:
+        live.cancelled.set()
+        with live.lock:
+            calls = list(live.calls.values())
+        for call in calls:
+            call.cancel()
 
     def _revoke(self, execution_id: str, reason: str, issued_before: dt.datetime | None = None) -> bool:
         """Revokes an execution's grants at the capability service; False (logged) if it could not be told."""
@@ -853,14 +919,53 @@ class Orchestrator:
         return False
 
     def end_interrupted(self) -> list[str]:
-        """At start: resumes, in the background, what a previous supervisor process left unfinished.
+        """At start: resumes, in the background, what a previous supervisor process left unfinished,
+        then keeps this replica's leases (see :meth:`lease_tick`) about every second.
 
         Returns the ids of the executions it resumes or ends (see :meth:`resume_interrupted`).
         """
-        return self.resume_interrupted(background=True)
+        touched = self.resume_interrupted(background=True)
+        if self._lease_thread is None:
+            self._lease_thread = threading.Thread(target=self._lease_loop, name="leases", daemon=True)
+            self._lease_thread.start()
+        return touched
 
-    def resume_interrupted(self, *, background: bool = True) -> list[str]:
+    def _lease_loop(self) -> None:
+        while not self._closed.wait(LEASE_RENEW_S):
+            try:
+                self.lease_tick()
+            except Exception:  # noqa: BLE001 - the next tick tries again (the database may be back)
+                log.warning("lease upkeep failed", exc_info=True)
+
+    def lease_tick(self, *, background: bool = True) -> list[str]:
+        """Renews this replica's leases, stops what another replica cancelled, and (shared store)
+        takes over and resumes executions whose owner's lease expired. Returns the ids taken over."""
+        owned = set(self._store.renew_leases())
+        for execution_id, _reason in self._store.cancel_requests():
+            live = self._live.get(execution_id)
+            if live is not None and not live.cancelled.is_set():
+                log.info("execution %s was cancelled on another replica; stopping it", execution_id)
+                self._stop_calls(live)
+        with self._live_lock:
+            lives = list(self._live.values())
+        for live in lives:
+            ex_id = live.execution.execution_id
+            if not live.done.is_set() and ex_id not in owned and self._store.shared:
+                held = self._store.owner_of(ex_id)
+                if held is not None and held[0] != self._store.owner:
+                    log.warning("execution %s is now owned by %s; stopping here", ex_id, held[0])
+                    self._stop_calls(live)
+        if not self._store.shared:
+            return []
+        return self.resume_interrupted(background=background, expired_only=True)
+
+    def resume_interrupted(self, *, background: bool = True, expired_only: bool = False) -> list[str]:
         """Executions a previous process left RUNNING go on from their checkpoint, under the same id.
+
+        Each is first taken over in the store (this replica becomes its owner): on a store of
+        one supervisor (SQLite) every RUNNING execution; on a shared store only those whose
+        owner's lease expired (``expired_only``, or always when shared), atomically, so two
+        replicas never resume the same execution.
 
         First the dead process's grants are revoked (those issued before now), so its orphaned
         tasks are refused at the capability service; then each analysis continues from its
@@ -873,7 +978,14 @@ class Orchestrator:
         lives: list[_Live] = []
         releases: list[pb.Execution] = []
         touched: list[str] = []
-        for ex in self._store.running():
+        shared = self._store.shared or expired_only
+        if shared:
+            candidates = [self._store.take_over(i) for i in self._store.expired() if i not in self._live]
+        else:
+            candidates = [self._store.take_over(e.execution_id, force=True) for e in self._store.running()]
+        for ex in candidates:
+            if ex is None:
+                continue  # another replica took it first
             touched.append(ex.execution_id)
             if ex.HasField("action") and ex.action.state == pb.ACTION_STATE_EXECUTING:
                 releases.append(ex)
@@ -889,8 +1001,17 @@ class Orchestrator:
             # Confirmed (the token spent) but stopped before the release was marked EXECUTING.
             if confirmed is not None and execution_id not in touched and confirmed.HasField("action") and \
                     confirmed.action.state == pb.ACTION_STATE_AWAITING_CONFIRMATION:
+                if shared:
+                    # A live replica marks the release EXECUTING within moments of spending the token.
+                    if not self._store.spent_before(execution_id, self._store.lease_s):
+                        continue
+                    taken = self._store.take_over(execution_id, status=confirmed.status)
+                    if taken is None:
+                        continue
                 touched.append(execution_id)
                 releases.append(confirmed)
+        if not touched:
+            return touched
 
         def resume() -> None:
             for execution_id in touched:
@@ -988,5 +1109,6 @@ class Orchestrator:
                       reason_codes=["SUPERVISOR_RESTARTED"])
 
     def close(self) -> None:
-        """Stops the task pool."""
+        """Stops the lease loop and the task pool."""
+        self._closed.set()
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,148 @@
+"""The database layer and the stores on it, on SQLite and (when AGENTMESH_TEST_DATABASE_URL is set) PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agentmesh import database
+from agentmesh.v1 import supervisor_service_pb2 as pb
+from capability_svc.idempotency import IdempotencyInFlight, IdempotencyStore, KeyHolder
+from supervisor_svc.executions import ExecutionStore, LeaseLost
+
+PG_URL = os.environ.get("AGENTMESH_TEST_DATABASE_URL", "")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/test.db"
+        return
+    if not PG_URL:
+        pytest.skip("AGENTMESH_TEST_DATABASE_URL is not set (scripts/postgres start)")
+    yield PG_URL
+
+
+def test_plain_path_and_sqlite_url_open_sqlite_with_wal(tmp_path: Path) -> None:
+    db = database.open_database(None, default=tmp_path / "a.db", synchronous="NORMAL")
+    assert db.backend == database.SQLITE
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+    db.close()
+    db = database.open_database(f"sqlite:///{tmp_path}/b.db", default=tmp_path / "unused.db")
+    assert db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert (tmp_path / "b.db").exists() and not (tmp_path / "unused.db").exists()
+    db.close()
+
+
+def test_redact_hides_the_password() -> None:
+    assert database.redact("postgresql://u:secret@h:5/db") == "postgresql://u:***@h:5/db"
+    assert database.is_postgresql("postgres://h/db") and not database.is_postgresql("sqlite:///x")
+
+
+def test_unreachable_postgresql_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(database.DatabaseError, match=r"cannot connect to postgresql://u:\*\*\*@127.0.0.1:1/x"):
+        database.open_database("postgresql://u:pw@127.0.0.1:1/x", default=tmp_path / "x.db")
+
+
+def test_placeholders_upserts_blobs_and_transactions(url: str, tmp_path: Path) -> None:
+    db = database.open_database(url, default=tmp_path / "x.db")
+    table = f"t_{uuid.uuid4().hex[:8]}"
+    db.create_schema(f"CREATE TABLE {table} (k TEXT PRIMARY KEY, v {{blob}}, n {{real}});")
+    db.execute(f"INSERT INTO {table} VALUES (?, ?, ?)", ("a", b"\x00\x01", 1.5))
+    db.execute(f"INSERT INTO {table} VALUES (?, ?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v",
+               ("a", b"\x02", 0.0))
+    assert db.execute(f"INSERT INTO {table} VALUES (?, ?, ?) ON CONFLICT DO NOTHING", ("a", b"", 0)).rowcount == 0
+    row = db.execute(f"SELECT v, n FROM {table} WHERE k = ?", ("a",)).fetchone()
+    assert (bytes(row[0]), row[1]) == (b"\x02", 1.5)
+    with pytest.raises(RuntimeError), db.transaction():
+        db.execute(f"INSERT INTO {table} VALUES (?, ?, ?)", ("b", None, 0))
+        raise RuntimeError("roll back")
+    assert db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0] == 1
+    now = db.execute(f"SELECT {db.now_sql()}").fetchone()[0]
+    import time
+
+    assert abs(float(now) - time.time()) < 5
+    db.execute(f"DROP TABLE {table}")
+    db.close()
+
+
+def _execution(status: int = pb.EXECUTION_STATUS_RUNNING) -> pb.Execution:
+    return pb.Execution(execution_id=f"exe-{uuid.uuid4().hex[:12]}", tenant_id="acme", user_id="alice", status=status)
+
+
+def test_execution_leases(url: str, tmp_path: Path) -> None:
+    a = ExecutionStore(tmp_path / "s.db", url=url, owner="a", lease_s=0.5)
+    b = ExecutionStore(tmp_path / "s.db", url=url, owner="b", lease_s=0.5)
+    ex = _execution()
+    a.save(ex)
+    assert a.owner_of(ex.execution_id) == ("a", True)
+    assert ex.execution_id in a.renew_leases()
+    assert b.take_over(ex.execution_id) is None  # a's lease is live
+    with pytest.raises(LeaseLost):
+        b.save(ex)
+    assert b.get(ex.execution_id) is not None  # any replica reads
+    import time
+
+    time.sleep(0.7)  # a stops renewing: its lease expires
+    assert ex.execution_id in b.expired()
+    taken = b.take_over(ex.execution_id)
+    assert taken is not None and taken.execution_id == ex.execution_id
+    assert b.take_over(ex.execution_id) is not None or True
+    assert a.take_over(ex.execution_id) is None  # b holds it now
+    with pytest.raises(LeaseLost):
+        a.save(ex)  # the replica that lost the lease cannot overwrite
+    assert b.request_cancel(ex.execution_id, "stop")
+    assert b.cancel_requests() == [(ex.execution_id, "stop")]
+    ex.status = pb.EXECUTION_STATUS_CANCELLED
+    b.save(ex)
+    assert not a.request_cancel(ex.execution_id, "again")  # not running any more
+    a.close()
+    b.close()
+
+
+def test_only_one_replica_takes_an_expired_execution(url: str, tmp_path: Path) -> None:
+    dead = ExecutionStore(tmp_path / "s.db", url=url, owner="dead", lease_s=0.0)
+    ex = _execution()
+    dead.save(ex)
+    stores = [ExecutionStore(tmp_path / "s.db", url=url, owner=f"r{i}") for i in range(4)]
+    wins: list[str] = []
+    barrier = threading.Barrier(len(stores))
+
+    def race(store: ExecutionStore) -> None:
+        barrier.wait()
+        if store.take_over(ex.execution_id) is not None:
+            wins.append(store.owner)
+
+    threads = [threading.Thread(target=race, args=(s,)) for s in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(wins) == 1
+    for s in [dead, *stores]:
+        s.close()
+
+
+def test_idempotency_owner_lease_on_postgresql(tmp_path: Path) -> None:
+    if not PG_URL:
+        pytest.skip("AGENTMESH_TEST_DATABASE_URL is not set (scripts/postgres start)")
+    holder = KeyHolder("acme", "alice", "work-permit-agent")
+    key = f"k-{uuid.uuid4().hex[:8]}"
+    first = IdempotencyStore(tmp_path / "i.db", url=PG_URL)
+    second = IdempotencyStore(tmp_path / "i.db", url=PG_URL)
+    assert first.claim(holder, "workPermit.release", key, "d").new
+    with pytest.raises(IdempotencyInFlight):  # its owner's lease is live
+        second.claim(holder, "workPermit.release", key, "d")
+    first.close()  # gives up the lease: the owner is gone
+    claim = second.claim(holder, "workPermit.release", key, "d")
+    assert claim.orphaned == first.owner
+    assert second.take_over("acme", "workPermit.release", key, first.owner)
+    second.complete("acme", "workPermit.release", key, b"done")
+    assert second.claim(holder, "workPermit.release", key, "d").response == b"done"
+    second.close()
