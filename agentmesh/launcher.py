@@ -525,6 +525,12 @@ class Mesh:
         (self.config.mesh_home.run / "lms.addr").unlink(missing_ok=True)
 
 
+def supervisor_replicas(config: MeshConfig) -> list[Workload]:
+    """The supervisor replicas after the first (``supervisor_replicas``): same module and identity, own names."""
+    return [Workload(f"supervisor-{n}", spiffe.service("supervisor"), "supervisor_svc", ("--replica", str(n)))
+            for n in range(2, config.supervisor_replicas + 1)]
+
+
 def start(config: MeshConfig, *, progress: bool = True, supervisor: Supervisor | None = None,
           stop: threading.Event | None = None) -> Mesh:
     """Starts every process, each SERVING before the next (certificates must exist: see :func:`prepare`)."""
@@ -548,7 +554,7 @@ def start(config: MeshConfig, *, progress: bool = True, supervisor: Supervisor |
             if progress:
                 print(f"  {'lms (sandbox)':<18} SERVING  {lms_url}", file=sys.stderr)
         extra["capability"] += ("--lms-url", lms_url)
-        for w in workloads(config):
+        for w in workloads(config) + supervisor_replicas(config):
             m = _Managed(config, w.name, "grpc", str(w.identity), w, dict(peers), extra.get(w.name, ()),
                          port=config.port(w.name))
             mesh.procs.append(m)

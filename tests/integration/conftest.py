@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,10 +24,40 @@ def agentmesh_cli(home: Path, *args: str, timeout: float = 120, **kw: object) ->
     )
 
 
+PG_URL = os.environ.get("AGENTMESH_TEST_DATABASE_URL", "")
+"""A PostgreSQL server for tests (``scripts/postgres start``); CI always sets it."""
+MESH_ON_POSTGRESQL = os.environ.get("AGENTMESH_TEST_MESH_DB", "") == "postgresql"
+"""The ``mesh`` fixture keeps its executions and idempotency keys in PostgreSQL (``scripts/test`` runs
+the integration suite this way as well as on SQLite)."""
+
+
+def fresh_database(url: str = "") -> str:
+    """A new, empty database on the test PostgreSQL server; its URL."""
+    import psycopg
+
+    base = url or PG_URL
+    name = f"agentmesh_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return base.rsplit("/", 1)[0] + "/" + name
+
+
+def write_config(home: Path, **fields: object) -> None:
+    """``HOME/config.yaml`` with ``fields`` (read by every process of the mesh)."""
+    import yaml
+
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text(yaml.safe_dump(fields))
+
+
 @pytest.fixture(scope="session")
 def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MeshConfig]:
-    """``agentmesh up --detach --ports-auto`` in a fresh home; ``down`` afterwards."""
+    """``agentmesh up --detach --ports-auto`` in a fresh home; ``down`` afterwards (PostgreSQL: see
+    :data:`MESH_ON_POSTGRESQL`)."""
     home = tmp_path_factory.mktemp("mesh")
+    if MESH_ON_POSTGRESQL:
+        assert PG_URL, "AGENTMESH_TEST_MESH_DB=postgresql needs AGENTMESH_TEST_DATABASE_URL"
+        write_config(home, database_url=fresh_database())
     result = agentmesh_cli(home, "up", "--detach", "--ports-auto", "--json")
     cfg = config.load(home=str(home), environ={})
     try:
