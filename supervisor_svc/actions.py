@@ -461,7 +461,8 @@ class ReleaseActions:
 
     def _finish(self, ex: pb.Execution, code: str) -> None:
         ex.finished_at.CopyFrom(now_ts())
-        self._store.save(ex)
+        # The record first (outbox if audit is down), then the stored end: a release a restart will
+        # not settle again always has its EXECUTION_FINISHED record.
         self._dispatch.narrate(
             audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED,
             outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS if ex.status == pb.EXECUTION_STATUS_SUCCEEDED
@@ -469,3 +470,4 @@ class ReleaseActions:
             execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=ex.user_id, analysis_decision=ex.decision,
             resource=f"permit:{ex.action.resource_id}",
             reason_codes=[pb.ExecutionStatus.Name(ex.status), code, ex.action.reason])
+        self._store.save(ex)

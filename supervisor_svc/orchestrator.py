@@ -656,13 +656,11 @@ class Orchestrator:
             _task_outcomes.add(1, {"agent": agent_id, "state": state.value})
             status = {TaskState.COMPLETED: common_pb2.TASK_STATUS_COMPLETED,
                       TaskState.CANCELLED: common_pb2.TASK_STATUS_CANCELLED}.get(state, common_pb2.TASK_STATUS_FAILED)
-            with live.lock:
-                if result is not None:
-                    live.execution.results.append(result)
-            self._set_status(live, task_id, status, finished=True)
             span.set_attribute("agentmesh.task_state", state.value)
             outcome = {TaskState.COMPLETED: audit_pb2.AUDIT_OUTCOME_SUCCESS,
                        TaskState.TIMED_OUT: audit_pb2.AUDIT_OUTCOME_TIMEOUT}.get(state, audit_pb2.AUDIT_OUTCOME_FAILURE)
+            # The record first (kept in the outbox if audit is down), then the checkpoint: a task whose
+            # stored result makes a restarted supervisor skip it always has its TASK_FINISHED record.
             self._narrate(
                 audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED,
                 outcome=outcome,
@@ -671,6 +669,10 @@ class Orchestrator:
                               *(s.code for s in result.statements if s.code)] if result else [state.value, reason],
                 evidence=list(result.evidence) if result else [], confidence=result.confidence if result else 0.0,
                 versions=result.versions if result else None)
+            with live.lock:
+                if result is not None:
+                    live.execution.results.append(result)
+            self._set_status(live, task_id, status, finished=True)
             self._notify(live, "task_finished", task_id=task_id, agent_id=agent_id, task_status=status)
             if result is not None:
                 self._handle_handoffs(live, task_id, result, context)
@@ -769,11 +771,10 @@ class Orchestrator:
 
     def _finish(self, live: _Live) -> None:
         ex = live.execution
-        with live.lock:
-            ex.finished_at.CopyFrom(_ts())
-            self._store.save(ex)
         _decisions.add(1, {"decision": common_pb2.AnalysisDecision.Name(ex.decision),
                            "status": pb.ExecutionStatus.Name(ex.status)})
+        # The record first (outbox if audit is down), then the stored end: an execution a restart
+        # will not resume again always has its EXECUTION_FINISHED record.
         self._narrate(audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED,
                       outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS if ex.status == pb.EXECUTION_STATUS_SUCCEEDED
                       else audit_pb2.AUDIT_OUTCOME_PENDING if ex.status in (
@@ -782,6 +783,9 @@ class Orchestrator:
                       execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=ex.user_id,
                       analysis_decision=ex.decision,
                       reason_codes=[pb.ExecutionStatus.Name(ex.status), ex.reason][: 2 if ex.reason else 1])
+        with live.lock:
+            ex.finished_at.CopyFrom(_ts())
+            self._store.save(ex)
 
     # -- watch / cancel / recovery ---------------------------------------------
 

@@ -489,3 +489,28 @@ def test_each_task_is_delegated_on_the_record_before_it_runs(world: Any) -> None
     assert seen == [1, 1, 1, 1]
     started = next(r for r in audit.records if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_STARTED)
     assert audit.records.index(started) == 0
+
+
+def test_a_task_or_execution_is_stored_as_finished_only_once_its_record_is_kept(world: Any) -> None:
+    """A crash right after any store write must not lose a record: a restart skips a stored task result
+    and never resumes a stored end, so their TASK_FINISHED / EXECUTION_FINISHED records come first."""
+    orch, _, audit, token, _ = world
+    save = orch._store.save
+    missing: list[str] = []
+
+    def save_after_records(ex: pb.Execution) -> None:
+        kept = audit.records + audit.outbox
+        for result in ex.results:
+            if not any(r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED and r.task_id == result.task_id
+                       for r in kept):
+                missing.append(f"TASK_FINISHED {result.task_id}")
+        if ex.HasField("finished_at") and not any(
+                r.event_type == audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED and r.execution_id == ex.execution_id
+                and r.reason_codes[:1] == [pb.ExecutionStatus.Name(ex.status)] for r in kept):
+            missing.append(f"EXECUTION_FINISHED {pb.ExecutionStatus.Name(ex.status)}")
+        save(ex)
+
+    orch._store.save = save_after_records
+    ex = _analyze(orch, token)
+    assert ex.status == pb.EXECUTION_STATUS_SUCCEEDED and len(ex.results) == 4
+    assert missing == []
