@@ -127,6 +127,15 @@ def _clock(ts: Any) -> str:
     return time.strftime("%H:%M:%S", time.localtime(float(ts))) if ts else ""
 
 
+def _expiry(ts: Any) -> str:
+    """When a leaf expires: the time today, else the date and time (local)."""
+    if not ts:
+        return ""
+    t = float(ts)
+    same_day = time.strftime("%Y-%m-%d", time.localtime(t)) == time.strftime("%Y-%m-%d")
+    return time.strftime("%H:%M:%S" if same_day else "%Y-%m-%d %H:%M", time.localtime(t))
+
+
 def _mesh_row(r: dict[str, Any]) -> dict[str, Any]:
     if r["kind"] == launcher.LAUNCHER:
         return {"name": r["name"], "pid": r["pid"], "address": f"({r['mode']})", "health": r["health"],
@@ -134,14 +143,17 @@ def _mesh_row(r: dict[str, Any]) -> dict[str, Any]:
     last = launcher.exit_text(r.get("last_exit_code"))
     return {"name": r["name"], "pid": r["pid"] or "", "address": r["address"], "health": r["health"],
             "up_since": _clock(r.get("started_at")) if r["alive"] else "", "restarts": r.get("restarts", 0),
-            "last_exit": f"{last} at {_clock(r.get('last_exit_at'))}" if last else ""}
+            "last_exit": f"{last} at {_clock(r.get('last_exit_at'))}" if last else "",
+            "cert_expires": _expiry(r.get("cert_expires_at")) + (" !" if r.get("cert_warning") else "")}
 
 
 def _show_mesh(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
     def human() -> None:
         print_table([_mesh_row(r) for r in rows],
-                    ["name", "pid", "address", "health", "up_since", "restarts", "last_exit"])
+                    ["name", "pid", "address", "health", "up_since", "restarts", "last_exit", "cert_expires"])
         for r in rows:
+            if r.get("cert_warning"):
+                print(f"\n{r['name']}: WARNING: {r['cert_warning']}")
             if r["health"] in ("SERVING", "RUNNING"):
                 continue
             print(f"\n{r['name']}: {r['health']}" + (f": {r['reason']}" if r.get("reason") else ""))

@@ -74,6 +74,8 @@ class MeshConfig(BaseModel):
     (shared by supervisor replicas), or ``sqlite:///PATH``; unset: the SQLite files under ``HOME/data``."""
     supervisor_replicas: int = Field(default=1, ge=1, le=16)
     """How many supervisor processes ``up`` starts; more than one needs a PostgreSQL ``database_url``."""
+    leaf_validity_s: int = Field(default=86_400, ge=10, le=30 * 86_400)
+    """How long each workload and CLI certificate is issued for; the supervising loop renews it at half."""
 
     @field_validator("ports")
     @classmethod
@@ -127,7 +129,7 @@ class MeshConfig(BaseModel):
 _ENV_FIELDS = {"host": str, "call_timeout_s": float, "lms_url": str, "access_file": Path,
                "startup_timeout_s": float, "specialist_delay_ms": int, "task_timeout_s": float,
                "database_url": str, "supervisor_replicas": int,
-               "confirmation_ttl_s": int}
+               "confirmation_ttl_s": int, "leaf_validity_s": int}
 
 
 def load(

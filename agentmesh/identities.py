@@ -20,7 +20,7 @@ from cryptography.exceptions import InvalidSignature
 from agentmesh import spiffe, transport
 from agentmesh.config import ROLES, MeshConfig
 from agentmesh.home import MeshHome
-from agentmesh.pki import CertificateAuthority, CertPaths, PkiError, workload_dir_name
+from agentmesh.pki import CertificateAuthority, CertPaths, PkiError, Validity, workload_dir_name
 from agentmesh.signing import load_or_create_private_key
 
 OPERATOR = spiffe.client("operator")
@@ -34,7 +34,8 @@ IDP_PUBLIC_KEY = "idp.pub"
 GRANT_SIGNER_KEY = "grant-signer.key"
 GRANT_SIGNER_PUBLIC_KEY = "grant-signer.pub"
 RENEW_BEFORE = dt.timedelta(hours=1)
-"""A certificate that expires sooner than this is re-issued by ``certs init`` / ``up``."""
+"""A certificate that expires sooner than this is re-issued by ``certs init`` / ``up`` (as is one
+past half its lifetime): a mesh started without its supervising loop has at least this long."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,16 +87,48 @@ def _audit_key_files() -> tuple[str, str]:
     return PRIVATE_KEY_FILE, PUBLIC_KEY_FILE
 
 
-def _due(paths: CertPaths, ca_cert: x509.Certificate, now: dt.datetime) -> bool:
-    """Whether a leaf is missing, expiring, or not issued by the current CA."""
+def mesh_identities(config: MeshConfig) -> list[spiffe.SpiffeId]:
+    """Every identity the mesh issues and renews: each workload, and the CLI's two clients."""
+    return [w.identity for w in workloads(config)] + [OPERATOR, PLATFORM_CLI]
+
+
+def leaf_validity(config: MeshConfig) -> dt.timedelta:
+    """How long a leaf is issued for (config ``leaf_validity_s``, default 24 h)."""
+    return dt.timedelta(seconds=config.leaf_validity_s)
+
+
+MUST_ISSUE = ("missing", "unreadable", "not issued by the current mesh CA", "expired", "not yet valid")
+"""Why a leaf cannot be used at all (:func:`leaf_due`); anything else is a renewal that may wait."""
+
+
+def leaf_due(paths: CertPaths, ca_cert: x509.Certificate, now: dt.datetime, *,
+             renew_before: dt.timedelta = dt.timedelta(0)) -> str | None:
+    """Why a leaf must be issued again, or None.
+
+    One of :data:`MUST_ISSUE` (missing, unreadable, not issued by the current CA, expired,
+    not yet valid), ``past half its lifetime`` (the supervising loop renews it), or
+    ``expires within …`` (``renew_before``, what ``up`` adds).
+    """
     if not (paths.cert.exists() and paths.key.exists()):
-        return True
+        return "missing"
     try:
         cert = x509.load_pem_x509_certificate(paths.cert.read_bytes())
+    except (OSError, ValueError):  # any doubt: issue anew
+        return "unreadable"
+    try:
         cert.verify_directly_issued_by(ca_cert)
-    except (OSError, ValueError, TypeError, InvalidSignature):  # any doubt: issue anew
-        return True
-    return cert.not_valid_after_utc - now < RENEW_BEFORE
+    except (ValueError, TypeError, InvalidSignature):
+        return "not issued by the current mesh CA"
+    validity = Validity(cert.not_valid_before_utc, cert.not_valid_after_utc)
+    if now >= validity.not_after:
+        return "expired"
+    if now < validity.not_before:
+        return "not yet valid"
+    if now >= validity.renew_at:
+        return "past half its lifetime"
+    if validity.not_after - now < renew_before:
+        return f"expires within {renew_before}"
+    return None
 
 
 def _signing_key(private: Path, public: Path) -> None:
@@ -113,10 +146,12 @@ def init_identities(config: MeshConfig, *, force: bool = False) -> list[str]:
     """Creates the CA, every workload and client certificate, and the signing keys.
 
     Existing files are kept unless ``force`` (new CA, every certificate
-    re-issued; signing keys are kept). A certificate that is missing, expires
-    within :data:`RENEW_BEFORE` or was not issued by the current CA is issued
-    again. The CA key is read only when something must be issued, so a home
-    whose ``ca/`` was moved away still starts. Returns the SPIFFE ids issued.
+    re-issued; signing keys are kept). A certificate that is missing, not valid
+    now or not issued by the current CA is issued again, valid
+    ``leaf_validity_s``; so is one past half its lifetime or expiring within
+    :data:`RENEW_BEFORE`, when the CA key is there. The CA key is read only when
+    something must be issued, so a home whose ``ca/`` was moved away still
+    starts while its leaves are valid. Returns the SPIFFE ids issued.
     """
     home = config.mesh_home.ensure()
     ca: CertificateAuthority | None = None
@@ -131,18 +166,21 @@ def init_identities(config: MeshConfig, *, force: bool = False) -> list[str]:
     except (OSError, ValueError) as err:
         raise PkiError(f"cannot read the trust bundle {home.trust_bundle}: {err}") from err
     now = dt.datetime.now(dt.UTC)
-    identities = [w.identity for w in workloads(config)] + [OPERATOR, PLATFORM_CLI]
     issued = []
-    for identity in identities:
+    for identity in mesh_identities(config):
         paths = home.workload_files(identity)
-        if force or _due(paths, ca_cert, now):
-            if ca is None:
-                if not home.ca_key.exists():
-                    raise PkiError(f"{identity} needs a certificate but the CA key {home.ca_key} "
-                                   f"is not there (put the CA directory back to issue)")
-                ca = CertificateAuthority.load(home.ca, home.trust_bundle)
-            ca.issue(identity, paths)
-            issued.append(str(identity))
+        why = "forced" if force else leaf_due(paths, ca_cert, now, renew_before=RENEW_BEFORE)
+        if why is None:
+            continue
+        if ca is None:
+            if not home.ca_key.exists():
+                if why not in MUST_ISSUE:
+                    continue  # still valid: it can wait for the CA directory to come back
+                raise PkiError(f"{identity} needs a certificate ({why}) but the CA key {home.ca_key} "
+                               f"is not there (put the CA directory back to issue)")
+            ca = CertificateAuthority.load(home.ca, home.trust_bundle)
+        ca.issue(identity, paths, validity=leaf_validity(config))
+        issued.append(str(identity))
     _signing_key(home.idp_key, home.public_key_path(IDP_PUBLIC_KEY))
     _signing_key(grant_signer_key_path(home), home.public_key_path(GRANT_SIGNER_PUBLIC_KEY))
     audit_private, audit_public = _audit_key_files()

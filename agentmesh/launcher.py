@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime as dt
 import json
 import os
 import secrets
@@ -40,17 +41,22 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from cryptography import x509
+
 from agentmesh import health, spiffe, transport
 from agentmesh.config import MeshConfig
 from agentmesh.identities import (
     OPERATOR,
     Workload,
     init_identities,
+    leaf_due,
+    leaf_validity,
+    mesh_identities,
     migrate_legacy_layout,
     tls_files,
     workloads,
 )
-from agentmesh.pki import PkiError
+from agentmesh.pki import CertificateAuthority, PkiError, Validity, validity_of
 from agentmesh.service import address_file
 
 BACKOFF_INITIAL_S = 0.5
@@ -61,6 +67,8 @@ TICK_S = 0.1
 LOG_LINES = 5
 LAUNCHER = "launcher"
 """The name (and ``kind``) of the supervising loop's row in ``status``."""
+RENEW_CHECK_S = 1.0
+"""How often the supervising loop looks at the mesh's certificates."""
 
 
 class LaunchError(Exception):
@@ -426,6 +434,154 @@ class _Managed:
             self.proc.wait()
 
 
+# --- certificate renewal -------------------------------------------------------------------------
+
+def _say(text: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} agentmesh: {text}", file=sys.stderr, flush=True)
+
+
+class LeafRenewer:
+    """Renews every leaf of the mesh from the mesh CA once half its lifetime has passed.
+
+    Runs in the supervising loop's process (a thread, from before the first process
+    starts until the mesh is stopped), the only long-lived part of the mesh that reads
+    ``HOME/ca/``. Every workload's leaf and the CLI's two client leaves
+    (:func:`agentmesh.identities.mesh_identities`) are looked at every
+    :data:`RENEW_CHECK_S` (a stat of each file; a certificate is parsed again only
+    when its files changed or its renewal time came), and one that is past half its
+    lifetime, expired, not yet valid, missing or not from the current CA is issued
+    again with a new key, valid ``leaf_validity_s`` (cert and key written side by side,
+    then renamed). Servers take it up on their next handshake, channels within a
+    second; nothing restarts. Each renewal is one line in the loop's log; a renewal
+    that cannot happen (no CA key) is said once per leaf, and the mesh goes on with
+    the current leaves until they expire (``status`` warns in their last tenth).
+    """
+
+    def __init__(self, config: MeshConfig, say: Any = _say) -> None:
+        self.config = config
+        self._say = say
+        self._known: dict[str, tuple[tuple[int, ...], dt.datetime]] = {}
+        self._trust: tuple[tuple[int, ...], x509.Certificate] | None = None
+        self._complaints: dict[str, str] = {}
+        self.renewed: list[str] = []
+        """The SPIFFE id of each renewal so far, in order."""
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @staticmethod
+    def _stamp(*paths: Path) -> tuple[int, ...]:
+        out: list[int] = []
+        for path in paths:
+            try:
+                st = path.stat()
+                out += (st.st_ino, st.st_size, st.st_mtime_ns)
+            except OSError:
+                out += (0, 0, 0)
+        return tuple(out)
+
+    def _ca_cert(self) -> x509.Certificate:
+        bundle = self.config.mesh_home.trust_bundle
+        stamp = self._stamp(bundle)
+        if self._trust is None or self._trust[0] != stamp:
+            try:
+                self._trust = (stamp, x509.load_pem_x509_certificate(bundle.read_bytes()))
+            except (OSError, ValueError) as err:
+                raise PkiError(f"cannot read the trust bundle {bundle}: {err}") from err
+        return self._trust[1]
+
+    def _complain(self, key: str, text: str) -> None:
+        if self._complaints.get(key) != text:
+            self._complaints[key] = text
+            self._say(text)
+
+    def step(self, now: dt.datetime | None = None) -> list[str]:
+        """Renews what is due now; returns the SPIFFE ids renewed."""
+        now = now or dt.datetime.now(dt.UTC)
+        home = self.config.mesh_home
+        ca_cert = self._ca_cert()
+        ca_stamp = self._trust[0] if self._trust else ()
+        due = []
+        for identity in mesh_identities(self.config):
+            paths = home.workload_files(identity)
+            stamp = self._stamp(paths.cert, paths.key) + ca_stamp
+            known = self._known.get(str(identity))
+            if known is not None and known[0] == stamp and now < known[1]:
+                continue
+            why = leaf_due(paths, ca_cert, now)
+            if why is None:
+                self._known[str(identity)] = (stamp, validity_of(paths.cert.read_bytes()).renew_at)
+                continue
+            due.append((identity, paths, why))
+        if not due:
+            return []
+        if not home.ca_key.exists():
+            for identity, _, why in due:
+                self._complain(str(identity), f"cannot renew the certificate of {identity} ({why}): the CA key "
+                                              f"{home.ca_key} is not there; it is used until it expires")
+            return []
+        ca = CertificateAuthority.load(home.ca, home.trust_bundle)
+        renewed = []
+        for identity, paths, why in due:
+            try:
+                ca.issue(identity, paths, validity=leaf_validity(self.config))
+            except PkiError as err:
+                self._complain(str(identity), f"cannot renew the certificate of {identity} ({why}): {err}")
+                continue
+            self._complaints.pop(str(identity), None)
+            cert = x509.load_pem_x509_certificate(paths.cert.read_bytes())
+            self._say(f"renewed the certificate of {identity} ({why}): serial {cert.serial_number:x}, "
+                      f"valid until {cert.not_valid_after_utc:%Y-%m-%d %H:%M:%S} UTC ({paths.cert})")
+            renewed.append(str(identity))
+        self.renewed += renewed
+        return renewed
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self.step()
+            except Exception as err:  # noqa: BLE001 - renewal trouble must never stop the loop
+                self._complain("", f"certificate renewal failed: {err}")
+            if self._stop.wait(RENEW_CHECK_S):
+                return
+
+    def start(self) -> LeafRenewer:
+        self._thread = threading.Thread(target=self._run, name="leaf-renewer", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+def leaf_status(config: MeshConfig, spiffe_id: str, now: dt.datetime | None = None) -> dict[str, object]:
+    """A process's leaf as ``status`` shows it: file, serial, validity and a warning in its last tenth."""
+    try:
+        paths = config.mesh_home.workload_files(spiffe.parse(spiffe_id))
+    except spiffe.InvalidSpiffeId:
+        return {}
+    out: dict[str, object] = {"cert_file": str(paths.cert)}
+    try:
+        validity: Validity = validity_of(paths.cert.read_bytes())
+    except (OSError, PkiError) as err:
+        out.update(cert_expires_at=None, cert_warning=f"cannot read {paths.cert}: {err}")
+        return out
+    now = now or dt.datetime.now(dt.UTC)
+    warning = ""
+    problem = validity.problem(now)
+    if problem is not None:
+        warning = f"its certificate {problem} ({paths.cert})"
+    elif now >= validity.warn_at:
+        left = int((validity.not_after - now).total_seconds())
+        warning = (f"its certificate expires in {left} s, at {validity.not_after:%Y-%m-%d %H:%M:%S} UTC "
+                   f"(the last tenth of its lifetime: it was due for renewal at half; is the supervising "
+                   f"loop running, and is {config.mesh_home.ca_key} there?)")
+    out.update(cert_not_before=validity.not_before.timestamp(), cert_expires_at=validity.not_after.timestamp(),
+               cert_warning=warning)
+    return out
+
+
 # --- the mesh -----------------------------------------------------------------------------------
 
 def report_migration(moved: list[str], config: MeshConfig) -> None:
@@ -590,15 +746,19 @@ def up_foreground(config: MeshConfig, *, progress: bool = True,
     prepare(config)
     stop = _signal_event()
     sup = Supervisor(os.getpid(), "foreground", time.time())
+    renewer = LeafRenewer(config).start()
     try:
-        mesh = start(config, progress=progress, supervisor=sup, stop=stop)
-    except LaunchError:
-        if stop.is_set():
-            return
-        raise
-    if on_up is not None:
-        on_up(mesh.running())
-    mesh.supervise(stop)
+        try:
+            mesh = start(config, progress=progress, supervisor=sup, stop=stop)
+        except LaunchError:
+            if stop.is_set():
+                return
+            raise
+        if on_up is not None:
+            on_up(mesh.running())
+        mesh.supervise(stop)
+    finally:
+        renewer.stop()
 
 
 def _supervisor_config(config: MeshConfig) -> Path:
@@ -667,15 +827,19 @@ def _supervisor_main(argv: list[str] | None = None) -> int:
     config_path.unlink(missing_ok=True)
     stop = _signal_event()
     sup = Supervisor(os.getpid(), "detached", time.time())
+    renewer = LeafRenewer(config).start()
     try:
-        mesh = start(config, progress=True, supervisor=sup, stop=stop)
-    except LaunchError as err:
-        _supervisor_error(config).write_text(str(err) + "\n")
-        print(f"agentmesh: {err}", file=sys.stderr)
-        return 1
-    print(f"{time.strftime('%H:%M:%S')} agentmesh: mesh up; supervising (pid {os.getpid()})", file=sys.stderr,
-          flush=True)
-    mesh.supervise(stop)
+        try:
+            mesh = start(config, progress=True, supervisor=sup, stop=stop)
+        except LaunchError as err:
+            _supervisor_error(config).write_text(str(err) + "\n")
+            print(f"agentmesh: {err}", file=sys.stderr)
+            return 1
+        print(f"{time.strftime('%H:%M:%S')} agentmesh: mesh up; supervising (pid {os.getpid()}); certificates "
+              f"renewed at half their lifetime ({config.leaf_validity_s} s)", file=sys.stderr, flush=True)
+        mesh.supervise(stop)
+    finally:
+        renewer.stop()
     print(f"{time.strftime('%H:%M:%S')} agentmesh: mesh stopped", file=sys.stderr, flush=True)
     return 0
 
@@ -781,6 +945,8 @@ def status(config: MeshConfig) -> list[dict[str, object]]:
         else:
             health_name = _http_health(p.address)
         row: dict[str, object] = {**asdict(p), "alive": alive, "health": health_name, "reason": reason}
+        if p.kind == "grpc":
+            row.update(leaf_status(config, p.spiffe_id))
         if health_name != "SERVING":
             row["log"] = log_lines(config.mesh_home.logs / f"{p.name}.log", p.log_offset)
             row["log_file"] = str(config.mesh_home.logs / f"{p.name}.log")

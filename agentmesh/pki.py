@@ -31,6 +31,8 @@ from agentmesh import spiffe
 
 DEFAULT_VALIDITY = dt.timedelta(hours=24)
 MAX_LEAF_VALIDITY = dt.timedelta(days=30)
+MAX_BACKDATE = dt.timedelta(minutes=5)
+"""A leaf is valid from a little before it is issued (clock skew): a tenth of its validity, at most this."""
 CA_VALIDITY = dt.timedelta(days=365)
 CERT_FILE = "cert.pem"
 KEY_FILE = "key.pem"
@@ -38,6 +40,14 @@ KEY_FILE = "key.pem"
 
 class PkiError(Exception):
     """A certificate or key is missing, unreadable or invalid."""
+
+
+class LeafNotValidNow(PkiError):
+    """A workload certificate is expired or not yet valid: never served, never used."""
+
+
+class KeyMismatch(PkiError):
+    """A key file is not the key of its certificate (e.g. caught between the two renames of a renewal)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +72,72 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+def _when(t: dt.datetime) -> str:
+    return f"{t:%Y-%m-%d %H:%M:%S} UTC"
+
+
+@dataclass(frozen=True, slots=True)
+class Validity:
+    """When a certificate is valid: ``not_before <= t < not_after``."""
+
+    not_before: dt.datetime
+    not_after: dt.datetime
+
+    @property
+    def lifetime(self) -> dt.timedelta:
+        return self.not_after - self.not_before
+
+    @property
+    def renew_at(self) -> dt.datetime:
+        """Half its lifetime: when the supervising loop issues its successor."""
+        return self.not_before + self.lifetime / 2
+
+    @property
+    def warn_at(self) -> dt.datetime:
+        """The last tenth of its lifetime: ``status`` warns from here on."""
+        return self.not_after - self.lifetime / 10
+
+    def problem(self, now: dt.datetime | None = None) -> str | None:
+        """Why the certificate is not valid at ``now`` (default: now), or None."""
+        now = now or _now()
+        if now >= self.not_after:
+            return f"expired at {_when(self.not_after)}"
+        if now < self.not_before:
+            return f"is not valid before {_when(self.not_before)}"
+        return None
+
+    def text(self) -> str:
+        return f"valid {_when(self.not_before)} to {_when(self.not_after)}"
+
+
+def validity_of(cert_pem: bytes) -> Validity:
+    """A certificate's validity period; PkiError if it does not parse."""
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+    except ValueError as err:
+        raise PkiError(f"not a PEM certificate: {err}") from err
+    return Validity(cert.not_valid_before_utc, cert.not_valid_after_utc)
+
+
+def check_leaf(paths: CertPaths, cert_pem: bytes, key_pem: bytes, now: dt.datetime | None = None) -> None:
+    """Refuses (PkiError, one line naming the file and its validity) a leaf that is expired, not yet
+    valid, does not parse, or whose key is not the certificate's: what a process must never serve."""
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+    except ValueError as err:
+        raise PkiError(f"{paths.cert}: not a PEM certificate: {err}") from err
+    validity = Validity(cert.not_valid_before_utc, cert.not_valid_after_utc)
+    problem = validity.problem(now)
+    if problem is not None:
+        raise LeafNotValidNow(f"{paths.cert}: the certificate {problem} ({validity.text()})")
+    try:
+        key = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError) as err:
+        raise PkiError(f"{paths.key}: not a PEM private key: {err}") from err
+    if key.public_key() != cert.public_key():
+        raise KeyMismatch(f"{paths.key} is not the key of {paths.cert} (being replaced?)")
+
+
 def _write_private(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
@@ -70,6 +146,17 @@ def _write_private(path: Path, data: bytes) -> None:
         fh.write(data)
     # Rename so a reader (e.g. a server reloading its certificate) never sees half a file.
     os.replace(tmp, path)
+
+
+def _tmp_file(path: Path, data: bytes, *, private: bool) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return tmp
 
 
 def _write_public(path: Path, data: bytes) -> None:
@@ -191,11 +278,14 @@ class CertificateAuthority:
         *,
         validity: dt.timedelta = DEFAULT_VALIDITY,
     ) -> CertPaths:
-        """Issues (or re-issues) a workload certificate valid from now, written with a fresh key.
+        """Issues (or re-issues) a workload certificate valid from now for ``validity``
+        (and a tenth of it before, at most :data:`MAX_BACKDATE`, for clock skew),
+        written with a fresh key.
 
         Refused (PkiError) when the CA itself is not valid now, when ``validity``
         is not positive or longer than :data:`MAX_LEAF_VALIDITY`, or when the leaf
-        would outlive the CA: the mesh never issues a certificate it would refuse.
+        would outlive the CA, and a leaf that would not be valid now is never written:
+        the mesh never issues a certificate it would refuse.
         """
         now = _now()
         if not self.cert.not_valid_before_utc <= now < self.cert.not_valid_after_utc:
@@ -207,7 +297,14 @@ class CertificateAuthority:
         if now + validity > self.cert.not_valid_after_utc:
             raise PkiError(f"a leaf valid {validity} would outlive the mesh CA "
                            f"(valid until {self.cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC)")
-        return self.issue_unchecked(spiffe_id, paths, validity=validity)
+        backdate = min(MAX_BACKDATE, validity / 10)
+        cert, key = self._build(spiffe_id, now - backdate, validity + backdate, ())
+        # Never write a leaf the mesh would refuse to serve.
+        problem = Validity(cert.not_valid_before_utc, cert.not_valid_after_utc).problem(_now())
+        if problem is not None:
+            raise PkiError(f"refusing to issue {spiffe_id}: the leaf would be {problem}")
+        self._write(paths, cert, key)
+        return paths
 
     def issue_unchecked(
         self,
@@ -220,9 +317,18 @@ class CertificateAuthority:
     ) -> CertPaths:
         """Writes a leaf without :meth:`issue`'s checks: for tests that build the
         certificates the mesh must refuse (two URI SANs, expired, not yet valid).
+        Valid from ``not_before`` (default five minutes ago) for ``validity``.
         """
+        start = not_before or (_now() - MAX_BACKDATE)
+        cert, key = self._build(spiffe_id, start, validity, extra_uri_sans)
+        self._write(paths, cert, key)
+        return paths
+
+    def _build(
+        self, spiffe_id: spiffe.SpiffeId, start: dt.datetime, validity: dt.timedelta,
+        extra_uri_sans: tuple[str, ...],
+    ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
         key = ec.generate_private_key(ec.SECP256R1())
-        start = not_before or (_now() - dt.timedelta(minutes=5))
         sans: list[x509.GeneralName] = [
             x509.UniformResourceIdentifier(str(spiffe_id)),
             *(x509.UniformResourceIdentifier(u) for u in extra_uri_sans),
@@ -258,11 +364,22 @@ class CertificateAuthority:
             )
             .sign(self.key, hashes.SHA256())
         )
+        return cert, key
+
+    @staticmethod
+    def _write(paths: CertPaths, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> None:
+        """Writes the pair: both to temporary files first, then two renames back to back, key first.
+
+        A reader (a server on its next handshake, a reloading channel) never sees half a file;
+        in the microseconds between the renames it sees a key that is not its certificate's,
+        which :func:`check_leaf` refuses (:class:`KeyMismatch`) and the reader tries again.
+        """
         paths.key.parent.mkdir(parents=True, exist_ok=True)
         paths.key.parent.chmod(0o700)
-        _write_private(paths.key, _key_pem(key))
-        _write_public(paths.cert, cert.public_bytes(serialization.Encoding.PEM))
-        return paths
+        key_tmp = _tmp_file(paths.key, _key_pem(key), private=True)
+        cert_tmp = _tmp_file(paths.cert, cert.public_bytes(serialization.Encoding.PEM), private=False)
+        os.replace(key_tmp, paths.key)
+        os.replace(cert_tmp, paths.cert)
 
     def issued(self, cert_pem: bytes) -> bool:
         """Whether a certificate was signed by this CA (whatever its validity)."""

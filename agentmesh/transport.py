@@ -22,9 +22,13 @@ every call that has none, and tries a lost peer again at most a second apart
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
+import threading
+import time
+import types
 from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from dataclasses import dataclass
@@ -39,7 +43,7 @@ from opentelemetry.instrumentation.grpc import client_interceptor, grpcext, serv
 
 from agentmesh import errors, spiffe, telemetry, validation
 from agentmesh.access import AccessTable
-from agentmesh.pki import CertPaths, PkiError, peer_chain_problem
+from agentmesh.pki import CertPaths, LeafNotValidNow, PkiError, check_leaf, peer_chain_problem
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +76,20 @@ class TlsFiles:
         ca, _ = CertPaths(self.ca, self.ca).read()
         return cert, key, ca
 
-    def stamp(self) -> tuple[float, ...]:
-        """Modification times, to notice a re-issued certificate."""
-        return tuple(os.stat(p).st_mtime_ns for p in (self.cert, self.key, self.ca))
+    def load(self) -> tuple[bytes, bytes, bytes]:
+        """Like :meth:`read`, and refuses (PkiError naming the file and its validity) a leaf that is
+        expired, not yet valid, or whose key is not its certificate's: what is never served or used."""
+        cert, key, ca = self.read()
+        check_leaf(CertPaths(self.cert, self.key), cert, key)
+        return cert, key, ca
+
+    def stamp(self) -> tuple[int, ...]:
+        """Inode, size and modification time of each file, to notice a re-issued certificate."""
+        out: list[int] = []
+        for path in (self.cert, self.key, self.ca):
+            st = os.stat(path)
+            out += (st.st_ino, st.st_size, st.st_mtime_ns)
+        return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,10 +139,17 @@ def caller_id(context: grpc.ServicerContext) -> str:
     return caller
 
 
-def server_credentials(files: TlsFiles) -> grpc.ServerCredentials:
-    """mTLS server credentials that pick up a re-issued certificate on the next handshake."""
-    cert, key, ca = files.read()
-    state = {"stamp": files.stamp()}
+def server_credentials(files: TlsFiles, *, recheck_s: float = 1.0) -> grpc.ServerCredentials:
+    """mTLS server credentials that pick up a re-issued certificate on the next handshake.
+
+    Refuses (PkiError naming the file and its validity) to start with a leaf that is
+    expired or not yet valid. A re-issued leaf that is expired, not yet valid or not a
+    pair with its key is never served: the current one is kept, the refusal logged at
+    ERROR once per file version, and the files looked at again at most every
+    ``recheck_s`` until they change into something valid.
+    """
+    cert, key, ca = files.load()
+    state: dict[str, Any] = {"stamp": files.stamp(), "refused": None, "checked": 0.0}
 
     def config(cert: bytes, key: bytes, ca: bytes) -> grpc.ServerCertificateConfiguration:
         return grpc.ssl_server_certificate_configuration([(key, cert)], root_certificates=ca)
@@ -138,11 +160,26 @@ def server_credentials(files: TlsFiles) -> grpc.ServerCredentials:
             stamp = files.stamp()
             if stamp == state["stamp"]:
                 return None
-            new = config(*files.read())
-        except (OSError, PkiError) as err:
-            log.warning("certificate reload skipped, keeping the current one: %s", err)
+            now = time.monotonic()
+            if stamp == state["refused"] and now - state["checked"] < recheck_s:
+                return None
+            state["checked"] = now
+            new = config(*files.load())
+        except LeafNotValidNow as err:
+            if stamp != state["refused"]:
+                log.error("REFUSING to serve the certificate now in %s, keeping the current one: %s",
+                          files.cert, err)
+            state["refused"] = stamp
             return None
-        state["stamp"] = stamp
+        except (OSError, PkiError) as err:
+            if stamp != state["refused"]:
+                log.warning("certificate reload skipped, keeping the current one: %s", err)
+            state["refused"] = stamp
+            return None
+        except Exception:  # noqa: BLE001 - never break a handshake over a reload
+            log.exception("certificate reload failed, keeping the current one")
+            return None
+        state["stamp"], state["refused"] = stamp, None
         log.info("reloaded certificate %s", files.cert)
         return new
 
@@ -463,6 +500,243 @@ class _DefaultDeadline(
         return continuation(self._details(details), request)
 
 
+RELOAD_CHECK_S = 1.0
+"""How often (at most) a :class:`ReloadingChannel` looks at its certificate files."""
+
+
+class _Generation:
+    """One underlying channel of a :class:`ReloadingChannel` and the calls still using it."""
+
+    __slots__ = ("channel", "calls", "retired", "closed")
+
+    def __init__(self, channel: grpc.Channel) -> None:
+        self.channel = channel
+        self.calls = 0
+        self.retired = False
+        self.closed = False
+
+
+class ReloadingChannel(grpc.Channel):  # type: ignore[misc]
+    """A channel that follows its certificate files: a renewed leaf is used without a restart.
+
+    ``build(cert, key, ca)`` makes an underlying channel. At most every ``check_every_s``
+    (on the first call after that long) the files' stamp is compared; when it changed and
+    the files hold a valid leaf, a fresh underlying channel is built and every new call
+    goes to it, while calls already running finish on the old one, which is closed once
+    the last of them ends. A leaf that is expired, not yet valid or not a pair with its
+    key is not used (the current channel stays, the refusal logged once per file
+    version). The per-call cost when nothing changed is a clock read and a counter
+    under an uncontended lock; a stub's multi-callables are made once per channel
+    generation, not per call.
+    """
+
+    def __init__(self, files: TlsFiles, build: Callable[[bytes, bytes, bytes], grpc.Channel], *,
+                 check_every_s: float | None = None) -> None:
+        self._files = files
+        self._build = build
+        self._every = RELOAD_CHECK_S if check_every_s is None else check_every_s
+        self._lock = threading.Lock()
+        try:
+            self._stamp = files.stamp()
+        except OSError:
+            files.read()  # raises PkiError naming the file
+            raise
+        cert, key, ca = files.read()
+        try:
+            check_leaf(CertPaths(files.cert, files.key), cert, key)
+        except PkiError as err:  # the peer will refuse the handshake; say why here
+            log.warning("client certificate not valid now: %s", err)
+        self._gen = _Generation(build(cert, key, ca))
+        self._retired: list[_Generation] = []
+        self._refused: tuple[int, ...] | None = None
+        self._next_check = time.monotonic() + self._every
+        self._closed = False
+        self.reloads = 0
+        """How many times a new leaf was taken up (for tests and diagnostics)."""
+
+    # --- generations ---------------------------------------------------------------------------
+
+    def _acquire(self) -> _Generation:
+        now = time.monotonic()
+        if now >= self._next_check:
+            self._maybe_reload(now)
+        with self._lock:
+            gen = self._gen
+            gen.calls += 1
+        return gen
+
+    def _release(self, gen: _Generation) -> None:
+        with self._lock:
+            gen.calls -= 1
+            done = gen.retired and gen.calls == 0 and not gen.closed
+            if done:
+                gen.closed = True
+                self._retired.remove(gen)
+        if done:
+            # Not on this thread: a stream's done callback runs on the channel's own thread.
+            threading.Thread(target=gen.channel.close, name="close-old-channel", daemon=True).start()
+
+    def _maybe_reload(self, now: float) -> None:
+        with self._lock:
+            if now < self._next_check or self._closed:
+                return
+            self._next_check = now + self._every
+        try:
+            stamp = self._files.stamp()
+            if stamp == self._stamp or stamp == self._refused:
+                return
+            cert, key, ca = self._files.load()
+        except (OSError, PkiError) as err:
+            if stamp != self._refused:
+                log.error("not using the certificate now in %s, keeping the current one: %s",
+                          self._files.cert, err)
+            self._refused = stamp
+            return
+        fresh = _Generation(self._build(cert, key, ca))
+        old: _Generation | None
+        with self._lock:
+            if self._closed:
+                old = fresh
+            else:
+                old, self._gen = self._gen, fresh
+                self._stamp, self._refused = stamp, None
+                self.reloads += 1
+                old.retired = True
+                if old.calls:
+                    self._retired.append(old)
+                    old = None
+                else:
+                    old.closed = True
+        if old is not None:
+            old.channel.close()
+        log.info("client channel took up the renewed certificate %s", self._files.cert)
+
+    # --- grpc.Channel ---------------------------------------------------------------------------
+
+    def unary_unary(self, method: str, request_serializer: Any = None, response_deserializer: Any = None,
+                    _registered_method: bool | None = False) -> Any:
+        return _ReloadingCallable(self, "unary_unary", method, request_serializer, response_deserializer,
+                                  _registered_method)
+
+    def unary_stream(self, method: str, request_serializer: Any = None, response_deserializer: Any = None,
+                     _registered_method: bool | None = False) -> Any:
+        return _ReloadingCallable(self, "unary_stream", method, request_serializer, response_deserializer,
+                                  _registered_method)
+
+    def stream_unary(self, method: str, request_serializer: Any = None, response_deserializer: Any = None,
+                     _registered_method: bool | None = False) -> Any:
+        return _ReloadingCallable(self, "stream_unary", method, request_serializer, response_deserializer,
+                                  _registered_method)
+
+    def stream_stream(self, method: str, request_serializer: Any = None, response_deserializer: Any = None,
+                      _registered_method: bool | None = False) -> Any:
+        return _ReloadingCallable(self, "stream_stream", method, request_serializer, response_deserializer,
+                                  _registered_method)
+
+    def subscribe(self, callback: Callable[[grpc.ChannelConnectivity], None], try_to_connect: bool = False) -> None:
+        self._gen.channel.subscribe(callback, try_to_connect=try_to_connect)
+
+    def unsubscribe(self, callback: Callable[[grpc.ChannelConnectivity], None]) -> None:
+        with self._lock:
+            gens = [self._gen, *self._retired]
+        for gen in gens:
+            with contextlib.suppress(Exception):
+                gen.channel.unsubscribe(callback)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            gens = [g for g in (self._gen, *self._retired) if not g.closed]
+            for gen in gens:
+                gen.closed = True
+            self._retired = []
+        for gen in gens:
+            gen.channel.close()
+
+    def __enter__(self) -> ReloadingChannel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _ReloadingCallable:
+    """A multi-callable of a :class:`ReloadingChannel`: each call goes to its current channel."""
+
+    __slots__ = ("_owner", "_kind", "_args", "_cache")
+
+    def __init__(self, owner: ReloadingChannel, kind: str, method: str, serializer: Any, deserializer: Any,
+                 registered: bool | None) -> None:
+        self._owner = owner
+        self._kind = kind
+        self._args = (method, serializer, deserializer, registered)
+        self._cache: tuple[_Generation | None, Any] = (None, None)
+
+    def _callable(self, gen: _Generation) -> Any:
+        cached_gen, fn = self._cache
+        if cached_gen is not gen:
+            method, serializer, deserializer, registered = self._args
+            fn = getattr(gen.channel, self._kind)(method, serializer, deserializer,
+                                                  _registered_method=registered)
+            self._cache = (gen, fn)
+        return fn
+
+    def _blocking(self, name: str | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        gen = self._owner._acquire()
+        try:
+            fn = self._callable(gen)
+            return (fn if name is None else getattr(fn, name))(*args, **kwargs)
+        finally:
+            self._owner._release(gen)
+
+    def _tracked(self, name: str | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A call that outlives this method (a future, a response stream): released when it ends."""
+        owner = self._owner
+        gen = owner._acquire()
+        released = False
+        lock = threading.Lock()
+
+        def release(*_: object) -> None:
+            nonlocal released
+            with lock:
+                if released:
+                    return
+                released = True
+            owner._release(gen)
+
+        try:
+            fn = self._callable(gen)
+            result = (fn if name is None else getattr(fn, name))(*args, **kwargs)
+        except BaseException:
+            release()
+            raise
+        if hasattr(result, "add_done_callback"):
+            result.add_done_callback(release)
+            return result
+        if isinstance(result, types.GeneratorType):
+            return _released_after(result, release)
+        release()
+        return result
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._kind in ("unary_stream", "stream_stream"):
+            return self._tracked(None, args, kwargs)
+        return self._blocking(None, args, kwargs)
+
+    def with_call(self, *args: Any, **kwargs: Any) -> Any:
+        return self._blocking("with_call", args, kwargs)
+
+    def future(self, *args: Any, **kwargs: Any) -> Any:
+        return self._tracked("future", args, kwargs)
+
+
+def _released_after(stream: Iterator[Any], release: Callable[[], None]) -> Iterator[Any]:
+    try:
+        yield from stream
+    finally:
+        release()
+
+
 def secure_channel(
     target: str,
     files: TlsFiles,
@@ -470,29 +744,36 @@ def secure_channel(
     *,
     default_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
 ) -> grpc.Channel:
-    """An mTLS channel to a mesh server, verified as ``server_id``, with tracing and deadlines."""
-    cert, key, ca = files.read()
-    creds = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
-    channel = grpc.secure_channel(
-        target,
-        creds,
-        options=[
-            # The server must present the certificate of the identity we meant to reach.
-            ("grpc.ssl_target_name_override", server_id.dns_name),
-            ("grpc.default_authority", server_id.dns_name),
-            # A peer that restarts is reached again within about a second: gRPC's own
-            # backoff grows to two minutes between attempts. (min_reconnect_backoff is
-            # the shortest time one connection attempt is given; a closed port fails at once.)
-            *RECONNECT_OPTIONS,
-        ],
-    )
+    """An mTLS channel to a mesh server, verified as ``server_id``, with tracing and deadlines.
+
+    It follows its certificate files (:class:`ReloadingChannel`): a renewed leaf is used
+    by new calls within about a second, without a restart.
+    """
     provider = telemetry.setup_tracing(os.environ.get("OTEL_SERVICE_NAME", "agentmesh"))
-    if not telemetry.exporting():
-        # Nobody reads client spans: carry the context (trace id, mesh ids)
-        # without OpenTelemetry's span machinery on every call.
-        return grpc.intercept_channel(channel, _DefaultDeadline(default_timeout_s, propagate_only=True))
-    # Deadline first, so the tracing layer (grpcext, OpenTelemetry's own
-    # interceptor API) sees and records the effective timeout.
-    with_deadline = grpc.intercept_channel(channel, _DefaultDeadline(default_timeout_s))
-    tracing = client_interceptor(tracer_provider=provider)  # type: ignore[no-untyped-call]
-    return grpcext.intercept_channel(with_deadline, tracing)  # type: ignore[no-untyped-call]
+
+    def build(cert: bytes, key: bytes, ca: bytes) -> grpc.Channel:
+        creds = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
+        channel = grpc.secure_channel(
+            target,
+            creds,
+            options=[
+                # The server must present the certificate of the identity we meant to reach.
+                ("grpc.ssl_target_name_override", server_id.dns_name),
+                ("grpc.default_authority", server_id.dns_name),
+                # A peer that restarts is reached again within about a second: gRPC's own
+                # backoff grows to two minutes between attempts. (min_reconnect_backoff is
+                # the shortest time one connection attempt is given; a closed port fails at once.)
+                *RECONNECT_OPTIONS,
+            ],
+        )
+        if not telemetry.exporting():
+            # Nobody reads client spans: carry the context (trace id, mesh ids)
+            # without OpenTelemetry's span machinery on every call.
+            return grpc.intercept_channel(channel, _DefaultDeadline(default_timeout_s, propagate_only=True))
+        # Deadline first, so the tracing layer (grpcext, OpenTelemetry's own
+        # interceptor API) sees and records the effective timeout.
+        with_deadline = grpc.intercept_channel(channel, _DefaultDeadline(default_timeout_s))
+        tracing = client_interceptor(tracer_provider=provider)  # type: ignore[no-untyped-call]
+        return grpcext.intercept_channel(with_deadline, tracing)  # type: ignore[no-untyped-call]
+
+    return ReloadingChannel(files, build)

@@ -9,8 +9,9 @@ import stat
 from pathlib import Path
 
 import pytest
+from cryptography import x509
 
-from agentmesh import cli, config, pki, spiffe
+from agentmesh import cli, config, launcher, pki, spiffe
 from agentmesh.config import MeshConfig
 from agentmesh.home import MeshHome
 from agentmesh.identities import (
@@ -18,6 +19,8 @@ from agentmesh.identities import (
     PLATFORM_CLI,
     LegacyLayoutError,
     init_identities,
+    leaf_due,
+    mesh_identities,
     migrate_legacy_layout,
     workloads,
 )
@@ -201,3 +204,84 @@ def test_certs_issue_refuses_an_invalid_validity(tmp_path: Path, capsys: pytest.
                      "spiffe://agentmesh.local/client/x", "--validity-hours", hours]) == 1
     assert "validity" in capsys.readouterr().err
     assert not home.workload_files(spiffe.client("x")).cert.exists()
+
+
+# --- renewal: leaves of the configured validity, renewed at half their lifetime ---
+
+def _serials(cfg: MeshConfig) -> dict[str, int]:
+    return {str(i): x509.load_pem_x509_certificate(cfg.mesh_home.workload_files(i).cert.read_bytes()).serial_number
+            for i in mesh_identities(cfg)}
+
+
+def test_leaves_are_issued_for_leaf_validity_s(tmp_path: Path) -> None:
+    cfg = config.load(home=str(tmp_path / "home"), environ={}, overrides={"leaf_validity_s": 600})
+    init_identities(cfg)
+    for identity in mesh_identities(cfg):
+        v = pki.validity_of(cfg.mesh_home.workload_files(identity).cert.read_bytes())
+        assert dt.timedelta(seconds=598) <= v.not_after - dt.datetime.now(dt.UTC) <= dt.timedelta(seconds=600)
+        assert v.lifetime == dt.timedelta(seconds=660)  # a tenth before, for clock skew
+    assert config.load(home=str(tmp_path / "home"), environ={"AGENTMESH_LEAF_VALIDITY_S": "30"}).leaf_validity_s == 30
+    with pytest.raises(config.ConfigError, match="leaf_validity_s"):
+        config.load(home=str(tmp_path / "home"), environ={}, overrides={"leaf_validity_s": 5})
+
+
+def test_leaf_due_says_why(tmp_path: Path) -> None:
+    cfg = _fresh(tmp_path)
+    home = cfg.mesh_home
+    ca_cert = x509.load_pem_x509_certificate(home.trust_bundle.read_bytes())
+    paths = home.workload_files(OPERATOR)
+    v = pki.validity_of(paths.cert.read_bytes())
+    assert leaf_due(paths, ca_cert, v.renew_at - dt.timedelta(seconds=1)) is None
+    assert leaf_due(paths, ca_cert, v.renew_at) == "past half its lifetime"
+    assert leaf_due(paths, ca_cert, v.not_after) == "expired"
+    assert leaf_due(paths, ca_cert, v.not_before - dt.timedelta(seconds=1)) == "not yet valid"
+    assert leaf_due(paths, ca_cert, v.not_before, renew_before=dt.timedelta(days=2)).startswith("expires within")
+    paths.key.unlink()
+    assert leaf_due(paths, ca_cert, v.not_before) == "missing"
+
+
+def test_the_supervising_loop_renews_every_leaf_at_half_its_lifetime(tmp_path: Path) -> None:
+    cfg = _fresh(tmp_path)
+    said: list[str] = []
+    renewer = launcher.LeafRenewer(cfg, said.append)
+    now = dt.datetime.now(dt.UTC)
+    assert renewer.step(now) == [] and said == []
+    before = _serials(cfg)
+    keys = {str(i): cfg.mesh_home.workload_files(i).key.read_bytes() for i in mesh_identities(cfg)}
+    later = now + dt.timedelta(hours=12, minutes=5)
+    renewed = renewer.step(later)
+    assert sorted(renewed) == sorted(before)
+    after = _serials(cfg)
+    assert all(after[i] != before[i] for i in before)
+    assert all(cfg.mesh_home.workload_files(i).key.read_bytes() != keys[str(i)] for i in mesh_identities(cfg))
+    assert len(said) == len(before) and all("renewed the certificate of" in line and "past half" in line
+                                            for line in said)
+    assert renewer.step() == []  # the new leaves (issued now) are not due before their own half
+    # One that turned expired or was replaced by another CA's is issued again too.
+    pki.CertificateAuthority.init(tmp_path / "rogue").issue(OPERATOR, cfg.mesh_home.workload_files(OPERATOR))
+    assert renewer.step() == [str(OPERATOR)]
+
+
+def test_without_the_ca_key_renewal_is_said_once_and_the_leaves_stay(tmp_path: Path) -> None:
+    cfg = _fresh(tmp_path)
+    shutil.move(cfg.mesh_home.ca, tmp_path / "ca-offline")
+    said: list[str] = []
+    renewer = launcher.LeafRenewer(cfg, said.append)
+    before = _serials(cfg)
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=13)
+    assert renewer.step(later) == [] and renewer.step(later) == []
+    assert len(said) == len(before) and all("ca.key" in line and "until it expires" in line for line in said)
+    assert _serials(cfg) == before
+
+
+def test_status_shows_each_leafs_expiry_and_warns_in_its_last_tenth(tmp_path: Path) -> None:
+    cfg = _fresh(tmp_path)
+    policy = spiffe.service("policy")
+    v = pki.validity_of(cfg.mesh_home.workload_files(policy).cert.read_bytes())
+    row = launcher.leaf_status(cfg, str(policy))
+    assert row["cert_expires_at"] == v.not_after.timestamp() and row["cert_warning"] == ""
+    assert row["cert_file"] == str(cfg.mesh_home.workload_files(policy).cert)
+    late = launcher.leaf_status(cfg, str(policy), now=v.warn_at + dt.timedelta(seconds=1))
+    assert "expires in" in str(late["cert_warning"]) and "supervising loop" in str(late["cert_warning"])
+    gone = launcher.leaf_status(cfg, str(policy), now=v.not_after)
+    assert "expired at" in str(gone["cert_warning"])

@@ -37,9 +37,12 @@ INFO = "/agentmesh.v1.PolicyService/GetPolicyInfo"
 
 
 class SlowPolicy(unimplemented_servicer(policy_grpc.PolicyServiceServicer)):  # type: ignore[misc]
-    """GetPolicyInfo answers; ListKillSwitches hangs, to exercise deadlines."""
+    """GetPolicyInfo answers (noting the caller's certificate); ListKillSwitches hangs, to exercise deadlines."""
+
+    client_certs: list[bytes] = []
 
     def GetPolicyInfo(self, request: Any, context: Any) -> Any:
+        SlowPolicy.client_certs.append((context.auth_context() or {}).get("x509_pem_cert", [b""])[0])
         return policy_pb2.GetPolicyInfoResponse(policy_version="v-test")
 
     def ListKillSwitches(self, request: Any, context: Any) -> Any:
@@ -336,3 +339,188 @@ def test_ca_refuses_to_issue_when_itself_expired_or_outlived(server: RunningServ
     with pytest.raises(pki.PkiError, match="outlive"):
         ca_valid(now - dt.timedelta(days=1), now + dt.timedelta(hours=1)).issue(CAPABILITY, paths)
     assert not paths.cert.exists()
+
+
+# --- rotation: servers and clients follow their certificate files ---
+
+def _serial(pem: bytes) -> int:
+    return x509.load_pem_x509_certificate(pem).serial_number
+
+
+def _expired(ca: CertificateAuthority, identity: spiffe.SpiffeId, paths: CertPaths) -> CertPaths:
+    return ca.issue_unchecked(identity, paths, not_before=dt.datetime.now(dt.UTC) - dt.timedelta(days=2),
+                              validity=dt.timedelta(hours=1))
+
+
+def test_an_issued_leaf_is_valid_now_even_when_short(server: RunningServer, tmp_path: Path) -> None:
+    """Leaves are backdated a tenth of their validity (at most 5 min): a 20 s leaf is not born expired."""
+    now = dt.datetime.now(dt.UTC)
+    for validity in (dt.timedelta(seconds=20), dt.timedelta(hours=24)):
+        paths = server.ca.issue(CAPABILITY, CertPaths(tmp_path / "s.pem", tmp_path / "s.key"), validity=validity)
+        v = pki.validity_of(paths.cert.read_bytes())
+        assert v.problem() is None
+        assert v.not_after >= now + validity - dt.timedelta(seconds=1)
+        assert now - v.not_before <= min(pki.MAX_BACKDATE, validity / 10) + dt.timedelta(seconds=2)
+        assert v.not_before < v.renew_at < v.warn_at < v.not_after
+        pki.check_leaf(paths, paths.cert.read_bytes(), paths.key.read_bytes())
+
+
+def test_check_leaf_names_the_file_and_its_validity(server: RunningServer, tmp_path: Path) -> None:
+    paths = _expired(server.ca, CAPABILITY, CertPaths(tmp_path / "old.pem", tmp_path / "old.key"))
+    with pytest.raises(pki.LeafNotValidNow, match=r"old\.pem: the certificate expired at .* \(valid .* to .*\)"):
+        pki.check_leaf(paths, paths.cert.read_bytes(), paths.key.read_bytes())
+    later = server.ca.issue_unchecked(CAPABILITY, CertPaths(tmp_path / "later.pem", tmp_path / "later.key"),
+                                      not_before=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1))
+    with pytest.raises(pki.LeafNotValidNow, match="not valid before"):
+        pki.check_leaf(later, later.cert.read_bytes(), later.key.read_bytes())
+    valid = server.ca.issue(CAPABILITY, CertPaths(tmp_path / "v.pem", tmp_path / "v.key"))
+    with pytest.raises(pki.KeyMismatch):
+        pki.check_leaf(valid, valid.cert.read_bytes(), paths.key.read_bytes())
+
+
+def test_a_server_refuses_to_start_with_an_expired_leaf(server: RunningServer, tmp_path: Path) -> None:
+    paths = _expired(server.ca, POLICY, CertPaths(tmp_path / "p.pem", tmp_path / "p.key"))
+    with pytest.raises(pki.LeafNotValidNow, match="p.pem: the certificate expired"):
+        transport.server_credentials(transport.TlsFiles.of(paths, server.ca.bundle_path))
+
+
+def test_a_server_keeps_serving_its_valid_leaf_when_the_file_turns_expired(
+    server: RunningServer, mesh_config: MeshConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    served = _served_serial(server.address, mesh_config)
+    time.sleep(0.01)
+    _expired(server.ca, POLICY, server.paths)
+    with caplog.at_level("ERROR", logger="agentmesh.transport"):
+        assert _served_serial(server.address, mesh_config) == served
+        assert _served_serial(server.address, mesh_config) == served
+    refusals = [r for r in caplog.records if "REFUSING to serve" in r.getMessage()]
+    assert len(refusals) == 1 and "expired at" in refusals[0].getMessage()  # loudly, once per file version
+    stub = _client(mesh_config, CAPABILITY, server.address)
+    assert stub.GetPolicyInfo(policy_pb2.GetPolicyInfoRequest()).policy_version == "v-test"
+    # A valid one written next is served from the next handshake on.
+    time.sleep(0.01)
+    server.ca.issue(POLICY, server.paths)
+    assert _served_serial(server.address, mesh_config) == _serial(server.paths.cert.read_bytes())
+
+
+def _reloading_client(mesh_config: MeshConfig, address: str, paths: CertPaths,
+                      monkeypatch: pytest.MonkeyPatch, every_s: float = 0.2,
+                      ) -> tuple[transport.ReloadingChannel, policy_grpc.PolicyServiceStub]:
+    monkeypatch.setattr(transport, "RELOAD_CHECK_S", every_s)
+    files = transport.TlsFiles.of(paths, mesh_config.mesh_home.trust_bundle)
+    channel = transport.secure_channel(address, files, POLICY)
+    assert isinstance(channel, transport.ReloadingChannel)
+    return channel, policy_grpc.PolicyServiceStub(channel)
+
+
+def test_a_channel_takes_up_a_renewed_client_leaf_without_being_rebuilt(
+    server: RunningServer, mesh_config: MeshConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths = server.ca.issue(CAPABILITY, CertPaths(tmp_path / "c.pem", tmp_path / "c.key"))
+    channel, stub = _reloading_client(mesh_config, server.address, paths, monkeypatch)
+    SlowPolicy.client_certs.clear()
+    stub.GetPolicyInfo(policy_pb2.GetPolicyInfoRequest())
+    first = _serial(paths.cert.read_bytes())
+    assert [_serial(c) for c in SlowPolicy.client_certs] == [first]
+    server.ca.issue(CAPABILITY, paths)  # renewed: new key, new serial
+    renewed = _serial(paths.cert.read_bytes())
+    time.sleep(0.25)
+    # The same stub (made once, like every service's) now calls over a fresh connection with the new leaf.
+    stub.GetPolicyInfo(policy_pb2.GetPolicyInfoRequest())
+    assert channel.reloads == 1
+    assert _serial(SlowPolicy.client_certs[-1]) == renewed
+    # An expired leaf written over it is not used: the current one stays.
+    _expired(server.ca, CAPABILITY, paths)
+    time.sleep(0.25)
+    stub.GetPolicyInfo(policy_pb2.GetPolicyInfoRequest())
+    assert channel.reloads == 1 and _serial(SlowPolicy.client_certs[-1]) == renewed
+    channel.close()
+
+
+class _FakeCall:
+    def __init__(self) -> None:
+        self.callbacks: list[Any] = []
+
+    def add_done_callback(self, fn: Any) -> None:
+        self.callbacks.append(fn)
+
+    def finish(self) -> None:
+        for fn in self.callbacks:
+            fn(self)
+
+
+class _FakeChannel:
+    def __init__(self) -> None:
+        self.closed = False
+        self.callables = 0
+        self.calls: list[_FakeCall] = []
+
+    def unary_unary(self, *args: Any, **kw: Any) -> Any:
+        self.callables += 1
+        return lambda request, **_: ("answer", request)
+
+    def unary_stream(self, *args: Any, **kw: Any) -> Any:
+        self.callables += 1
+
+        def start(request: Any, **_: Any) -> _FakeCall:
+            call = _FakeCall()
+            self.calls.append(call)
+            return call
+        return start
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_the_reloading_channel_costs_a_clock_read_when_nothing_changed(
+    server: RunningServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths = server.ca.issue(CAPABILITY, CertPaths(tmp_path / "c.pem", tmp_path / "c.key"))
+    files = transport.TlsFiles.of(paths, server.ca.bundle_path)
+    built: list[_FakeChannel] = []
+
+    def build(cert: bytes, key: bytes, ca: bytes) -> Any:
+        built.append(_FakeChannel())
+        return built[-1]
+
+    stamps = []
+    real_stamp = transport.TlsFiles.stamp
+    monkeypatch.setattr(transport.TlsFiles, "stamp", lambda self: stamps.append(1) or real_stamp(self))
+    channel = transport.ReloadingChannel(files, build, check_every_s=3600)
+    call = channel.unary_unary("/x.Y/Z")
+    stamps.clear()
+    started = time.perf_counter()
+    for i in range(20_000):
+        assert call(i) == ("answer", i)
+    per_call = (time.perf_counter() - started) / 20_000
+    assert stamps == [] and len(built) == 1 and built[0].callables == 1  # no stat, no rebuild, one callable
+    assert per_call < 50e-6, per_call
+
+
+def test_the_old_channel_closes_once_its_calls_finish(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    paths = server.ca.issue(CAPABILITY, CertPaths(tmp_path / "c.pem", tmp_path / "c.key"))
+    built: list[_FakeChannel] = []
+
+    def build(cert: bytes, key: bytes, ca: bytes) -> Any:
+        built.append(_FakeChannel())
+        return built[-1]
+
+    channel = transport.ReloadingChannel(transport.TlsFiles.of(paths, server.ca.bundle_path), build,
+                                         check_every_s=0.05)
+    stream = channel.unary_stream("/x.Y/Watch")
+    stream("a")  # a long-lived stream on the first channel
+    server.ca.issue(CAPABILITY, paths)
+    time.sleep(0.1)
+    stream("b")
+    assert len(built) == 2 and channel.reloads == 1
+    assert [len(c.calls) for c in built] == [1, 1]  # the new call went to the new channel
+    assert not built[0].closed  # its stream still runs
+    built[0].calls[0].finish()
+    deadline = time.monotonic() + 2
+    while not built[0].closed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert built[0].closed and not built[1].closed
+    channel.close()
+    assert built[1].closed
