@@ -20,6 +20,13 @@ log ``HOME/logs/launcher.log``) which starts the mesh, and returns once every
 process is SERVING. ``mesh.json`` records the loop and, for each process, its
 pid, restarts, last exit code and times, and where its current run's log lines
 begin. ``down`` stops the loop, which stops the processes in reverse order.
+
+**Certificates.** The supervising loop is the only long-lived part of the mesh
+that reads ``HOME/ca/``: its :class:`LeafRenewer` thread re-issues every
+workload's and CLI client's leaf once half its lifetime has passed (config
+``leaf_validity_s``), with a new key, and logs each renewal; servers and
+channels take the new leaf up without a restart (:mod:`agentmesh.transport`).
+``status`` shows each process's leaf expiry and warns in its last tenth.
 """
 
 from __future__ import annotations

@@ -18,6 +18,10 @@ Every outgoing call goes through :func:`secure_channel`, which verifies the
 server by the DNS name derived from its SPIFFE id, puts a deadline on
 every call that has none, and tries a lost peer again at most a second apart
 (:data:`RECONNECT_OPTIONS`), so a restarted process is reached again at once.
+Certificates rotate without a restart: a server serves a re-issued leaf from its
+next handshake, a channel (:class:`ReloadingChannel`) uses it for new calls
+within a second, and neither ever takes up a leaf that is expired or not yet
+valid (a process refuses to start with one).
 """
 
 from __future__ import annotations
