@@ -225,6 +225,8 @@ class Orchestrator:
         self._pool = futures.ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="task")
         self._live: dict[str, _Live] = {}
         self._live_lock = threading.Lock()
+        self._accepting: set[str] = set()
+        """Executions this process claimed a client_request_id for and is still accepting."""
         self._closed = threading.Event()
         self._lease_thread: threading.Thread | None = None
 
@@ -333,12 +335,23 @@ class Orchestrator:
         crid = request.client_request_id
         if crid:
             digest = request_digest(request)
+            with self._live_lock:
+                self._accepting.add(execution_id)
             owner, held = self._store.claim_request(user.tenant_id, user.user_id, crid, execution_id, digest)
             if owner != execution_id:
+                with self._live_lock:
+                    self._accepting.discard(execution_id)
                 if not hmac.compare_digest(held, digest):
                     raise self._refuse(errors.Aborted(
                         "client_request_id was already used for another request; use a new id",
                         reason="CLIENT_REQUEST_ID_REUSED", metadata={"field": "client_request_id"}), user)
+                if self._claimed_by_a_dead_process(owner):
+                    # The process that claimed it was killed before its execution existed: nothing ran
+                    # under that id, so this retry takes the request over and starts it.
+                    log.warning("client_request_id of %s was claimed by a process that stopped before its "
+                                "execution existed; starting it again", owner)
+                    self._store.release_request(user.tenant_id, user.user_id, crid, owner)
+                    return self.accept(request, caller)
                 self._await_existence(owner)
                 return Accepted(owner, user, duplicate=True)
         try:
@@ -347,7 +360,21 @@ class Orchestrator:
             if crid and self._store.get(execution_id) is None:
                 self._store.release_request(user.tenant_id, user.user_id, crid, execution_id)
             raise
+        finally:
+            with self._live_lock:
+                self._accepting.discard(execution_id)
         return Accepted(execution_id, user)
+
+    def _claimed_by_a_dead_process(self, execution_id: str) -> bool:
+        """Whether a client request's execution can never come to exist: on a store of one supervisor
+        (not shared), one this process is not accepting and that is not stored was claimed by a
+        previous process that died. (On a shared store another replica may be accepting it.)"""
+        if self._store.shared:
+            return False
+        with self._live_lock:
+            if execution_id in self._accepting or execution_id in self._live:
+                return False
+        return self._store.get(execution_id) is None
 
     def _await_existence(self, execution_id: str, timeout_s: float = 10.0) -> None:
         """Waits until a just-claimed execution exists (its first Analyze is still accepting it)."""

@@ -514,3 +514,23 @@ def test_a_task_or_execution_is_stored_as_finished_only_once_its_record_is_kept(
     ex = _analyze(orch, token)
     assert ex.status == pb.EXECUTION_STATUS_SUCCEEDED and len(ex.results) == 4
     assert missing == []
+
+
+def test_a_client_request_id_claimed_by_a_process_killed_before_its_execution_existed_is_started_again(
+        world: Any) -> None:
+    """A supervisor killed between claiming a client_request_id and storing its execution left the claim
+    behind; every retry used to wait and answer UNAVAILABLE EXECUTION_STARTING for ever."""
+    orch, _, _, token, _ = world
+    request = pb.AnalyzeRequest(user_assertion=token, tenant_id="acme", client_request_id="req-killed",
+                                request_text="Analyze permit WP-10231 and tell me if it can be released")
+    from supervisor_svc.orchestrator import request_digest
+
+    orch._store.claim_request("acme", "alice", "req-killed", "exe-of-a-dead-process", request_digest(request))
+    started = time.monotonic()
+    accepted = orch.accept(request, "spiffe://agentmesh.local/client/test")
+    assert time.monotonic() - started < 2
+    assert not accepted.duplicate and accepted.execution_id != "exe-of-a-dead-process"
+    ex = orch.run(accepted.execution_id)
+    assert ex.status == pb.EXECUTION_STATUS_SUCCEEDED and ex.client_request_id == "req-killed"
+    again = orch.accept(request, "spiffe://agentmesh.local/client/test")
+    assert again.duplicate and again.execution_id == accepted.execution_id
