@@ -47,7 +47,7 @@ from opentelemetry.instrumentation.grpc import client_interceptor, grpcext, serv
 
 from agentmesh import errors, spiffe, telemetry, validation
 from agentmesh.access import AccessTable
-from agentmesh.pki import CertPaths, LeafNotValidNow, PkiError, check_leaf, peer_chain_problem
+from agentmesh.pki import CertPaths, KeyMismatch, LeafNotValidNow, PkiError, check_leaf, peer_chain_problem
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +83,17 @@ class TlsFiles:
     def load(self) -> tuple[bytes, bytes, bytes]:
         """Like :meth:`read`, and refuses (PkiError naming the file and its validity) a leaf that is
         expired, not yet valid, or whose key is not its certificate's: what is never served or used."""
-        cert, key, ca = self.read()
-        check_leaf(CertPaths(self.cert, self.key), cert, key)
-        return cert, key, ca
+        for attempt in range(3):
+            cert, key, ca = self.read()
+            try:
+                check_leaf(CertPaths(self.cert, self.key), cert, key)
+            except KeyMismatch:
+                if attempt == 2:
+                    raise
+                time.sleep(0.02)  # read between the two renames of a renewal: the pair is complete in a moment
+                continue
+            return cert, key, ca
+        raise AssertionError("unreachable")
 
     def stamp(self) -> tuple[int, ...]:
         """Inode, size and modification time of each file, to notice a re-issued certificate."""
@@ -545,11 +553,11 @@ class ReloadingChannel(grpc.Channel):  # type: ignore[misc]
         except OSError:
             files.read()  # raises PkiError naming the file
             raise
-        cert, key, ca = files.read()
         try:
-            check_leaf(CertPaths(files.cert, files.key), cert, key)
-        except PkiError as err:  # the peer will refuse the handshake; say why here
+            cert, key, ca = files.load()
+        except LeafNotValidNow as err:  # the peer will refuse the handshake; say why here
             log.warning("client certificate not valid now: %s", err)
+            cert, key, ca = files.read()
         self._gen = _Generation(build(cert, key, ca))
         self._retired: list[_Generation] = []
         self._refused: tuple[int, ...] | None = None
