@@ -25,7 +25,12 @@ EXECUTING or not yet marked so) is settled on restart by :meth:`ReleaseActions.r
 it runs again under the same idempotency key (the action id), so the capability
 service answers with what happened — the stored outcome, or, if the call was
 cut off, what reading the permit back shows — and only runs the release if it
-never took effect. The execution then says what the permit is.
+never took effect. The execution then says what the permit is. The same holds
+for a confirmed release whose attempt got no definite answer (the agent or the
+capability service died, a timeout, the key still in flight): it is asked again
+under the same key with backoff for ``settle_s``, then, if still unknown, left
+EXECUTING ``RELEASE_OUTCOME_UNKNOWN`` and asked again later (:meth:`ReleaseActions.settle_due`)
+— it never ends FAILED as if nothing had happened.
 
 Every step is audited with the execution id: the policy decision, the review,
 the confirmation (issued, used, refused, declined, expired), the release task.
@@ -39,6 +44,7 @@ kept durably without holding anything back.
 
 from __future__ import annotations
 
+import contextvars
 import datetime as dt
 import hashlib
 import hmac
@@ -83,10 +89,40 @@ class ApprovalNotCounted(Exception):
         self.decision = decision
 
 
-def _in_flight(done: Dispatched) -> bool:
-    """Whether the release was answered "the first call with this key is still running"."""
-    said = done.failure if done.result is None else done.result.error_reason
-    return "IDEMPOTENCY_KEY_IN_FLIGHT" in said
+SUCCEEDED, FAILED, UNKNOWN = "succeeded", "failed", "unknown"
+"""What one release attempt says happened to the permit."""
+OUTCOME_UNKNOWN = "RELEASE_OUTCOME_UNKNOWN"
+DEFAULT_SETTLE_S = 30.0
+"""How long a release is asked again, under its key, while its outcome is unknown, before it is left for later."""
+DEFAULT_RETRY_S = 5.0
+"""How long a release whose outcome is still unknown waits before it is asked again (see settle_due)."""
+
+_UNKNOWN_CODES = ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+"""A dispatch that failed with these never got an answer from the capability service."""
+_UNKNOWN_REASONS = ("IDEMPOTENCY_KEY_IN_FLIGHT", "RELEASE_OUTCOME_UNKNOWN", "RELEASE_NOT_VERIFIED",
+                    "GOVERNANCE_UNAVAILABLE")
+"""What the work-permit agent says when the release may have taken effect, or when it was not decided yet."""
+
+
+def _verdict(done: Dispatched, may_have_happened: bool) -> str:
+    """What one attempt says: SUCCEEDED (read back RELEASED), FAILED (a definite answer) or UNKNOWN.
+
+    UNKNOWN is anything that does not say what the permit is: the agent or the capability service
+    unavailable, a timeout, a crash, the first call under the key still in flight, a release
+    acknowledged but not read back. A dispatch that never reached the agent (it is not ACTIVE)
+    is definite only if no earlier attempt may have taken effect.
+    """
+    result = done.result
+    if result is None:
+        transient = done.failure.split(" ", 1)[0].split(":", 1)[0] in _UNKNOWN_CODES
+        return UNKNOWN if (transient or done.timed_out or done.started or may_have_happened) else FAILED
+    if result.status != common_pb2.RESULT_STATUS_FAILED and "release" in result.result.fields:
+        release = json_format.MessageToDict(result.result.fields["release"].struct_value)
+        if release.get("verified") is True:
+            return SUCCEEDED
+    if any(reason in result.error_reason for reason in _UNKNOWN_REASONS):
+        return UNKNOWN
+    return FAILED
 
 
 def token_digest(token: str) -> str:
@@ -106,7 +142,19 @@ class ReleaseActions:
     def __init__(self, *, store: ExecutionStore, dispatcher: TaskDispatcher, authorize: Authorizer,
                  capabilities: Mapping[str, cap_pb2.CapabilityDefinition],
                  confirmation_ttl_s: float = DEFAULT_CONFIRMATION_TTL_S,
-                 clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)) -> None:
+                 clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+                 settle_s: float = DEFAULT_SETTLE_S, pause_s: float = 0.5, retry_s: float = DEFAULT_RETRY_S) -> None:
+        """``settle_s``: how long a release whose outcome is unknown is asked again (backoff from
+        ``pause_s``, doubling up to 4 s) before it is left EXECUTING ``RELEASE_OUTCOME_UNKNOWN``;
+        ``retry_s``: how long it then waits before :meth:`settle_due` asks again."""
+        self._settle_s = settle_s
+        self._pause_s = pause_s
+        self._retry_s = retry_s
+        self._settling: set[str] = set()
+        """Executions whose release this process is asking about right now."""
+        self._unsettled: dict[str, float] = {}
+        """Executions whose release outcome is still unknown -> when to ask again (monotonic)."""
+        self._settle_lock = threading.Lock()
         self._store = store
         self._dispatch = dispatcher
         self._authorize = authorize
@@ -375,18 +423,29 @@ class ReleaseActions:
                                            reason_codes=["CONFIRMATION_DECLINED", record.action_id])
                     self._finish(ex, "ACTION_DECLINED")
                     return ex
-                self._execute(ex, Actor.of_user(user))
+                self._mark_executing(ex)
+        # The token is spent and the release marked EXECUTING (nothing else can decide this action now):
+        # the release and its retries run without holding every other action's decision back.
+        with telemetry.mesh_ids(execution_id=ex.execution_id, correlation_id=ex.trace.correlation_id):
+            self._settle(ex, Actor.of_user(user), may_have_happened=False)
         return ex
 
-    def resume(self, stored: pb.Execution, *, attempts: int = 30, pause_s: float = 1.0) -> None:
-        """Settles a release the previous supervisor process confirmed but did not see end.
+    def resume(self, stored: pb.Execution, *, why: str = "SUPERVISOR_RESTARTED", settle_s: float | None = None,
+               pause_s: float | None = None) -> None:
+        """Settles a release confirmed but not seen to end: by the previous supervisor process
+        (``SUPERVISOR_RESTARTED``), or by this one, whose attempts found no definite answer
+        (``RELEASE_OUTCOME_UNKNOWN``, asked again by :meth:`settle_due`).
 
         The release runs again under its idempotency key (the action id): the capability
         service gives the first call's outcome, resolves a call cut off by reading the permit
-        back, or runs it if it never happened. While the first call still runs elsewhere
-        (``IDEMPOTENCY_KEY_IN_FLIGHT``) it asks again, ``attempts`` times at most.
+        back, or runs it if it never happened. While the answer is unknown (the first call still
+        in flight, the agent or the capability service unavailable, a timeout) it asks again
+        with backoff, for ``settle_s`` at most (see :meth:`_settle`).
         """
         with self.lock:
+            with self._settle_lock:
+                if stored.execution_id in self._settling:
+                    return  # this process is already asking
             ex = self._store.get(stored.execution_id) or stored
             record = self._store.action(ex.execution_id)
             with telemetry.mesh_ids(execution_id=ex.execution_id, correlation_id=ex.trace.correlation_id):
@@ -404,23 +463,97 @@ class ReleaseActions:
                 self._dispatch.narrate(audit_pb2.AUDIT_EVENT_TYPE_CONFIRMATION, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
                                        execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=record.user_id,
                                        resource=f"permit:{ex.action.resource_id}",
-                                       reason_codes=["RELEASE_RESUMED", "SUPERVISOR_RESTARTED", record.action_id],
+                                       reason_codes=["RELEASE_RESUMED", why, record.action_id],
                                        input_digest=ex.action.action_digest)
-                self._execute(ex, actor, attempts=attempts, pause_s=pause_s)
+                self._mark_executing(ex)
+        with telemetry.mesh_ids(execution_id=ex.execution_id, correlation_id=ex.trace.correlation_id):
+            self._settle(ex, actor, may_have_happened=True, settle_s=settle_s, pause_s=pause_s)
 
-    def _execute(self, ex: pb.Execution, actor: Actor, *, attempts: int = 1, pause_s: float = 1.0) -> None:
-        action = ex.action
-        action.confirmation_token = ""
+    def settle_due(self) -> list[str]:
+        """Asks again (in the background, see :meth:`resume`) about each release of this process whose
+        outcome was still unknown and whose wait is over; returns their execution ids.
+
+        Called by the supervisor's lease loop about every second.
+        """
+        now = time.monotonic()
+        with self._settle_lock:
+            due = [e for e, at in self._unsettled.items() if at <= now and e not in self._settling]
+            for execution_id in due:
+                del self._unsettled[execution_id]
+        started: list[str] = []
+        for execution_id in due:
+            stored = self._store.get(execution_id)
+            if stored is None or stored.status != pb.EXECUTION_STATUS_RUNNING or not stored.HasField("action") or \
+                    stored.action.state != pb.ACTION_STATE_EXECUTING:
+                continue
+            held = self._store.owner_of(execution_id) if self._store.shared else None
+            if held is not None and held[0] != self._store.owner:
+                continue  # another replica took it over: it settles it
+            threading.Thread(target=contextvars.copy_context().run, args=(self.resume, stored),
+                             kwargs={"why": OUTCOME_UNKNOWN}, name=f"settle-{execution_id[-6:]}", daemon=True).start()
+            started.append(execution_id)
+        return started
+
+    def _mark_executing(self, ex: pb.Execution) -> None:
+        ex.action.confirmation_token = ""
         self._set(ex, pb.ACTION_STATE_EXECUTING, "EXECUTING: confirmed by the requester")
         ex.status = pb.EXECUTION_STATUS_RUNNING
         self._store.save(ex)
-        done = self._release(ex, actor)
-        for _ in range(attempts - 1):
-            if not _in_flight(done):
-                break
-            time.sleep(pause_s)  # the first call under this key is still running somewhere: ask again
-            done = self._release(ex, actor)
-        self._conclude(ex, done)
+
+    def _settle(self, ex: pb.Execution, actor: Actor, *, may_have_happened: bool, settle_s: float | None = None,
+                pause_s: float | None = None) -> None:
+        """Runs the release under its idempotency key until there is a definite answer, for ``settle_s`` at most.
+
+        Only a definite answer ends the action (:meth:`_conclude`): read back RELEASED →
+        SUCCEEDED; a refusal or a failed verification → FAILED with the reason. An attempt whose
+        outcome is unknown (see :func:`_verdict`) is followed by another under the SAME key, after
+        a pause that doubles up to 4 s: the capability service answers with what happened (the
+        stored outcome of a completed key; an orphaned IN_FLIGHT key resolved by reading the
+        permit back). Still unknown at the bound, the action stays EXECUTING with reason
+        ``RELEASE_OUTCOME_UNKNOWN`` (the execution RUNNING) and :meth:`settle_due` asks again
+        later — never FAILED as if nothing had happened.
+        """
+        execution_id = ex.execution_id
+        with self._settle_lock:
+            if execution_id in self._settling:
+                return
+            self._settling.add(execution_id)
+            self._unsettled.pop(execution_id, None)
+        try:
+            bound = time.monotonic() + (self._settle_s if settle_s is None else settle_s)
+            pause = self._pause_s if pause_s is None else pause_s
+            while True:
+                done = self._release(ex, actor)
+                may_have_happened = may_have_happened or done.started
+                verdict = _verdict(done, may_have_happened)
+                if verdict != UNKNOWN or time.monotonic() + pause >= bound:
+                    break
+                log.info("release of %s: outcome unknown (%s); asking again in %.1f s", execution_id,
+                         done.failure if done.result is None else done.result.error_reason, pause)
+                time.sleep(pause)
+                pause = min(pause * 2, 4.0)
+            if verdict == UNKNOWN:
+                self._undecided(ex, done)
+            else:
+                self._conclude(ex, done)
+        finally:
+            with self._settle_lock:
+                self._settling.discard(execution_id)
+
+    def _undecided(self, ex: pb.Execution, done: Dispatched) -> None:
+        """No definite answer yet: the action stays EXECUTING, saying the outcome is unknown, and is asked again."""
+        action = ex.action
+        why = done.failure if done.result is None else (done.result.error_reason or "no definite answer")
+        self._set(ex, pb.ACTION_STATE_EXECUTING,
+                  f"{OUTCOME_UNKNOWN}: no definite answer yet on the release of permit {action.resource_id} "
+                  f"({why}); it may have taken effect, and is asked again under the same idempotency key")
+        ex.status = pb.EXECUTION_STATUS_RUNNING
+        ex.reason = f"{OUTCOME_UNKNOWN}: the release of permit {action.resource_id} is being settled"
+        self._store.save(ex)
+        log.warning("release of %s: outcome still unknown (%s); asked again in %.0f s", ex.execution_id, why,
+                    self._retry_s)
+        with self._settle_lock:
+            self._unsettled[ex.execution_id] = time.monotonic() + self._retry_s
 
     def _release(self, ex: pb.Execution, actor: Actor) -> Dispatched:
         action = ex.action

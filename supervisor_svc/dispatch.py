@@ -113,6 +113,8 @@ class Dispatched:
     result: common_pb2.AgentResult | None
     failure: str = ""
     timed_out: bool = False
+    started: bool = False
+    """The agent was called: whatever it was asked may have taken effect, even without a result."""
 
 
 class TaskDispatcher:
@@ -183,16 +185,17 @@ class TaskDispatcher:
         self._store.save(ex)
         request = spec_pb2.RunTaskRequest(task=node, grant=grant, principal=principal, trace=ex.trace)
         started = time.monotonic()
-        outcome = Dispatched(None)
+        outcome = Dispatched(None, started=True)
         with telemetry.tracer().start_as_current_span(f"AgentTask {agent_id}") as span:
             span.set_attribute("agentmesh.task_id", task_id)
             try:
-                outcome = Dispatched(self._specialists.start(agent_id, request, self._timeout_s).result())
+                outcome = Dispatched(self._specialists.start(agent_id, request, self._timeout_s).result(),
+                                     started=True)
             except errors.DeadlineExceeded as err:
                 outcome = Dispatched(None, f"DEADLINE_EXCEEDED after {self._timeout_s * 1000:.0f} ms: {err.message}",
-                                     timed_out=True)
+                                     timed_out=True, started=True)
             except errors.MeshError as err:
-                outcome = Dispatched(None, f"{err.code.name} {err.reason}: {err.message}")
+                outcome = Dispatched(None, f"{err.code.name} {err.reason}: {err.message}", started=True)
         result = outcome.result
         failed = result is None or result.status == common_pb2.RESULT_STATUS_FAILED
         for n in ex.graph.nodes:

@@ -969,7 +969,8 @@ class Orchestrator:
                 log.warning("lease upkeep failed", exc_info=True)
 
     def lease_tick(self, *, background: bool = True) -> list[str]:
-        """Renews this replica's leases, stops what another replica cancelled, and (shared store)
+        """Renews this replica's leases, stops what another replica cancelled, asks again about its
+        releases whose outcome was unknown (:meth:`ReleaseActions.settle_due`), and (shared store)
         takes over and resumes executions whose owner's lease expired. Returns the ids taken over."""
         owned = set(self._store.renew_leases())
         for execution_id, _reason in self._store.cancel_requests():
@@ -986,6 +987,9 @@ class Orchestrator:
                 if held is not None and held[0] != self._store.owner:
                     log.warning("execution %s is now owned by %s; stopping here", ex_id, held[0])
                     self._stop_calls(live)
+        if self._actions is not None:
+            # Releases of this process whose outcome was still unknown are asked again.
+            self._actions.settle_due()
         if not self._store.shared:
             return []
         return self.resume_interrupted(background=background, expired_only=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 from pathlib import Path
 from typing import Any
 
@@ -325,3 +326,89 @@ def test_a_release_never_confirmed_is_not_run_on_resume(tmp_path: Path) -> None:
     actions.resume(ex, pause_s=0)
     done = store.get("exe-1")
     assert done is not None and done.action.state == pb.ACTION_STATE_FAILED and not dispatcher.runs
+
+
+# -- a release whose attempt got no definite answer ---------------------------------------------------
+
+class LostAnswers(FakeDispatcher):
+    """The release takes effect on the first call, but the first ``lost`` answers never come back
+    (the agent or the capability service died): UNAVAILABLE, a timeout, the key still in flight."""
+
+    FAILURES = (Dispatched(None, "UNAVAILABLE : the work-permit agent is unreachable", started=True),
+                Dispatched(None, "DEADLINE_EXCEEDED after 10000 ms: deadline", timed_out=True, started=True))
+
+    def __init__(self, lost: int) -> None:
+        super().__init__({"verified": True})
+        self.lost = lost
+
+    def run(self, ex: pb.Execution, **kw: Any) -> Dispatched:
+        if len(self.runs) < self.lost:
+            self.runs.append(kw)
+            if len(self.runs) == self.lost and self.lost > 2:
+                self.error = "RELEASE_OUTCOME_UNKNOWN: workPermit.release IDEMPOTENCY_KEY_IN_FLIGHT: still running"
+                done = super().run(ex, **kw)
+                self.runs.pop()
+                self.error = ""
+                return done
+            return self.FAILURES[(len(self.runs) - 1) % 2]
+        return super().run(ex, **kw)  # the replay under the key: the stored outcome, verified
+
+
+def _fast(actions: ReleaseActions, settle_s: float = 5.0) -> ReleaseActions:
+    actions._settle_s, actions._pause_s, actions._retry_s = settle_s, 0.0, 0.0
+    return actions
+
+
+def test_a_release_whose_answer_was_lost_is_asked_again_under_its_key_until_it_is_known(tmp_path: Path) -> None:
+    dispatcher = LostAnswers(lost=3)
+    actions, store, _, ex = awaiting_confirmation(tmp_path, dispatcher=dispatcher)
+    done = _fast(actions).confirm(ALICE, confirmation(ex))
+    assert (done.action.state, done.status, done.action.verified) == (
+        pb.ACTION_STATE_SUCCEEDED, pb.EXECUTION_STATUS_SUCCEEDED, True), done.action.reason
+    assert len(dispatcher.runs) == 4
+    assert {r["input"]["idempotency_key"] for r in dispatcher.runs} == {done.action.action_id}
+
+
+def test_a_release_still_unknown_at_the_bound_says_so_and_is_settled_later(tmp_path: Path) -> None:
+    dispatcher = LostAnswers(lost=10**9)
+    actions, store, _, ex = awaiting_confirmation(tmp_path, dispatcher=dispatcher)
+    done = _fast(actions, settle_s=0.05).confirm(ALICE, confirmation(ex))
+    # Never FAILED as if nothing happened: still EXECUTING, saying the outcome is unknown.
+    assert (done.action.state, done.status) == (pb.ACTION_STATE_EXECUTING, pb.EXECUTION_STATUS_RUNNING)
+    assert done.action.reason.startswith("RELEASE_OUTCOME_UNKNOWN")
+    stored = store.get("exe-1")
+    assert stored is not None and stored.action.state == pb.ACTION_STATE_EXECUTING
+    assert not [f for t, f in dispatcher.records if t == audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED]
+    dispatcher.lost = len(dispatcher.runs)  # the capability service is back: the replay tells what happened
+    started = actions.settle_due()
+    assert started == ["exe-1"]
+    for _ in range(200):
+        settled = store.get("exe-1")
+        assert settled is not None
+        if settled.action.state != pb.ACTION_STATE_EXECUTING:
+            break
+        time.sleep(0.01)
+    assert (settled.action.state, settled.status, settled.action.verified) == (
+        pb.ACTION_STATE_SUCCEEDED, pb.EXECUTION_STATUS_SUCCEEDED, True)
+    assert any("RELEASE_OUTCOME_UNKNOWN" in f.get("reason_codes", []) for _, f in dispatcher.records)
+
+
+def test_a_definite_refusal_ends_the_release_at_once(tmp_path: Path) -> None:
+    refused = FakeDispatcher({"verified": False}, error="RELEASE_REFUSED: workPermit.release PERMIT_NOT_RELEASABLE")
+    actions, _, _, ex = awaiting_confirmation(tmp_path, dispatcher=refused)
+    done = _fast(actions).confirm(ALICE, confirmation(ex))
+    assert (done.action.state, done.status) == (pb.ACTION_STATE_FAILED, pb.EXECUTION_STATUS_FAILED)
+    assert "RELEASE_REFUSED" in done.reason and len(refused.runs) == 1
+
+
+def test_a_release_that_never_reached_the_agent_is_a_definite_failure(tmp_path: Path) -> None:
+    class Disabled(FakeDispatcher):
+        def run(self, ex: pb.Execution, **kw: Any) -> Dispatched:
+            self.runs.append(kw)
+            return Dispatched(None, "AGENT_NOT_ACTIVE: work-permit-agent is DISABLED")
+
+    dispatcher = Disabled()
+    actions, _, _, ex = awaiting_confirmation(tmp_path, dispatcher=dispatcher)
+    done = _fast(actions).confirm(ALICE, confirmation(ex))
+    assert (done.action.state, done.status) == (pb.ACTION_STATE_FAILED, pb.EXECUTION_STATUS_FAILED)
+    assert len(dispatcher.runs) == 1
