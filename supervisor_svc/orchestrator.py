@@ -179,6 +179,9 @@ class _Live:
     release_requested: bool = False
     """The user asked for the release too (phase two): proposed once the analysis is decided."""
     confirmation_ttl_s: int = 0
+    delegated_before: set[str] = field(default_factory=set)
+    """Tasks a previous supervisor process may have delegated (TASK_DELEGATED on the record) without
+    finishing them: if one ends here without running, its delegation is closed (see _close_delegation)."""
 
 
 class Orchestrator:
@@ -554,9 +557,11 @@ class Orchestrator:
                 if skip is not None:
                     outcomes[task_id] = self._outcome(plan, task_id, TaskState.SKIPPED,
                                                       error_reason=f"CONDITION_NOT_MET: {skip.condition}")
+                    self._close_delegation(live, task_id, TaskState.SKIPPED, f"CONDITION_NOT_MET: {skip.condition}")
                     self._set_status(live, task_id, common_pb2.TASK_STATUS_SKIPPED)
                 elif live.cancelled.is_set():
                     outcomes[task_id] = self._outcome(plan, task_id, TaskState.CANCELLED, error_reason="CANCELLED")
+                    self._close_delegation(live, task_id, TaskState.CANCELLED, "CANCELLED")
                     self._set_status(live, task_id, common_pb2.TASK_STATUS_CANCELLED)
                 else:
                     runnable.append(task_id)
@@ -606,6 +611,21 @@ class Orchestrator:
                         node.finished_at.CopyFrom(_ts())
             self._store.save(live.execution)
 
+    def _close_delegation(self, live: _Live, task_id: str, state: TaskState, reason: str) -> None:
+        """A task a previous supervisor process delegated ends here without running: its TASK_FINISHED
+        (the state and the reason) goes on the record through the outbox, so the earlier delegation is
+        never left open. A task never delegated before gets nothing (nothing to close)."""
+        with live.lock:
+            if task_id not in live.delegated_before:
+                return
+            live.delegated_before.discard(task_id)
+            node = next((n for n in live.execution.graph.nodes if n.task_id == task_id), None)
+        self._narrate(audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED,
+                      outcome=audit_pb2.AUDIT_OUTCOME_FAILURE, execution_id=live.execution.execution_id,
+                      tenant_id=live.user.tenant_id, user_id=live.user.user_id, task_id=task_id,
+                      agent_id=node.target_agent_id if node is not None else "",
+                      reason_codes=[state.value, reason, "DELEGATED_BEFORE_RESTART"])
+
     def _run_task(self, live: _Live, task_id: str, context: dict[str, Any] | None) -> TaskOutcome:
         plan = live.plan
         assert plan is not None
@@ -619,6 +639,7 @@ class Orchestrator:
                 # Status is read at dispatch: a DISABLED agent takes no new task (PRD §63).
                 entry = self._registry.ensure_active(agent_id)
             except sup_errors.SupervisorError as err:
+                self._close_delegation(live, task_id, TaskState.NOT_RUN, f"{err.reason}: {err.message}")
                 self._set_status(live, task_id, common_pb2.TASK_STATUS_FAILED)
                 return self._outcome(plan, task_id, TaskState.NOT_RUN, error_reason=f"{err.reason}: {err.message}")
             node = common_pb2.AgentTask()
@@ -637,6 +658,13 @@ class Orchestrator:
             grant, principal = delegate(self._signer, self._id, entry, node, Actor.of_user(user),
                                         rules=self._projector.resource_rules,
                                         ttl=dt.timedelta(seconds=timeout_s + 30))
+            with live.lock:
+                # Stored before the delegation is on the record: a restart in between knows the task may
+                # have been delegated (see _rebuild), and closes that delegation if it does not run it.
+                for n in live.execution.graph.nodes:
+                    if n.task_id == task_id:
+                        n.started_at.CopyFrom(node.started_at)
+                self._store.save(live.execution)
             try:
                 # The delegation is durable in the audit log before the agent hears of it.
                 governing(self._audit, audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED,
@@ -645,11 +673,15 @@ class Orchestrator:
                           input_digest=node.projection.digest,
                           versions=common_pb2.VersionStamp(agent_version=entry.manifest.version))
             except errors.Unavailable as err:
+                # Never delegated by this process; one the previous process delegated is closed (outbox).
+                self._close_delegation(live, task_id, TaskState.NOT_RUN, f"{err.code.name} {err.reason}: {err.message}")
                 self._set_status(live, task_id, common_pb2.TASK_STATUS_FAILED, finished=True)
                 span.set_attribute("agentmesh.task_state", TaskState.NOT_RUN.value)
                 return self._outcome(plan, task_id, TaskState.NOT_RUN,
                                      error_reason=f"{err.code.name} {err.reason}: {err.message}")
             with live.lock:
+                # Delegated again under the same task id: its TASK_FINISHED below closes both delegations.
+                live.delegated_before.discard(task_id)
                 for n in live.execution.graph.nodes:
                     if n.task_id == task_id:
                         n.CopyFrom(node)
@@ -754,8 +786,12 @@ class Orchestrator:
             ex.summary = (f"Stopped: {err.message}" if not review
                           else f"Sent to human review: {err.message}")
             for node in ex.graph.nodes:
-                if node.status in (common_pb2.TASK_STATUS_CREATED, common_pb2.TASK_STATUS_UNSPECIFIED):
+                if node.status in (common_pb2.TASK_STATUS_CREATED, common_pb2.TASK_STATUS_UNSPECIFIED) or (
+                        node.task_id in live.delegated_before and node.status == common_pb2.TASK_STATUS_RUNNING):
                     node.status = common_pb2.TASK_STATUS_CANCELLED
+            left = sorted(live.delegated_before)
+        for task_id in left:
+            self._close_delegation(live, task_id, TaskState.CANCELLED, f"{err.reason}: {err.message}")
 
     def _decide(self, live: _Live, outcomes: dict[str, TaskOutcome]) -> None:
         plan = live.plan
@@ -1113,6 +1149,9 @@ class Orchestrator:
         done = [n.task_id for n in graph.nodes if n.status == common_pb2.TASK_STATUS_COMPLETED]
         live = _Live(ex, plan, user, budget, info.language, release_requested=info.release_requested,
                      confirmation_ttl_s=info.ttl_s)
+        # Delegated (RUNNING), or about to be (started, not yet marked RUNNING), when the process stopped.
+        live.delegated_before = {n.task_id for n in graph.nodes if n.status == common_pb2.TASK_STATUS_RUNNING or (
+            n.status == common_pb2.TASK_STATUS_CREATED and n.HasField("started_at"))}
         # The execution's time limit counts from when it was accepted, downtime included.
         live.started = time.monotonic() - max(0.0, (restarted - ex.started_at.ToDatetime(tzinfo=dt.UTC))
                                               .total_seconds())

@@ -277,6 +277,60 @@ def test_restart_resumes_from_the_last_completed_task(world: Any) -> None:
                for r in audit.records + audit.outbox)
 
 
+def _delegated_then_crashed(orch: Orchestrator, audit: Audit, token: str) -> tuple[str, list[str]]:
+    """The work-permit task completed and the other three were delegated (on the record, stored
+    RUNNING) when the process died."""
+    execution_id = orch.start(pb.AnalyzeRequest(user_assertion=token, tenant_id="acme",
+                                                request_text="Analyze permit WP-10231 and tell me if it can be "
+                                                             "released"), "x")
+    live = orch._live[execution_id]
+    assert live.plan is not None
+    first, second = live.plan.stages()[0][0], list(live.plan.stages()[1])
+    orch._run_task(live, first, None)
+    for node in live.execution.graph.nodes:
+        if node.task_id in second:
+            audit.record(audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED, execution_id=execution_id, task_id=node.task_id,
+                         agent_id=node.target_agent_id)
+            node.status = common_pb2.TASK_STATUS_RUNNING
+    orch._store.save(live.execution)
+    orch._live.clear()
+    return execution_id, second
+
+
+def _finished(audit: Audit, execution_id: str) -> dict[str, audit_pb2.AuditRecord]:
+    return {r.task_id: r for r in audit.records + audit.outbox
+            if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED and r.execution_id == execution_id}
+
+
+def test_a_resumed_task_delegated_before_the_restart_that_cannot_run_closes_its_delegation(world: Any) -> None:
+    orch, specialists, audit, token, _ = world
+    execution_id, second = _delegated_then_crashed(orch, audit, token)
+    audit.down = True  # the restarted supervisor cannot delegate them again
+    assert orch.resume_interrupted(background=False) == [execution_id]
+    ex = orch._store.get(execution_id)
+    assert ex is not None and ex.status == pb.EXECUTION_STATUS_PARTIAL, pb.ExecutionStatus.Name(ex.status)
+    assert [r.task.target_agent_id for r in specialists.requests] == ["work-permit-agent"]
+    # Each earlier delegation is closed on the record (through the outbox): NOT_RUN, with the reason.
+    closed = _finished(audit, execution_id)
+    for task_id in second:
+        assert task_id in closed, f"{task_id} delegated before the restart, never finished"
+        record = closed[task_id]
+        assert record.outcome == audit_pb2.AUDIT_OUTCOME_FAILURE and record.reason_codes[0] == "NOT_RUN"
+        assert "AUDIT_UNAVAILABLE" in record.reason_codes[1]
+    assert all(r in audit.outbox for r in closed.values() if r.task_id in second)
+
+
+def test_a_resumed_task_delegated_before_the_restart_is_finished_once_when_it_runs(world: Any) -> None:
+    orch, specialists, audit, token, _ = world
+    execution_id, second = _delegated_then_crashed(orch, audit, token)
+    assert orch.resume_interrupted(background=False) == [execution_id]
+    ex = orch._store.get(execution_id)
+    assert ex is not None and ex.status == pb.EXECUTION_STATUS_SUCCEEDED
+    finished = [r for r in audit.records if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED
+                and r.task_id in second]
+    assert sorted(r.task_id for r in finished) == sorted(second)  # one each: the run's own
+
+
 def test_a_retried_analyze_with_the_same_client_request_id_is_the_same_execution(world: Any) -> None:
     orch, specialists, _, token, _ = world
     text = "Analyze permit WP-10231 and tell me if it can be released"
