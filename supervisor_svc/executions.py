@@ -7,7 +7,10 @@ from which a restarted supervisor resumes an execution still RUNNING (see
 :meth:`Orchestrator.end_interrupted`), with what it needs to go on kept beside
 it (:class:`ResumeInfo`: the requester, the budget, what was asked). A
 client's request id (``AnalyzeRequest.client_request_id``) is claimed per
-tenant and user, so a retried Analyze finds its execution. Review items are stored whole as
+tenant and user, so a retried Analyze finds its execution; the claim names the
+replica accepting it (``claimed_by``, cleared when the execution is first stored),
+and a claim whose replica's lease is gone (table ``replicas``, renewed with the
+execution leases) before its execution existed may be taken over. Review items are stored whole as
 ``ReviewItem`` protobufs. A proposed action keeps the requester's user context
 (for deciding it later, after a review) and the digest of its single-use
 confirmation token, never the token itself.
@@ -78,7 +81,12 @@ CREATE TABLE IF NOT EXISTS client_requests (
     execution_id TEXT NOT NULL,
     request_digest TEXT NOT NULL,
     received_at TEXT NOT NULL,
+    claimed_by TEXT,
     PRIMARY KEY (tenant_id, user_id, client_request_id)
+);
+CREATE TABLE IF NOT EXISTS replicas (
+    instance_id TEXT PRIMARY KEY,
+    lease_expires_at {real} NOT NULL
 );
 CREATE TABLE IF NOT EXISTS events (
     tenant_id TEXT NOT NULL,
@@ -136,6 +144,11 @@ DEFAULT_LEASE_S = 5.0
 """How long an execution's owner holds it without renewing (renewed about every second)."""
 
 _LEASE_COLUMNS = (("owner", "TEXT"), ("lease_expires_at", "REAL"), ("cancel_requested", "TEXT"))
+_CLAIM_COLUMNS = (("claimed_by", "TEXT"),)
+
+
+class ClaimLost(Exception):
+    """A client request id's claim no longer names this execution (a retry took it over): nothing was stored."""
 
 
 class LeaseLost(Exception):
@@ -161,10 +174,17 @@ class ExecutionStore:
         if not self._db.postgresql:
             self._add_lease_columns()
         self._db.create_schema(_SCHEMA)
+        self._add_claim_columns()
         self._lock = threading.Lock()
         self.owner = owner or f"supervisor-{uuid.uuid4().hex[:12]}"
         self.lease_s = lease_s
         self._now = self._db.now_sql()
+        # A client request this replica claimed and has not stored yet may be taken over by
+        # another replica once this condition holds (its claimer's lease is gone, nothing stored).
+        self._abandoned = (
+            "claimed_by IS NOT NULL AND NOT EXISTS (SELECT 1 FROM replicas WHERE replicas.instance_id ="
+            f" client_requests.claimed_by AND replicas.lease_expires_at >= {self._now}) AND NOT EXISTS"
+            " (SELECT 1 FROM executions WHERE executions.execution_id = client_requests.execution_id)")
 
     @property
     def shared(self) -> bool:
@@ -191,14 +211,44 @@ class ExecutionStore:
             if name not in have:
                 self._db.execute(f"ALTER TABLE executions ADD COLUMN {name} {kind}")
 
+    def _add_claim_columns(self) -> None:
+        """A ``client_requests`` table from before ``claimed_by`` gets the column (idempotent).
+
+        Its rows keep NULL (settled): on a shared store they are never taken over."""
+        if self._db.postgresql:
+            for name, kind in _CLAIM_COLUMNS:
+                row = self._db.execute(
+                    "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()"
+                    " AND table_name = 'client_requests' AND column_name = ?", (name,)).fetchone()
+                if row is None:
+                    self._db.execute(f"ALTER TABLE client_requests ADD COLUMN IF NOT EXISTS {name} {kind}")
+            return
+        have = {r[1] for r in self._db.execute("PRAGMA table_info(client_requests)").fetchall()}
+        for name, kind in _CLAIM_COLUMNS:
+            if name not in have:
+                self._db.execute(f"ALTER TABLE client_requests ADD COLUMN {name} {kind}")
+
     def save(self, execution: pb.Execution) -> None:
         """Stores the execution as it is now, held by this replica.
 
+        The first store of an execution started for a client request id settles its claim in
+        the same transaction (``claimed_by`` cleared), provided the claim still names it.
+
         Raises:
             LeaseLost: the execution is RUNNING under another replica's live lease.
+            ClaimLost: its client request id was taken over by a retry (nothing is stored).
         """
         body = execution.SerializeToString(deterministic=True)
-        with self._lock:
+        with self._lock, self._db.transaction():
+            if execution.client_request_id and self._db.execute(
+                    "SELECT 1 FROM executions WHERE execution_id = ?", (execution.execution_id,)).fetchone() is None:
+                held = self._db.execute(
+                    "UPDATE client_requests SET claimed_by = NULL WHERE tenant_id = ? AND user_id = ?"
+                    " AND client_request_id = ? AND execution_id = ?",
+                    (execution.tenant_id, execution.user_id, execution.client_request_id,
+                     execution.execution_id)).rowcount
+                if held != 1:
+                    raise ClaimLost(f"client_request_id of {execution.execution_id} was taken over by a retry")
             changed = self._db.execute(
                 "INSERT INTO executions (execution_id, tenant_id, user_id, status, updated_at, body, owner,"
                 f" lease_expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, {self._now} + ?)"
@@ -239,9 +289,18 @@ class ExecutionStore:
                 " WHERE execution_id = ?", (execution_id,)).fetchone()
         return None if row is None else (str(row[0]), bool(row[1]))
 
+    def _beat(self) -> None:
+        """Extends this replica's own lease (what tells other replicas its claims are alive); forgets expired ones."""
+        self._db.execute(
+            f"INSERT INTO replicas (instance_id, lease_expires_at) VALUES (?, {self._now} + ?)"
+            " ON CONFLICT (instance_id) DO UPDATE SET lease_expires_at = excluded.lease_expires_at",
+            (self.owner, self.lease_s))
+        self._db.execute(f"DELETE FROM replicas WHERE lease_expires_at < {self._now}")
+
     def renew_leases(self) -> list[str]:
-        """Extends the lease of every RUNNING execution this replica owns; returns their ids."""
+        """Extends this replica's lease and that of every RUNNING execution it owns; returns their ids."""
         with self._lock:
+            self._beat()
             self._db.execute(
                 f"UPDATE executions SET lease_expires_at = {self._now} + ? WHERE owner = ? AND status = ?",
                 (self.lease_s, self.owner, pb.EXECUTION_STATUS_RUNNING))
@@ -332,22 +391,42 @@ class ExecutionStore:
 
     def claim_request(self, tenant_id: str, user_id: str, client_request_id: str, execution_id: str,
                       request_digest: str) -> tuple[str, str]:
-        """Records that a client's request id starts ``execution_id``; returns the owning execution and its digest."""
+        """Records that a client's request id starts ``execution_id``, claimed by this replica (until
+        :meth:`save` stores it); returns the owning execution and its digest."""
         with self._lock:
-            self._db.execute("INSERT INTO client_requests VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                             (tenant_id, user_id, client_request_id, execution_id, request_digest, _now()))
+            self._beat()
+            self._db.execute(
+                "INSERT INTO client_requests (tenant_id, user_id, client_request_id, execution_id, request_digest,"
+                " received_at, claimed_by) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                (tenant_id, user_id, client_request_id, execution_id, request_digest, _now(), self.owner))
             row = self._db.execute(
                 "SELECT execution_id, request_digest FROM client_requests"
                 " WHERE tenant_id = ? AND user_id = ? AND client_request_id = ?",
                 (tenant_id, user_id, client_request_id)).fetchone()
         return str(row[0]), str(row[1])
 
-    def release_request(self, tenant_id: str, user_id: str, client_request_id: str, execution_id: str) -> None:
-        """Gives up a client request id whose execution never came to exist (it may be retried)."""
+    def claim_abandoned(self, tenant_id: str, user_id: str, client_request_id: str, execution_id: str) -> bool:
+        """Whether the claim of a client request id for ``execution_id`` was left by a replica whose lease
+        is gone, before its execution was stored (it can never come to exist: a retry may take it over)."""
         with self._lock:
-            self._db.execute(
+            row = self._db.execute(
+                "SELECT 1 FROM client_requests WHERE tenant_id = ? AND user_id = ? AND client_request_id = ?"
+                " AND execution_id = ? AND " + self._abandoned,
+                (tenant_id, user_id, client_request_id, execution_id)).fetchone()
+        return row is not None
+
+    def release_request(self, tenant_id: str, user_id: str, client_request_id: str, execution_id: str, *,
+                        abandoned: bool = False) -> bool:
+        """Gives up a client request id whose execution never came to exist (it may be retried).
+
+        ``abandoned``: on a shared store, only if :meth:`claim_abandoned` still holds (atomically:
+        of several retries, one releases it). Returns whether this call released it."""
+        condition = " AND " + self._abandoned if abandoned and self.shared else ""
+        with self._lock:
+            changed = self._db.execute(
                 "DELETE FROM client_requests WHERE tenant_id = ? AND user_id = ? AND client_request_id = ?"
-                " AND execution_id = ?", (tenant_id, user_id, client_request_id, execution_id))
+                " AND execution_id = ?" + condition, (tenant_id, user_id, client_request_id, execution_id)).rowcount
+        return changed == 1
 
     def used_actions(self) -> list[str]:
         """Executions whose action's confirmation was spent (the release was let go): candidates for resuming."""

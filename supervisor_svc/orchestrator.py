@@ -73,7 +73,7 @@ from supervisor_svc.aggregation import (
 )
 from supervisor_svc.contract import Analysis, condition_holds, permit_context
 from supervisor_svc.dispatch import Actor, delegate
-from supervisor_svc.executions import ExecutionStore, LeaseLost, ResumeInfo
+from supervisor_svc.executions import ClaimLost, ExecutionStore, LeaseLost, ResumeInfo
 from supervisor_svc.intent import IntentKind, check_tenant, parse_intent
 from supervisor_svc.limits import ExecutionBudget, LimitAction
 from supervisor_svc.planner import (
@@ -348,17 +348,22 @@ class Orchestrator:
                     raise self._refuse(errors.Aborted(
                         "client_request_id was already used for another request; use a new id",
                         reason="CLIENT_REQUEST_ID_REUSED", metadata={"field": "client_request_id"}), user)
-                if self._claimed_by_a_dead_process(owner):
+                if self._claimed_by_a_dead_process(user, crid, owner):
                     # The process that claimed it was killed before its execution existed: nothing ran
-                    # under that id, so this retry takes the request over and starts it.
+                    # under that id, so this retry takes the request over (on a shared store one retry
+                    # wins the release; the others find its claim) and starts it.
                     log.warning("client_request_id of %s was claimed by a process that stopped before its "
                                 "execution existed; starting it again", owner)
-                    self._store.release_request(user.tenant_id, user.user_id, crid, owner)
+                    self._store.release_request(user.tenant_id, user.user_id, crid, owner, abandoned=True)
                     return self.accept(request, caller)
                 self._await_existence(owner)
                 return Accepted(owner, user, duplicate=True)
         try:
             self._begin(request, user, intent, caller, execution_id)
+        except ClaimLost as err:  # this process was too slow: a retry took the request over
+            raise self._refuse(errors.Aborted(
+                "client_request_id was taken over by a retry while this request was being accepted",
+                reason="CLIENT_REQUEST_ID_REUSED", metadata={"field": "client_request_id"}), user) from err
         except BaseException:
             if crid and self._store.get(execution_id) is None:
                 self._store.release_request(user.tenant_id, user.user_id, crid, execution_id)
@@ -368,12 +373,13 @@ class Orchestrator:
                 self._accepting.discard(execution_id)
         return Accepted(execution_id, user)
 
-    def _claimed_by_a_dead_process(self, execution_id: str) -> bool:
+    def _claimed_by_a_dead_process(self, user: assertion.UserIdentity, crid: str, execution_id: str) -> bool:
         """Whether a client request's execution can never come to exist: on a store of one supervisor
         (not shared), one this process is not accepting and that is not stored was claimed by a
-        previous process that died. (On a shared store another replica may be accepting it.)"""
+        previous process that died; on a shared store, the replica that claimed it has lost its
+        lease and nothing was stored (if it was only slow, its store finds the claim gone)."""
         if self._store.shared:
-            return False
+            return self._store.claim_abandoned(user.tenant_id, user.user_id, crid, execution_id)
         with self._live_lock:
             if execution_id in self._accepting or execution_id in self._live:
                 return False

@@ -13,7 +13,7 @@ import pytest
 from agentmesh import database
 from agentmesh.v1 import supervisor_service_pb2 as pb
 from capability_svc.idempotency import IdempotencyInFlight, IdempotencyStore, KeyHolder
-from supervisor_svc.executions import ExecutionStore, LeaseLost
+from supervisor_svc.executions import ClaimLost, ExecutionStore, LeaseLost
 
 PG_URL = os.environ.get("AGENTMESH_TEST_DATABASE_URL", "")
 
@@ -146,3 +146,71 @@ def test_idempotency_owner_lease_on_postgresql(tmp_path: Path) -> None:
     second.complete("acme", "workPermit.release", key, b"done")
     assert second.claim(holder, "workPermit.release", key, "d").response == b"done"
     second.close()
+
+
+@pytest.fixture()
+def shared(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stores behave as replicas sharing their database (as on PostgreSQL), on SQLite too."""
+    monkeypatch.setattr(ExecutionStore, "shared", property(lambda self: True))
+
+
+def _claimed(crid: str, execution_id: str) -> pb.Execution:
+    ex = _execution()
+    ex.execution_id, ex.client_request_id = execution_id, crid
+    return ex
+
+
+@pytest.mark.usefixtures("shared")
+def test_a_client_request_claimed_by_a_replica_whose_lease_is_gone_is_taken_over_by_one_retry(
+        url: str, tmp_path: Path) -> None:
+    crid = f"req-{uuid.uuid4().hex[:8]}"
+    dead = ExecutionStore(tmp_path / "s.db", url=url, owner=f"dead-{crid}", lease_s=0.0)
+    assert dead.claim_request("acme", "alice", crid, f"exe-dead-{crid}", "d") == (f"exe-dead-{crid}", "d")
+    stores = [ExecutionStore(tmp_path / "s.db", url=url, owner=f"r{i}-{crid}") for i in range(4)]
+    assert stores[0].claim_abandoned("acme", "alice", crid, f"exe-dead-{crid}")
+    wins: list[str] = []
+    barrier = threading.Barrier(len(stores))
+
+    def race(store: ExecutionStore) -> None:
+        barrier.wait()
+        if store.release_request("acme", "alice", crid, f"exe-dead-{crid}", abandoned=True):
+            wins.append(store.owner)
+        store.claim_request("acme", "alice", crid, f"exe-{store.owner}", "d")
+
+    threads = [threading.Thread(target=race, args=(s,)) for s in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(wins) == 1
+    owner, _ = stores[0].claim_request("acme", "alice", crid, "exe-late", "d")
+    assert owner.startswith("exe-r")  # one retry's claim, alive: no one takes it over
+    assert not stores[0].claim_abandoned("acme", "alice", crid, owner)
+    with pytest.raises(ClaimLost):  # the dead replica, had it only been slow, stores nothing
+        dead.save(_claimed(crid, f"exe-dead-{crid}"))
+    assert dead.get(f"exe-dead-{crid}") is None
+    for s in [dead, *stores]:
+        s.close()
+
+
+@pytest.mark.usefixtures("shared")
+def test_a_live_or_settled_client_request_claim_is_not_taken_over(url: str, tmp_path: Path) -> None:
+    crid = f"req-{uuid.uuid4().hex[:8]}"
+    a = ExecutionStore(tmp_path / "s.db", url=url, owner=f"a-{crid}", lease_s=0.5)
+    b = ExecutionStore(tmp_path / "s.db", url=url, owner=f"b-{crid}")
+    a.claim_request("acme", "alice", crid, f"exe-a-{crid}", "d")
+    assert not b.claim_abandoned("acme", "alice", crid, f"exe-a-{crid}")  # a's lease is live
+    assert not b.release_request("acme", "alice", crid, f"exe-a-{crid}", abandoned=True)
+    a.renew_leases()
+    ex = _claimed(crid, f"exe-a-{crid}")
+    a.save(ex)  # still a's claim: stored, and the claim settled
+    import time
+
+    time.sleep(0.7)  # a's lease is gone, but its execution exists
+    assert not b.claim_abandoned("acme", "alice", crid, f"exe-a-{crid}")
+    assert not b.release_request("acme", "alice", crid, f"exe-a-{crid}", abandoned=True)
+    ex.status = pb.EXECUTION_STATUS_SUCCEEDED
+    a.save(ex)  # later saves of an execution whose claim was settled need nothing more
+    assert b.claim_request("acme", "alice", crid, "exe-other", "d") == (f"exe-a-{crid}", "d")
+    a.close()
+    b.close()

@@ -588,3 +588,55 @@ def test_a_client_request_id_claimed_by_a_process_killed_before_its_execution_ex
     assert ex.status == pb.EXECUTION_STATUS_SUCCEEDED and ex.client_request_id == "req-killed"
     again = orch.accept(request, "spiffe://agentmesh.local/client/test")
     assert again.duplicate and again.execution_id == accepted.execution_id
+
+
+def test_on_a_shared_store_a_client_request_id_claimed_by_a_replica_whose_lease_is_gone_is_started_again(
+        world: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replicas on one store: a replica killed between claiming a client_request_id and storing its
+    execution left the claim behind; once its lease is gone a retry on another replica starts it."""
+    orch, _, _, token, _ = world
+    monkeypatch.setattr(ExecutionStore, "shared", property(lambda self: True))
+    request = pb.AnalyzeRequest(user_assertion=token, tenant_id="acme", client_request_id="req-killed",
+                                request_text="Analyze permit WP-10231 and tell me if it can be released")
+    from supervisor_svc.orchestrator import request_digest
+
+    killed = ExecutionStore(tmp_path / "supervisor.db", owner="killed-replica", lease_s=0.0)
+    killed.claim_request("acme", "alice", "req-killed", "exe-of-a-killed-replica", request_digest(request))
+    accepted = orch.accept(request, "spiffe://agentmesh.local/client/test")
+    assert not accepted.duplicate and accepted.execution_id != "exe-of-a-killed-replica"
+    ex = orch.run(accepted.execution_id)
+    assert ex.status == pb.EXECUTION_STATUS_SUCCEEDED and ex.client_request_id == "req-killed"
+    again = orch.accept(request, "spiffe://agentmesh.local/client/test")
+    assert again.duplicate and again.execution_id == accepted.execution_id
+    killed.close()
+
+
+def test_on_a_shared_store_a_replica_whose_claim_was_taken_over_while_it_was_slow_stores_nothing(
+        world: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The claimer was only slow (its lease lapsed): a retry took its client_request_id over; the slow
+    one then finds the claim gone right before storing and stops, ABORTED, without a second execution."""
+    orch, _, audit, token, _ = world
+    monkeypatch.setattr(ExecutionStore, "shared", property(lambda self: True))
+    request = pb.AnalyzeRequest(user_assertion=token, tenant_id="acme", client_request_id="req-slow",
+                                request_text="Analyze permit WP-10231 and tell me if it can be released")
+    from supervisor_svc.orchestrator import request_digest
+
+    other = ExecutionStore(tmp_path / "supervisor.db", owner="other-replica")
+    save_resume = orch._store.save_resume
+
+    def slow_save_resume(execution_id: str, info: Any) -> None:  # right before the execution is stored
+        other._db.execute("DELETE FROM replicas WHERE instance_id = ?", (orch._store.owner,))  # lease lapsed
+        assert other.claim_abandoned("acme", "alice", "req-slow", execution_id)
+        assert other.release_request("acme", "alice", "req-slow", execution_id, abandoned=True)
+        assert other.claim_request("acme", "alice", "req-slow", "exe-of-the-retry",
+                                   request_digest(request))[0] == "exe-of-the-retry"
+        save_resume(execution_id, info)
+
+    monkeypatch.setattr(orch._store, "save_resume", slow_save_resume)
+    with pytest.raises(errors.Aborted) as refused:
+        orch.accept(request, "spiffe://agentmesh.local/client/test")
+    assert refused.value.reason == "CLIENT_REQUEST_ID_REUSED"
+    assert [e.execution_id for e in orch._store.running()] == []
+    assert any(r.event_type == audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED
+               and list(r.reason_codes)[:1] == ["CLIENT_REQUEST_ID_REUSED"] for r in audit.records)
+    other.close()
