@@ -602,6 +602,8 @@ def test_on_a_shared_store_a_client_request_id_claimed_by_a_replica_whose_lease_
 
     killed = ExecutionStore(tmp_path / "supervisor.db", owner="killed-replica", lease_s=0.0)
     killed.claim_request("acme", "alice", "req-killed", "exe-of-a-killed-replica", request_digest(request))
+    # Its lease is gone (not left to the clock: a zero lease can still read as live within one tick).
+    killed._db.execute("DELETE FROM replicas WHERE instance_id = ?", ("killed-replica",))
     accepted = orch.accept(request, "spiffe://agentmesh.local/client/test")
     assert not accepted.duplicate and accepted.execution_id != "exe-of-a-killed-replica"
     ex = orch.run(accepted.execution_id)
