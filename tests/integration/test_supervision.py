@@ -161,8 +161,9 @@ def test_a_hung_required_peer_makes_its_callers_not_serving_until_it_answers(sup
     policy = status(home)[1]["policy"]
     os.kill(policy["pid"], signal.SIGSTOP)
     try:
-        rows = wait_for("capability NOT_SERVING", lambda: (r := status(home)[1])["capability"]["health"]
-                        == "NOT_SERVING" and r, timeout=15)
+        # Each process notices on its own next check round: wait for both callers, not the first.
+        rows = wait_for("capability and supervisor NOT_SERVING", lambda: (r := status(home)[1])["capability"]["health"]
+                        == "NOT_SERVING" and r["supervisor"]["health"] == "NOT_SERVING" and r, timeout=15)
         assert rows["capability"]["reason"].startswith("peer policy: UNREACHABLE")
         assert rows["supervisor"]["health"] == "NOT_SERVING" and "peer policy" in rows["supervisor"]["reason"]
         assert rows["policy"]["health"].startswith("UNREACHABLE") and rows["policy"]["restarts"] == policy["restarts"]
