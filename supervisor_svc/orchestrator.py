@@ -46,7 +46,7 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -502,8 +502,15 @@ class Orchestrator:
             try:
                 self._run_stages(live)
                 self._propose_release(live)
+            except LeaseLost:
+                raise  # the new owner resumes it, delegations included (see run)
             except Exception:  # noqa: BLE001 - an execution never vanishes: it ends FAILED, with the reason
                 log.exception("execution %s failed", execution_id)
+                with live.lock:
+                    left = sorted(live.delegated_before)
+                for task_id in left:
+                    # Delegated by an earlier process, not run again here: closed on the record.
+                    self._close_delegation(live, task_id, TaskState.NOT_RUN, "SUPERVISOR_ERROR")
                 with live.lock:
                     ex.status = pb.EXECUTION_STATUS_FAILED
                     ex.reason = "SUPERVISOR_ERROR: the execution failed inside the supervisor"
@@ -1146,6 +1153,8 @@ class Orchestrator:
         except Exception:  # noqa: BLE001 - what cannot be rebuilt ends truthfully instead
             log.exception("execution %s cannot be resumed", ex.execution_id)
             return None
+        self._close_stored_delegations(ex, handoffs, TaskState.CANCELLED,
+                                       "SUPERVISOR_RESTARTED: a handoff is not re-run")
         for node in handoffs:
             if node.status not in (common_pb2.TASK_STATUS_COMPLETED, common_pb2.TASK_STATUS_FAILED,
                                    common_pb2.TASK_STATUS_SKIPPED, common_pb2.TASK_STATUS_CANCELLED):
@@ -1169,8 +1178,24 @@ class Orchestrator:
         log.info("resuming %s from its checkpoint (completed: %s)", ex.execution_id, ", ".join(done) or "none")
         return live
 
+    def _close_stored_delegations(self, ex: pb.Execution, nodes: Iterable[common_pb2.AgentTask], state: TaskState,
+                                  reason: str) -> None:
+        """Tasks of a stored execution another process may have delegated (RUNNING, or started and not yet
+        marked RUNNING) that will not run again here: each gets its TASK_FINISHED (outbox), so a delegation by
+        a dead or superseded replica is never left open on the record."""
+        for n in nodes:
+            if n.status == common_pb2.TASK_STATUS_RUNNING or (
+                    n.status == common_pb2.TASK_STATUS_CREATED and n.HasField("started_at")):
+                self._narrate(audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED,
+                              outcome=audit_pb2.AUDIT_OUTCOME_FAILURE, execution_id=ex.execution_id,
+                              tenant_id=ex.tenant_id, user_id=ex.user_id, task_id=n.task_id,
+                              agent_id=n.target_agent_id,
+                              reason_codes=[state.value, reason, "DELEGATED_BEFORE_RESTART"])
+
     def _end_interrupted(self, ex: pb.Execution) -> None:
         """Ends an execution that cannot be resumed: FAILED, naming what did not finish."""
+        self._close_stored_delegations(ex, ex.graph.nodes, TaskState.NOT_RUN,
+                                       "SUPERVISOR_RESTARTED: the execution could not be resumed")
         unfinished = [f"{n.target_agent_id} ({n.task_id})" for n in ex.graph.nodes
                       if n.status in (common_pb2.TASK_STATUS_RUNNING, common_pb2.TASK_STATUS_CREATED)]
         for n in ex.graph.nodes:

@@ -642,3 +642,32 @@ def test_on_a_shared_store_a_replica_whose_claim_was_taken_over_while_it_was_slo
     assert any(r.event_type == audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED
                and list(r.reason_codes)[:1] == ["CLIENT_REQUEST_ID_REUSED"] for r in audit.records)
     other.close()
+
+
+def test_an_execution_that_cannot_be_resumed_closes_the_delegations_of_the_process_before(world: Any) -> None:
+    orch, _, audit, token, _ = world
+    execution_id, second = _delegated_then_crashed(orch, audit, token)
+    orch._store._conn.execute("DELETE FROM resume")  # it cannot be rebuilt: it ends FAILED
+    assert orch.resume_interrupted(background=False) == [execution_id]
+    ex = orch._store.get(execution_id)
+    assert ex is not None and ex.status == pb.EXECUTION_STATUS_FAILED
+    closed = _finished(audit, execution_id)
+    for task_id in second:
+        assert task_id in closed, f"{task_id} delegated before the restart, never finished"
+        assert closed[task_id].reason_codes[0] == "NOT_RUN"
+        assert "SUPERVISOR_RESTARTED" in closed[task_id].reason_codes[1]
+
+
+def test_a_resumed_execution_that_fails_in_the_supervisor_closes_earlier_delegations(world: Any) -> None:
+    orch, _, audit, token, _ = world
+    execution_id, second = _delegated_then_crashed(orch, audit, token)
+
+    def broken(*_: Any, **__: Any) -> None:
+        raise RuntimeError("boom")
+
+    orch._context_for_stage = broken  # type: ignore[method-assign]
+    assert orch.resume_interrupted(background=False) == [execution_id]
+    ex = orch._store.get(execution_id)
+    assert ex is not None and ex.status == pb.EXECUTION_STATUS_FAILED
+    closed = _finished(audit, execution_id)
+    assert all(task_id in closed for task_id in second), sorted(set(second) - closed.keys())
