@@ -624,7 +624,8 @@ class Orchestrator:
                         node.finished_at.CopyFrom(_ts())
             self._store.save(live.execution)
 
-    def _close_delegation(self, live: _Live, task_id: str, state: TaskState, reason: str) -> None:
+    def _close_delegation(self, live: _Live, task_id: str, state: TaskState, reason: str,
+                          why: str = "DELEGATED_BEFORE_RESTART") -> None:
         """A task a previous supervisor process delegated ends here without running: its TASK_FINISHED
         (the state and the reason) goes on the record through the outbox, so the earlier delegation is
         never left open. A task never delegated before gets nothing (nothing to close)."""
@@ -637,7 +638,7 @@ class Orchestrator:
                       outcome=audit_pb2.AUDIT_OUTCOME_FAILURE, execution_id=live.execution.execution_id,
                       tenant_id=live.user.tenant_id, user_id=live.user.user_id, task_id=task_id,
                       agent_id=node.target_agent_id if node is not None else "",
-                      reason_codes=[state.value, reason, "DELEGATED_BEFORE_RESTART"])
+                      reason_codes=[state.value, reason, why])
 
     def _run_task(self, live: _Live, task_id: str, context: dict[str, Any] | None) -> TaskOutcome:
         plan = live.plan
@@ -686,8 +687,14 @@ class Orchestrator:
                           input_digest=node.projection.digest,
                           versions=common_pb2.VersionStamp(agent_version=entry.manifest.version))
             except errors.Unavailable as err:
-                # Never delegated by this process; one the previous process delegated is closed (outbox).
-                self._close_delegation(live, task_id, TaskState.NOT_RUN, f"{err.code.name} {err.reason}: {err.message}")
+                # Not run. Whether the delegation record is in the log is unknown (audit may have written
+                # it and gone before answering), so it is closed either way, through the outbox: no
+                # delegation is ever left open. A TASK_FINISHED with no delegation before it says NOT_RUN.
+                with live.lock:
+                    earlier = task_id in live.delegated_before
+                    live.delegated_before.add(task_id)
+                self._close_delegation(live, task_id, TaskState.NOT_RUN, f"{err.code.name} {err.reason}: {err.message}",
+                                       why="DELEGATED_BEFORE_RESTART" if earlier else "DELEGATION_UNACKNOWLEDGED")
                 self._set_status(live, task_id, common_pb2.TASK_STATUS_FAILED, finished=True)
                 span.set_attribute("agentmesh.task_state", TaskState.NOT_RUN.value)
                 return self._outcome(plan, task_id, TaskState.NOT_RUN,

@@ -522,9 +522,14 @@ def test_audit_down_after_the_start_runs_no_task(world: Any) -> None:
     assert any("AUDIT_UNAVAILABLE" in m for m in ex.missing), list(ex.missing)
     first = next(n for n in ex.graph.nodes if n.target_agent_id == "work-permit-agent")
     assert first.status == common_pb2.TASK_STATUS_FAILED
-    # What did happen (the execution ended) waits in the outbox for audit.
-    assert [r.event_type for r in audit.outbox] == [audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED]
-    assert audit.outbox[0].execution_id == execution_id
+    # What did happen waits in the outbox for audit: the task did not run — closing a delegation
+    # record audit may have written without answering — and the execution ended.
+    assert [r.event_type for r in audit.outbox] == [audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED,
+                                                    audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED]
+    assert audit.outbox[0].task_id == first.task_id
+    assert list(audit.outbox[0].reason_codes)[0] == "NOT_RUN"
+    assert list(audit.outbox[0].reason_codes)[-1] == "DELEGATION_UNACKNOWLEDGED"
+    assert all(r.execution_id == execution_id for r in audit.outbox)
 
 
 def test_each_task_is_delegated_on_the_record_before_it_runs(world: Any) -> None:
