@@ -238,7 +238,9 @@ def test_up_in_the_foreground_supervises_until_down(tmp_path: Path) -> None:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     cfg = config.load(home=str(home), environ={})
     try:
-        rows = wait_for("the mesh SERVING", lambda: all_serving(home), timeout=90)
+        # While a foreground `up` is still starting processes, status lists only those started so far.
+        rows = wait_for("the mesh SERVING", lambda: (r := all_serving(home)) and "supervisor" in r
+                        and "compliance-agent" in r and r, timeout=90)
         assert rows["launcher"]["mode"] == "foreground" and rows["launcher"]["pid"] == proc.pid
         agent = rows["compliance-agent"]
         os.kill(agent["pid"], signal.SIGKILL)
