@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -58,6 +59,13 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MeshConfig]:
     if MESH_ON_POSTGRESQL:
         assert PG_URL, "AGENTMESH_TEST_MESH_DB=postgresql needs AGENTMESH_TEST_DATABASE_URL"
         write_config(home, database_url=fresh_database())
+    with launched_mesh(home) as cfg:
+        yield cfg
+
+
+@contextlib.contextmanager
+def launched_mesh(home: Path) -> Iterator[MeshConfig]:
+    """``agentmesh up --detach --ports-auto`` in ``home`` (as its config.yaml says); ``down`` afterwards."""
     result = agentmesh_cli(home, "up", "--detach", "--ports-auto", "--json")
     cfg = config.load(home=str(home), environ={})
     try:

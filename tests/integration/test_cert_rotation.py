@@ -28,12 +28,12 @@ from typing import Any
 import pytest
 from cryptography import x509
 
-from agentmesh import config, launcher, pki, spiffe
+from agentmesh import config, pki, spiffe
 from agentmesh.config import MeshConfig
 from agentmesh.identities import OPERATOR, init_identities, mesh_identities
 from agentmesh.v1 import supervisor_service_pb2 as pb
 
-from .conftest import RoleProcess, agentmesh_cli
+from .conftest import RoleProcess, agentmesh_cli, launched_mesh
 from .test_analysis_e2e import analyze
 
 LEAF_S = 30
@@ -64,13 +64,8 @@ def _leaf(cfg: MeshConfig, identity: spiffe.SpiffeId) -> x509.Certificate:
 def rotating_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MeshConfig]:
     home = tmp_path_factory.mktemp("rotating-mesh")
     (home / "config.yaml").write_text(f"leaf_validity_s: {LEAF_S}\n")
-    result = agentmesh_cli(home, "up", "--detach", "--ports-auto", "--json")
-    cfg = config.load(home=str(home), environ={})
-    try:
-        assert result.returncode == 0, result.stderr
+    with launched_mesh(home) as cfg:
         yield cfg
-    finally:
-        launcher.down(cfg)
 
 
 def test_every_leaf_is_renewed_and_taken_up_without_a_restart(rotating_mesh: MeshConfig) -> None:

@@ -13,12 +13,12 @@ import grpc
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from agentmesh import config, errors, launcher
+from agentmesh import errors, launcher
 from agentmesh.config import MeshConfig
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import supervisor_service_pb2 as pb
 
-from .conftest import agentmesh_cli
+from .conftest import launched_mesh
 from .test_analysis_e2e import analyze, audit_records, supervisor, token
 
 DELAY_MS = 200
@@ -28,13 +28,8 @@ DELAY_MS = 200
 def slow_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MeshConfig]:
     home = tmp_path_factory.mktemp("slow-mesh")
     (home / "config.yaml").write_text(f"specialist_delay_ms: {DELAY_MS}\n")
-    result = agentmesh_cli(home, "up", "--detach", "--ports-auto", "--json")
-    cfg = config.load(home=str(home), environ={})
-    try:
-        assert result.returncode == 0, result.stderr
+    with launched_mesh(home) as cfg:
         yield cfg
-    finally:
-        launcher.down(cfg)
 
 
 def _s(ts: Timestamp) -> float:
