@@ -67,7 +67,7 @@ from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
 from agentmesh.v1 import policy_service_pb2 as policy_pb2
 from agentmesh.v1 import supervisor_service_pb2 as pb
 from supervisor_svc import executions
-from supervisor_svc.dispatch import Actor, Dispatched, TaskDispatcher, now_ts
+from supervisor_svc.dispatch import Actor, Dispatched, TaskDispatcher, close_stored_delegations, now_ts
 from supervisor_svc.executions import ExecutionStore
 from supervisor_svc.privacy import not_found
 from supervisor_svc.recording import AUDIT_UNAVAILABLE
@@ -449,6 +449,15 @@ class ReleaseActions:
             ex = self._store.get(stored.execution_id) or stored
             record = self._store.action(ex.execution_id)
             with telemetry.mesh_ids(execution_id=ex.execution_id, correlation_id=ex.trace.correlation_id):
+                # A release task a previous process (or an attempt of this one cut off before it stored its
+                # end) delegated is closed on the record; what it did is read back by the release below.
+                for task_id in close_stored_delegations(
+                        self._dispatch.narrate, ex, ex.graph.nodes, "CANCELLED",
+                        f"{why}: its outcome is read back by the release that follows"):
+                    for n in ex.graph.nodes:
+                        if n.task_id == task_id:
+                            n.status = common_pb2.TASK_STATUS_CANCELLED
+                            n.finished_at.CopyFrom(now_ts())
                 if record is None or record.state != executions.USED or not ex.HasField("action"):
                     self._set(ex, pb.ACTION_STATE_FAILED, "SUPERVISOR_RESTARTED: the release was not confirmed; "
                                                           "nothing was done")

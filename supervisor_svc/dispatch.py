@@ -16,6 +16,7 @@ import datetime as dt
 import logging
 import time
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -104,6 +105,30 @@ def delegate(signer: grants.GrantSigner, issuer: spiffe.SpiffeId, entry: AgentEn
         parent_agent_id=node.source_agent_id,
         delegation_chain=[actor.chain_head, f"svc:{issuer.name}", f"agent:{agent_id}"], grants=[grant])
     return grant, principal
+
+
+def delegated_unfinished(node: common_pb2.AgentTask) -> bool:
+    """A stored task that may have been delegated without its end being stored: RUNNING, or started
+    and not yet marked RUNNING (its started_at is stored before the delegation is on the record)."""
+    return node.status == common_pb2.TASK_STATUS_RUNNING or (
+        node.status == common_pb2.TASK_STATUS_CREATED and node.HasField("started_at"))
+
+
+def close_stored_delegations(narrate: Callable[..., None], ex: pb.Execution, nodes: Iterable[common_pb2.AgentTask],
+                             state: str, reason: str) -> list[str]:
+    """Tasks of a stored execution another process may have delegated (:func:`delegated_unfinished`)
+    that will not run again here: each gets its TASK_FINISHED through the outbox, so a delegation by
+    a dead or superseded process is never left open on the record (``narrate`` is the caller's
+    narrative recorder, see supervisor_svc.recording). Returns their task ids."""
+    closed: list[str] = []
+    for n in nodes:
+        if delegated_unfinished(n):
+            narrate(audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED,
+                      outcome=audit_pb2.AUDIT_OUTCOME_FAILURE, execution_id=ex.execution_id,
+                      tenant_id=ex.tenant_id, user_id=ex.user_id, task_id=n.task_id, agent_id=n.target_agent_id,
+                      reason_codes=[state, reason, "DELEGATED_BEFORE_RESTART"])
+            closed.append(n.task_id)
+    return closed
 
 
 @dataclass(frozen=True)
@@ -198,16 +223,11 @@ class TaskDispatcher:
                 outcome = Dispatched(None, f"{err.code.name} {err.reason}: {err.message}", started=True)
         result = outcome.result
         failed = result is None or result.status == common_pb2.RESULT_STATUS_FAILED
-        for n in ex.graph.nodes:
-            if n.task_id == task_id:
-                n.status = common_pb2.TASK_STATUS_FAILED if result is None else common_pb2.TASK_STATUS_COMPLETED
-                n.finished_at.CopyFrom(now_ts())
-        if result is not None:
-            ex.results.append(result)
-        self._store.save(ex)
         reasons = [outcome.failure] if result is None else [
             common_pb2.ResultStatus.Name(result.status), *([result.error_reason] if result.error_reason else []),
             *(s.code for s in result.statements if s.code)]
+        # The record first (kept in the outbox if audit is down), then the stored end: a task stored as
+        # ended always has its TASK_FINISHED; one stored RUNNING is closed by whoever resumes it.
         self.narrate(audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED,
                      outcome=(audit_pb2.AUDIT_OUTCOME_TIMEOUT if outcome.timed_out else
                               audit_pb2.AUDIT_OUTCOME_FAILURE if failed else audit_pb2.AUDIT_OUTCOME_SUCCESS),
@@ -215,5 +235,12 @@ class TaskDispatcher:
                      task_id=task_id, agent_id=agent_id, reason_codes=reasons,
                      evidence=list(result.evidence) if result else [],
                      confidence=result.confidence if result else 0.0, versions=result.versions if result else None)
+        for n in ex.graph.nodes:
+            if n.task_id == task_id:
+                n.status = common_pb2.TASK_STATUS_FAILED if result is None else common_pb2.TASK_STATUS_COMPLETED
+                n.finished_at.CopyFrom(now_ts())
+        if result is not None:
+            ex.results.append(result)
+        self._store.save(ex)
         log.info("task %s on %s: %s in %.0f ms", task_id, agent_id, reasons[0], (time.monotonic() - started) * 1000)
         return outcome

@@ -72,7 +72,7 @@ from supervisor_svc.aggregation import (
     summarize_status,
 )
 from supervisor_svc.contract import Analysis, condition_holds, permit_context
-from supervisor_svc.dispatch import Actor, delegate
+from supervisor_svc.dispatch import Actor, close_stored_delegations, delegate, delegated_unfinished
 from supervisor_svc.executions import ClaimLost, ExecutionStore, LeaseLost, ResumeInfo
 from supervisor_svc.intent import IntentKind, check_tenant, parse_intent
 from supervisor_svc.limits import ExecutionBudget, LimitAction
@@ -146,6 +146,13 @@ class Accepted:
     execution_id: str
     user: assertion.UserIdentity
     duplicate: bool = False
+
+
+_TASK_STATUS = {TaskState.COMPLETED: common_pb2.TASK_STATUS_COMPLETED,
+                TaskState.CANCELLED: common_pb2.TASK_STATUS_CANCELLED}
+_TASK_OUTCOME = {TaskState.COMPLETED: audit_pb2.AUDIT_OUTCOME_SUCCESS,
+                 TaskState.TIMED_OUT: audit_pb2.AUDIT_OUTCOME_TIMEOUT}
+"""How a task's end is stored and recorded (any other state: FAILED, FAILURE)."""
 
 
 def request_digest(request: pb.AnalyzeRequest) -> str:
@@ -699,55 +706,62 @@ class Orchestrator:
                 span.set_attribute("agentmesh.task_state", TaskState.NOT_RUN.value)
                 return self._outcome(plan, task_id, TaskState.NOT_RUN,
                                      error_reason=f"{err.code.name} {err.reason}: {err.message}")
-            with live.lock:
-                # Delegated again under the same task id: its TASK_FINISHED below closes both delegations.
-                live.delegated_before.discard(task_id)
-                for n in live.execution.graph.nodes:
-                    if n.task_id == task_id:
-                        n.CopyFrom(node)
-                self._store.save(live.execution)
-            self._notify(live, "task_started", task_id=task_id, agent_id=agent_id,
-                         task_status=common_pb2.TASK_STATUS_RUNNING)
-            request = spec_pb2.RunTaskRequest(task=node, grant=grant, principal=principal,
-                                              trace=live.execution.trace)
-            started = time.monotonic()
-            state, result, reason = TaskState.COMPLETED, None, ""
-            if live.cancelled.is_set():
-                state, reason = TaskState.CANCELLED, "CANCELLED"
-            else:
-                call = self._specialists.start(agent_id, request, timeout_s)
+            finished = False
+            try:
                 with live.lock:
-                    live.calls[task_id] = call
-                try:
-                    result = call.result()
-                except errors.DeadlineExceeded as err:
-                    state, reason = TaskState.TIMED_OUT, f"DEADLINE_EXCEEDED after {timeout_s * 1000:.0f} ms: {err}"
-                except errors.MeshError as err:
-                    if live.cancelled.is_set():
-                        state, reason = TaskState.CANCELLED, "CANCELLED"
-                    else:
-                        state, reason = TaskState.FAILED, f"{err.code.name} {err.reason}: {err.message}"
-                finally:
+                    # Delegated again under the same task id: its TASK_FINISHED below closes both delegations.
+                    live.delegated_before.discard(task_id)
+                    for n in live.execution.graph.nodes:
+                        if n.task_id == task_id:
+                            n.CopyFrom(node)
+                    self._store.save(live.execution)
+                self._notify(live, "task_started", task_id=task_id, agent_id=agent_id,
+                             task_status=common_pb2.TASK_STATUS_RUNNING)
+                request = spec_pb2.RunTaskRequest(task=node, grant=grant, principal=principal,
+                                                  trace=live.execution.trace)
+                started = time.monotonic()
+                state, result, reason = TaskState.COMPLETED, None, ""
+                if live.cancelled.is_set():
+                    state, reason = TaskState.CANCELLED, "CANCELLED"
+                else:
+                    call = self._specialists.start(agent_id, request, timeout_s)
                     with live.lock:
-                        live.calls.pop(task_id, None)
-            latency = (time.monotonic() - started) * 1000
-            _task_latency.record(latency, {"agent": agent_id})
-            _task_outcomes.add(1, {"agent": agent_id, "state": state.value})
-            status = {TaskState.COMPLETED: common_pb2.TASK_STATUS_COMPLETED,
-                      TaskState.CANCELLED: common_pb2.TASK_STATUS_CANCELLED}.get(state, common_pb2.TASK_STATUS_FAILED)
-            span.set_attribute("agentmesh.task_state", state.value)
-            outcome = {TaskState.COMPLETED: audit_pb2.AUDIT_OUTCOME_SUCCESS,
-                       TaskState.TIMED_OUT: audit_pb2.AUDIT_OUTCOME_TIMEOUT}.get(state, audit_pb2.AUDIT_OUTCOME_FAILURE)
-            # The record first (kept in the outbox if audit is down), then the checkpoint: a task whose
-            # stored result makes a restarted supervisor skip it always has its TASK_FINISHED record.
-            self._narrate(
-                audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED,
-                outcome=outcome,
-                tenant_id=user.tenant_id, user_id=user.user_id, task_id=task_id, agent_id=agent_id,
-                reason_codes=[state.value, *([reason] if reason else []),
-                              *(s.code for s in result.statements if s.code)] if result else [state.value, reason],
-                evidence=list(result.evidence) if result else [], confidence=result.confidence if result else 0.0,
-                versions=result.versions if result else None)
+                        live.calls[task_id] = call
+                    try:
+                        result = call.result()
+                    except errors.DeadlineExceeded as err:
+                        state, reason = TaskState.TIMED_OUT, f"DEADLINE_EXCEEDED after {timeout_s * 1000:.0f} ms: {err}"
+                    except errors.MeshError as err:
+                        if live.cancelled.is_set():
+                            state, reason = TaskState.CANCELLED, "CANCELLED"
+                        else:
+                            state, reason = TaskState.FAILED, f"{err.code.name} {err.reason}: {err.message}"
+                    finally:
+                        with live.lock:
+                            live.calls.pop(task_id, None)
+                latency = (time.monotonic() - started) * 1000
+                _task_latency.record(latency, {"agent": agent_id})
+                _task_outcomes.add(1, {"agent": agent_id, "state": state.value})
+                status = _TASK_STATUS.get(state, common_pb2.TASK_STATUS_FAILED)
+                span.set_attribute("agentmesh.task_state", state.value)
+                outcome = _TASK_OUTCOME.get(state, audit_pb2.AUDIT_OUTCOME_FAILURE)
+                # The record first (kept in the outbox if audit is down), then the checkpoint: a task whose
+                # stored result makes a restarted supervisor skip it always has its TASK_FINISHED record.
+                self._narrate(
+                    audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED,
+                    outcome=outcome,
+                    tenant_id=user.tenant_id, user_id=user.user_id, task_id=task_id, agent_id=agent_id,
+                    reason_codes=[state.value, *([reason] if reason else []),
+                                  *(s.code for s in result.statements if s.code)] if result else [state.value, reason],
+                    evidence=list(result.evidence) if result else [], confidence=result.confidence if result else 0.0,
+                    versions=result.versions if result else None)
+                finished = True
+            finally:
+                if not finished:
+                    # Failed inside the supervisor after the delegation was on the record: closed there too.
+                    self._narrate(audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED, outcome=audit_pb2.AUDIT_OUTCOME_FAILURE,
+                                  tenant_id=user.tenant_id, user_id=user.user_id, task_id=task_id, agent_id=agent_id,
+                                  reason_codes=[TaskState.FAILED.value, "SUPERVISOR_ERROR"])
             with live.lock:
                 if result is not None:
                     live.execution.results.append(result)
@@ -1172,8 +1186,7 @@ class Orchestrator:
         live = _Live(ex, plan, user, budget, info.language, release_requested=info.release_requested,
                      confirmation_ttl_s=info.ttl_s)
         # Delegated (RUNNING), or about to be (started, not yet marked RUNNING), when the process stopped.
-        live.delegated_before = {n.task_id for n in graph.nodes if n.status == common_pb2.TASK_STATUS_RUNNING or (
-            n.status == common_pb2.TASK_STATUS_CREATED and n.HasField("started_at"))}
+        live.delegated_before = {n.task_id for n in graph.nodes if delegated_unfinished(n)}
         # The execution's time limit counts from when it was accepted, downtime included.
         live.started = time.monotonic() - max(0.0, (restarted - ex.started_at.ToDatetime(tzinfo=dt.UTC))
                                               .total_seconds())
@@ -1187,17 +1200,8 @@ class Orchestrator:
 
     def _close_stored_delegations(self, ex: pb.Execution, nodes: Iterable[common_pb2.AgentTask], state: TaskState,
                                   reason: str) -> None:
-        """Tasks of a stored execution another process may have delegated (RUNNING, or started and not yet
-        marked RUNNING) that will not run again here: each gets its TASK_FINISHED (outbox), so a delegation by
-        a dead or superseded replica is never left open on the record."""
-        for n in nodes:
-            if n.status == common_pb2.TASK_STATUS_RUNNING or (
-                    n.status == common_pb2.TASK_STATUS_CREATED and n.HasField("started_at")):
-                self._narrate(audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED,
-                              outcome=audit_pb2.AUDIT_OUTCOME_FAILURE, execution_id=ex.execution_id,
-                              tenant_id=ex.tenant_id, user_id=ex.user_id, task_id=n.task_id,
-                              agent_id=n.target_agent_id,
-                              reason_codes=[state.value, reason, "DELEGATED_BEFORE_RESTART"])
+        """Delegations of a dead or superseded process that will not run again here are closed on the record."""
+        close_stored_delegations(self._narrate, ex, nodes, state.value, reason)
 
     def _end_interrupted(self, ex: pb.Execution) -> None:
         """Ends an execution that cannot be resumed: FAILED, naming what did not finish."""

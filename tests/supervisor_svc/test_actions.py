@@ -301,6 +301,26 @@ def test_a_resumed_release_runs_again_under_the_same_key_and_says_what_the_permi
     assert any("RELEASE_RESUMED" in f.get("reason_codes", []) for _, f in dispatcher.records)
 
 
+def test_a_release_task_the_dead_process_delegated_is_closed_on_the_record_when_the_release_resumes(
+        tmp_path: Path) -> None:
+    dispatcher = FakeDispatcher({"verified": True})
+    actions, store = _confirmed_then_crashed(tmp_path, dispatcher)
+    stored = store.get("exe-1")
+    assert stored is not None
+    # The previous process delegated the release task (on the record) and died while it ran.
+    stored.graph.nodes.add(task_id="task-work-permit-dead", target_agent_id="work-permit-agent",
+                           status=common_pb2.TASK_STATUS_RUNNING)
+    store.save(stored)
+    actions.resume(stored, pause_s=0)
+    closed = [f for t, f in dispatcher.records if t == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED]
+    assert [f["task_id"] for f in closed] == ["task-work-permit-dead"]
+    assert "DELEGATED_BEFORE_RESTART" in closed[0]["reason_codes"]
+    done = store.get("exe-1")
+    assert done is not None and done.action.state == pb.ACTION_STATE_SUCCEEDED
+    (node,) = [n for n in done.graph.nodes if n.task_id == "task-work-permit-dead"]
+    assert node.status == common_pb2.TASK_STATUS_CANCELLED and node.HasField("finished_at")
+
+
 def test_a_resumed_release_waits_while_the_first_call_is_still_in_flight(tmp_path: Path) -> None:
     class InFlightOnce(FakeDispatcher):
         def run(self, ex: pb.Execution, **kw: Any) -> Dispatched:

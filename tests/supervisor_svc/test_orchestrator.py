@@ -550,6 +550,26 @@ def test_each_task_is_delegated_on_the_record_before_it_runs(world: Any) -> None
     assert audit.records.index(started) == 0
 
 
+def test_a_task_that_fails_inside_the_supervisor_after_its_delegation_is_closed_on_the_record(world: Any) -> None:
+    orch, specialists, audit, token, _ = world
+    start = specialists.start
+
+    def broken_for_risk(agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float) -> Call:
+        if agent_id == "risk-agent":
+            raise RuntimeError("channel closed")
+        return start(agent_id, request, timeout_s)
+
+    specialists.start = broken_for_risk
+    ex = _analyze(orch, token)
+    assert ex.status == pb.EXECUTION_STATUS_FAILED and ex.reason.startswith("SUPERVISOR_ERROR")
+    kept = audit.records + audit.outbox
+    delegated = {r.task_id for r in kept if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED}
+    finished = {r.task_id: r for r in kept if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED}
+    assert len(delegated) == 4 and delegated <= set(finished)
+    risk = next(r for r in finished.values() if r.agent_id == "risk-agent")
+    assert "SUPERVISOR_ERROR" in risk.reason_codes
+
+
 def test_a_task_or_execution_is_stored_as_finished_only_once_its_record_is_kept(world: Any) -> None:
     """A crash right after any store write must not lose a record: a restart skips a stored task result
     and never resumes a stored end, so their TASK_FINISHED / EXECUTION_FINISHED records come first."""
