@@ -40,7 +40,8 @@ CREATE TABLE IF NOT EXISTS executions (
     body {blob} NOT NULL,
     owner TEXT,
     lease_expires_at {real},
-    cancel_requested TEXT
+    cancel_requested TEXT,
+    epoch INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS executions_status ON executions (status);
 CREATE TABLE IF NOT EXISTS reviews (
@@ -143,7 +144,8 @@ def _now() -> str:
 DEFAULT_LEASE_S = 5.0
 """How long an execution's owner holds it without renewing (renewed about every second)."""
 
-_LEASE_COLUMNS = (("owner", "TEXT"), ("lease_expires_at", "REAL"), ("cancel_requested", "TEXT"))
+_LEASE_COLUMNS = (("owner", "TEXT"), ("lease_expires_at", "REAL"), ("cancel_requested", "TEXT"),
+                  ("epoch", "INTEGER NOT NULL DEFAULT 0"))
 _CLAIM_COLUMNS = (("claimed_by", "TEXT"),)
 
 
@@ -163,7 +165,10 @@ class ExecutionStore:
     the database's clock): the owner renews it (:meth:`renew_leases`); another replica may
     take over one whose lease expired (:meth:`take_over`). A save by a replica that lost the
     lease is refused (:class:`LeaseLost`), so a replica that was cut off cannot overwrite
-    what the new owner wrote.
+    what the new owner wrote. Each take-over also raises the execution's ``epoch`` (a fencing
+    token): a save is refused when the execution was taken over since this store last read
+    or took it, so a replica cut off for longer than its lease cannot overwrite an execution
+    the new owner has already ended either.
     """
 
     def __init__(self, path: Path, *, url: str | None = None, owner: str | None = None,
@@ -176,6 +181,8 @@ class ExecutionStore:
         self._db.create_schema(_SCHEMA)
         self._add_claim_columns()
         self._lock = threading.Lock()
+        self._epochs: dict[str, int] = {}
+        """The epoch of each execution as this store last read, took over or wrote it (0: never taken over)."""
         self.owner = owner or f"supervisor-{uuid.uuid4().hex[:12]}"
         self.lease_s = lease_s
         self._now = self._db.now_sql()
@@ -216,6 +223,7 @@ class ExecutionStore:
 
         Its rows keep NULL (settled): on a shared store they are never taken over."""
         if self._db.postgresql:
+            self._db.execute("ALTER TABLE executions ADD COLUMN IF NOT EXISTS epoch INTEGER NOT NULL DEFAULT 0")
             for name, kind in _CLAIM_COLUMNS:
                 row = self._db.execute(
                     "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()"
@@ -235,7 +243,8 @@ class ExecutionStore:
         the same transaction (``claimed_by`` cleared), provided the claim still names it.
 
         Raises:
-            LeaseLost: the execution is RUNNING under another replica's live lease.
+            LeaseLost: the execution is RUNNING under another replica's live lease, or another replica
+                took it over since this store last read it (its epoch is higher).
             ClaimLost: its client request id was taken over by a retry (nothing is stored).
         """
         body = execution.SerializeToString(deterministic=True)
@@ -255,19 +264,22 @@ class ExecutionStore:
                 " ON CONFLICT (execution_id) DO UPDATE SET"
                 " status = excluded.status, updated_at = excluded.updated_at, body = excluded.body,"
                 " owner = excluded.owner, lease_expires_at = excluded.lease_expires_at"
-                " WHERE executions.owner IS NULL OR executions.owner = excluded.owner"
-                f" OR executions.status <> ? OR executions.lease_expires_at < {self._now}",
+                " WHERE executions.epoch <= ? AND (executions.owner IS NULL OR executions.owner = excluded.owner"
+                f" OR executions.status <> ? OR executions.lease_expires_at < {self._now})",
                 (execution.execution_id, execution.tenant_id, execution.user_id, int(execution.status), _now(), body,
-                 self.owner, self.lease_s, pb.EXECUTION_STATUS_RUNNING)).rowcount
+                 self.owner, self.lease_s, self._epochs.get(execution.execution_id, 0),
+                 pb.EXECUTION_STATUS_RUNNING)).rowcount
         if changed == 0:
             raise LeaseLost(f"execution {execution.execution_id} is owned by another supervisor replica")
 
     def get(self, execution_id: str) -> pb.Execution | None:
         """The stored execution, or None."""
         with self._lock:
-            row = self._db.execute("SELECT body FROM executions WHERE execution_id = ?", (execution_id,)).fetchone()
-        if row is None:
-            return None
+            row = self._db.execute("SELECT body, epoch FROM executions WHERE execution_id = ?",
+                                   (execution_id,)).fetchone()
+            if row is None:
+                return None
+            self._epochs[execution_id] = int(row[1])
         execution = pb.Execution()
         execution.ParseFromString(bytes(row[0]))
         return execution
@@ -328,7 +340,7 @@ class ExecutionStore:
         lease = "" if force else f" AND (owner IS NULL OR COALESCE(lease_expires_at, 0) < {self._now})"
         with self._lock:
             changed = self._db.execute(
-                f"UPDATE executions SET owner = ?, lease_expires_at = {self._now} + ?"
+                f"UPDATE executions SET owner = ?, lease_expires_at = {self._now} + ?, epoch = epoch + 1"
                 " WHERE execution_id = ? AND status = ?" + lease,
                 (self.owner, self.lease_s, execution_id, status)).rowcount
         return self.get(execution_id) if changed == 1 else None

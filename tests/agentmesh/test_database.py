@@ -93,7 +93,6 @@ def test_execution_leases(url: str, tmp_path: Path) -> None:
     assert ex.execution_id in b.expired()
     taken = b.take_over(ex.execution_id)
     assert taken is not None and taken.execution_id == ex.execution_id
-    assert b.take_over(ex.execution_id) is not None or True
     assert a.take_over(ex.execution_id) is None  # b holds it now
     with pytest.raises(LeaseLost):
         a.save(ex)  # the replica that lost the lease cannot overwrite
@@ -102,6 +101,19 @@ def test_execution_leases(url: str, tmp_path: Path) -> None:
     ex.status = pb.EXECUTION_STATUS_CANCELLED
     b.save(ex)
     assert not a.request_cancel(ex.execution_id, "again")  # not running any more
+    # The replica cut off for longer than its lease still holds its RUNNING copy: it cannot turn
+    # the execution the new owner ended back into RUNNING (the take-over raised the epoch).
+    stale = pb.Execution()
+    stale.CopyFrom(ex)
+    stale.status = pb.EXECUTION_STATUS_RUNNING
+    with pytest.raises(LeaseLost):
+        a.save(stale)
+    stored = b.get(ex.execution_id)
+    assert stored is not None and stored.status == pb.EXECUTION_STATUS_CANCELLED
+    # A replica that reads the ended execution may change it (a review decision on any replica).
+    assert a.get(ex.execution_id) is not None
+    ex.summary = "decided on replica a"
+    a.save(ex)
     a.close()
     b.close()
 
