@@ -11,7 +11,9 @@ Starts a whole mesh (`agentmesh up --ports-auto`) in a temporary home twice:
     orchestration overhead above the specialists' own time, i.e. wall time
     minus the critical path (stage one + the slowest stage-two task, measured
     from the task timestamps the supervisor records);
-  * without delay: analyses per second with --concurrency parallel callers.
+  * without delay: analyses per second with --concurrency parallel callers, and the
+    CPU time each mesh process spent per analysis (user + system, from /proc/PID/stat),
+    plus the benchmark's own client process.
 
 Targets on the 2-core machine class: overhead <= 10 ms p50; >= 100 analyses/s.
 """
@@ -19,6 +21,7 @@ Targets on the 2-core machine class: overhead <= 10 ms p50; >= 100 analyses/s.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -92,6 +95,31 @@ def latency(delay_ms: int, runs: int) -> None:
             launcher.down(cfg)
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_by_process(cfg: config.MeshConfig) -> dict[str, float]:
+    usage = {p.name: _cpu_s(p.pid) for p in launcher.read_state(cfg)}
+    usage["(benchmark client)"] = _cpu_s(os.getpid())
+    return usage
+
+
+def _print_cpu(before: dict[str, float], after: dict[str, float], analyses: int) -> None:
+    per = {name: (after[name] - before.get(name, 0.0)) * 1000 / max(1, analyses) for name in after}
+    mesh = sum(v for k, v in per.items() if not k.startswith("("))
+    print(f"  CPU per analysis: {mesh:.1f} ms in the mesh's processes "
+          f"(2 cores allow {2000 / max(mesh, 0.001):.0f} analyses/s at most)")
+    for name, ms in sorted(per.items(), key=lambda kv: -kv[1]):
+        print(f"    {name:<24} {ms:7.2f} ms")
+
+
 def throughput(concurrency: int, seconds: float) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = _mesh(Path(tmp), 0)
@@ -114,14 +142,17 @@ def throughput(concurrency: int, seconds: float) -> None:
                     failed[0] += bad
 
             threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+            cpu_before = _cpu_by_process(cfg)
             t0 = time.monotonic()
             for t in threads:
                 t.start()
             for t in threads:
                 t.join()
             rate = done[0] / (time.monotonic() - t0)
+            cpu_after = _cpu_by_process(cfg)
             print(f"throughput, no delay, {concurrency} concurrent callers for {seconds:.0f} s")
             print(f"  {rate:.1f} analyses/s ({done[0]} analyses, {failed[0]} not SUCCEEDED)")
+            _print_cpu(cpu_before, cpu_after, done[0])
         finally:
             launcher.down(cfg)
 
@@ -132,8 +163,10 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=40, help="analyses for the latency figures (default 40)")
     parser.add_argument("--concurrency", type=int, default=8, help="parallel callers for throughput (default 8)")
     parser.add_argument("--seconds", type=float, default=15, help="duration of the throughput run (default 15)")
+    parser.add_argument("--throughput-only", action="store_true", help="skip the latency run")
     args = parser.parse_args()
-    latency(args.delay_ms, args.runs)
+    if not args.throughput_only:
+        latency(args.delay_ms, args.runs)
     throughput(args.concurrency, args.seconds)
     return 0
 
