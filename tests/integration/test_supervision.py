@@ -145,9 +145,11 @@ def test_a_process_that_fails_at_start_backs_off_shows_its_fresh_lines_and_comes
         # The capability service cannot decide anything without policy: NOT_SERVING, naming the peer.
         cap = rows["capability"]
         assert cap["health"] == "NOT_SERVING" and "peer policy" in cap["reason"], cap
-        human = agentmesh_cli(home, "status")
-        assert human.returncode == 1
-        assert "policy: RESTARTING" in human.stdout and refusals[0] in human.stdout
+        # The human table says the same (sampled again until it catches policy between two attempts).
+        human = wait_for("status saying policy: RESTARTING", lambda: (
+            h := agentmesh_cli(home, "status")).returncode == 1 and "policy: RESTARTING" in h.stdout and h,
+            timeout=30)
+        assert "cannot open kill switch store" in human.stdout and str(db) in human.stdout
         assert "capability: NOT_SERVING: peer policy" in human.stdout
     finally:
         db.rmdir()
@@ -158,7 +160,7 @@ def test_a_process_that_fails_at_start_backs_off_shows_its_fresh_lines_and_comes
 
 def test_a_hung_required_peer_makes_its_callers_not_serving_until_it_answers(sup_mesh: MeshConfig) -> None:
     home = sup_mesh.home
-    policy = status(home)[1]["policy"]
+    policy = wait_for("the whole mesh SERVING", lambda: all_serving(home), timeout=30)["policy"]
     os.kill(policy["pid"], signal.SIGSTOP)
     try:
         # Each process notices on its own next check round: wait for both callers, not the first.
