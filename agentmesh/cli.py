@@ -439,7 +439,7 @@ def print_execution(ex: Any) -> None:
     if ex.missing:
         print("\nmissing:")
         for m in ex.missing:
-            print(f"  - {m}")
+            print(f"  - {m.text}")
     if ex.recommended_resources:
         print("\nrecommended resources:")
         for r in ex.recommended_resources:
@@ -678,9 +678,11 @@ def cmd_analyze(args: argparse.Namespace, cfg: MeshConfig) -> int:
                 user_assertion=token, execution_id=execution.execution_id), timeout=args.timeout)
             for event in watch:
                 final = event.execution
-                if not quiet and event.event in ("task_started", "task_finished"):
+                if not quiet and event.event in (sup_pb2.EXECUTION_EVENT_TASK_STARTED,
+                                                 sup_pb2.EXECUTION_EVENT_TASK_FINISHED):
+                    what = _name(sup_pb2.ExecutionEvent, event.event, "EXECUTION_EVENT_").lower().replace("_", " ")
                     state = _name(common_pb2.TaskStatus, event.task_status, "TASK_STATUS_")
-                    print(f"  {event.event.replace('_', ' '):<14} {event.agent_id:<18} {state}", file=sys.stderr)
+                    print(f"  {what:<14} {event.agent_id:<18} {state}", file=sys.stderr)
             if not args.json:
                 print_execution(final)
             ok = final.status != sup_pb2.EXECUTION_STATUS_RUNNING

@@ -154,6 +154,8 @@ FIELD_CATEGORIES: Final[Mapping[str, str]] = {
     "knowledge_scopes": "id",
     "training_code": "id",
     "expired_on": "id",
+    "locale": "id",
+    "intent_rule": "id",
     # The signed user assertion (JWT).
     "user_assertion": "assertion",
     # Free text.

@@ -49,7 +49,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 import pydantic
 
@@ -70,6 +70,7 @@ __all__ = [
     "TaskOutcome",
     "TaskState",
     "aggregate",
+    "missing_item",
     "default_evidence_file",
     "summarize_status",
 ]
@@ -152,6 +153,19 @@ class Missing:
     def __str__(self) -> str:
         who = f" ({self.agent_id})" if self.agent_id else ""
         return f"{self.analysis} analysis{who}: {self.code} — {self.detail}"
+
+    def to_proto(self) -> supervisor_service_pb2.MissingItem:
+        """The ``Execution.missing`` entry: its kind is the code (``MISSING_KIND_<code>``)."""
+        kind = supervisor_service_pb2.MissingKind.Value(f"MISSING_KIND_{self.code}")
+        return missing_item(cast("supervisor_service_pb2.MissingKind", kind), self.agent_id, self.detail, str(self),
+                            analysis=self.analysis)
+
+
+def missing_item(kind: supervisor_service_pb2.MissingKind, agent_id: str, detail: str, text: str, *,
+                 analysis: str = "") -> supervisor_service_pb2.MissingItem:
+    """One entry of ``Execution.missing``: what kind of gap, about what, why, and the line for a reader."""
+    return supervisor_service_pb2.MissingItem(kind=kind, analysis=analysis, agent_id=agent_id, detail=detail,
+                                              text=text)
 
 
 # --- evidence policy ---------------------------------------------------------------------------------
@@ -474,7 +488,7 @@ class Assessment:
         execution.decision = self.decision.to_proto()
         execution.status = self.status.to_proto()
         del execution.missing[:]
-        execution.missing.extend(str(m) for m in self.missing)
+        execution.missing.extend(m.to_proto() for m in self.missing)
         del execution.conflicts[:]
         execution.conflicts.extend(self.conflicts)
         execution.reason = self.reason

@@ -48,6 +48,7 @@ from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
 from agentmesh.v1 import policy_service_pb2 as policy_pb2
 from agentmesh.v1 import supervisor_service_pb2 as pb
 from supervisor_svc.actions import RELEASE_CAPABILITY, ApprovalNotCounted, Authorizer, ReleaseActions
+from supervisor_svc.aggregation import missing_item
 from supervisor_svc.dispatch import TaskDispatcher, now_ts
 from supervisor_svc.executions import ExecutionStore
 
@@ -239,7 +240,9 @@ class DecisionCenter:
             item.assignee = req.assignee.strip()
         elif decision == dc_pb2.REVIEW_DECISION_REQUEST_INFORMATION:
             item.status = dc_pb2.REVIEW_STATUS_INFORMATION_REQUESTED
-            ex.missing.append(f"information requested by {reviewer} ({item.review_id}): {req.reason}")
+            ex.missing.append(missing_item(
+                pb.MISSING_KIND_INFORMATION_REQUESTED, "", req.reason,
+                f"information requested by {reviewer} ({item.review_id}): {req.reason}"))
         elif approve:
             try:
                 self._approve(user, item, ex, override=override, reason=req.reason, before_effect=record_decision)

@@ -94,7 +94,8 @@ class EventHandler:
             ex = pb.Execution(
                 execution_id=execution_id, status=pb.EXECUTION_STATUS_RUNNING,
                 request_text=f"TrainingExpired {event.worker_id} {event.training_code} on {event.expired_on}",
-                intent="event:TrainingExpired", tenant_id=req.tenant_id, actor_type=common_pb2.ACTOR_TYPE_SYSTEM,
+                intent=pb.EXECUTION_INTENT_TRAINING_EXPIRED, tenant_id=req.tenant_id,
+                actor_type=common_pb2.ACTOR_TYPE_SYSTEM,
                 system_actor=SYSTEM_ACTOR, started_at=now_ts(),
                 trace=common_pb2.TraceContext(trace_id=ids.get("trace_id", ""), correlation_id=correlation_id,
                                               execution_id=execution_id))

@@ -69,6 +69,7 @@ from supervisor_svc.aggregation import (
     TaskOutcome,
     TaskState,
     aggregate,
+    missing_item,
     summarize_status,
 )
 from supervisor_svc.contract import Analysis, condition_holds, permit_context
@@ -99,6 +100,12 @@ LEASE_RENEW_S = 1.0
 """How often a replica renews its executions' leases and looks for expired ones to take over."""
 FOLLOW_POLL_S = 0.5
 """How often Watch on a replica that does not run the execution reads the shared store."""
+
+EXECUTION_INTENTS: dict[IntentKind, pb.ExecutionIntent] = {
+    IntentKind.ANALYZE_PERMIT: pb.EXECUTION_INTENT_ANALYZE_PERMIT,
+    IntentKind.PERMIT_STATUS: pb.EXECUTION_INTENT_PERMIT_STATUS,
+}
+"""``Execution.intent`` of each actionable intent kind."""
 
 DEFAULT_TASK_TIMEOUT_S = 10.0
 _meter = metrics.get_meter("agentmesh.supervisor")
@@ -408,7 +415,8 @@ class Orchestrator:
             ids = telemetry.current_ids()
             execution = pb.Execution(
                 execution_id=execution_id, status=pb.EXECUTION_STATUS_RUNNING, request_text=request.request_text,
-                intent=f"{intent.kind.value}:{intent.rule}", tenant_id=user.tenant_id, user_id=user.user_id,
+                intent=EXECUTION_INTENTS[intent.kind], intent_rule=intent.rule, tenant_id=user.tenant_id,
+                user_id=user.user_id, actor_type=common_pb2.ACTOR_TYPE_USER,
                 trace=common_pb2.TraceContext(trace_id=ids.get("trace_id", ""), correlation_id=correlation_id,
                                               execution_id=execution_id),
                 started_at=_ts(), client_request_id=request.client_request_id)
@@ -524,7 +532,7 @@ class Orchestrator:
                     ex.summary = "The analysis failed inside the supervisor; no decision was made."
             self._finish(live)
         live.done.set()
-        self._notify(live, "execution_finished")
+        self._notify(live, pb.EXECUTION_EVENT_EXECUTION_FINISHED)
         self._close_watchers(live)
 
     def _propose_release(self, live: _Live) -> None:
@@ -676,6 +684,8 @@ class Orchestrator:
             node.deadline.CopyFrom(_ts(deadline))
             node.status = common_pb2.TASK_STATUS_RUNNING
             node.started_at.CopyFrom(_ts())
+            # The user's language, so the agent writes its statements in it (the supervisor knows no words).
+            node.locale = live.language
             grant, principal = delegate(self._signer, self._id, entry, node, Actor.of_user(user),
                                         rules=self._projector.resource_rules,
                                         ttl=dt.timedelta(seconds=timeout_s + 30))
@@ -715,7 +725,7 @@ class Orchestrator:
                         if n.task_id == task_id:
                             n.CopyFrom(node)
                     self._store.save(live.execution)
-                self._notify(live, "task_started", task_id=task_id, agent_id=agent_id,
+                self._notify(live, pb.EXECUTION_EVENT_TASK_STARTED, task_id=task_id, agent_id=agent_id,
                              task_status=common_pb2.TASK_STATUS_RUNNING)
                 request = spec_pb2.RunTaskRequest(task=node, grant=grant, principal=principal,
                                                   trace=live.execution.trace)
@@ -766,7 +776,7 @@ class Orchestrator:
                 if result is not None:
                     live.execution.results.append(result)
             self._set_status(live, task_id, status, finished=True)
-            self._notify(live, "task_finished", task_id=task_id, agent_id=agent_id, task_status=status)
+            self._notify(live, pb.EXECUTION_EVENT_TASK_FINISHED, task_id=task_id, agent_id=agent_id, task_status=status)
             if result is not None:
                 self._handle_handoffs(live, task_id, result, context)
             return self._outcome(plan, task_id, state, result=result, error_reason=reason)
@@ -799,8 +809,10 @@ class Orchestrator:
             except sup_errors.SupervisorError as err:
                 _handoffs.add(1, {"result": "rejected"})
                 with live.lock:
-                    live.execution.missing.append(f"handoff {result.agent_id} -> {action.target_agent_id}: "
-                                                  f"{err.reason}: {err.message}")
+                    live.execution.missing.append(missing_item(
+                        pb.MISSING_KIND_HANDOFF, f"{result.agent_id} -> {action.target_agent_id}",
+                        f"{err.reason}: {err.message}",
+                        f"handoff {result.agent_id} -> {action.target_agent_id}: {err.reason}: {err.message}"))
                 self._narrate(audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
                               tenant_id=live.user.tenant_id, user_id=live.user.user_id, task_id=task_id,
                               agent_id=result.agent_id, reason_codes=[err.reason, f"to={action.target_agent_id}"])
@@ -892,7 +904,7 @@ class Orchestrator:
             out.CopyFrom(live.execution)
         return out
 
-    def _notify(self, live: _Live, event: str, **fields: Any) -> None:
+    def _notify(self, live: _Live, event: pb.ExecutionEvent, **fields: Any) -> None:
         message = pb.WatchExecutionResponse(event=event, execution=self._snapshot(live), **fields)
         with live.lock:
             watchers = list(live.watchers)
@@ -917,13 +929,14 @@ class Orchestrator:
                 if not live.done.is_set():
                     live.watchers.append(q)
                     watching = True
-        yield pb.WatchExecutionResponse(event="snapshot", execution=snapshot)
+        yield pb.WatchExecutionResponse(event=pb.EXECUTION_EVENT_SNAPSHOT, execution=snapshot)
         if not watching and self._store.shared and snapshot.status == pb.EXECUTION_STATUS_RUNNING:
             # Another replica runs it: follow it in the shared store.
             yield from self._follow(user, snapshot, is_active)
             return
         if not watching:
-            yield pb.WatchExecutionResponse(event="execution_finished", execution=self.snapshot(user, execution_id))
+            yield pb.WatchExecutionResponse(event=pb.EXECUTION_EVENT_EXECUTION_FINISHED,
+                                            execution=self.snapshot(user, execution_id))
             return
         while is_active():
             try:
@@ -949,11 +962,11 @@ class Orchestrator:
             current = self.snapshot(user, last.execution_id)
             body = current.SerializeToString(deterministic=True)
             if current.status != pb.EXECUTION_STATUS_RUNNING:
-                yield pb.WatchExecutionResponse(event="execution_finished", execution=current)
+                yield pb.WatchExecutionResponse(event=pb.EXECUTION_EVENT_EXECUTION_FINISHED, execution=current)
                 return
             if body != seen:
                 seen = body
-                yield pb.WatchExecutionResponse(event="execution_updated", execution=current)
+                yield pb.WatchExecutionResponse(event=pb.EXECUTION_EVENT_EXECUTION_UPDATED, execution=current)
 
     def _cancel_elsewhere(self, user: assertion.UserIdentity, execution_id: str, reason: str) -> pb.Execution:
         """Cancels an execution another replica runs: marked in the store, its grants revoked; waits for the end."""
@@ -1180,8 +1193,11 @@ class Orchestrator:
             if node.status not in (common_pb2.TASK_STATUS_COMPLETED, common_pb2.TASK_STATUS_FAILED,
                                    common_pb2.TASK_STATUS_SKIPPED, common_pb2.TASK_STATUS_CANCELLED):
                 node.status = common_pb2.TASK_STATUS_CANCELLED
-                ex.missing.append(f"handoff {node.source_agent_id} -> {node.target_agent_id} ({node.task_id}): "
-                                  "did not finish before the supervisor stopped")
+                ex.missing.append(missing_item(
+                    pb.MISSING_KIND_NOT_FINISHED, f"{node.source_agent_id} -> {node.target_agent_id}",
+                    "did not finish before the supervisor stopped",
+                    f"handoff {node.source_agent_id} -> {node.target_agent_id} ({node.task_id}): "
+                    "did not finish before the supervisor stopped"))
         done = [n.task_id for n in graph.nodes if n.status == common_pb2.TASK_STATUS_COMPLETED]
         live = _Live(ex, plan, user, budget, info.language, release_requested=info.release_requested,
                      confirmation_ttl_s=info.ttl_s)
@@ -1207,15 +1223,19 @@ class Orchestrator:
         """Ends an execution that cannot be resumed: FAILED, naming what did not finish."""
         self._close_stored_delegations(ex, ex.graph.nodes, TaskState.NOT_RUN,
                                        "SUPERVISOR_RESTARTED: the execution could not be resumed")
-        unfinished = [f"{n.target_agent_id} ({n.task_id})" for n in ex.graph.nodes
-                      if n.status in (common_pb2.TASK_STATUS_RUNNING, common_pb2.TASK_STATUS_CREATED)]
+        stopped = [n for n in ex.graph.nodes
+                   if n.status in (common_pb2.TASK_STATUS_RUNNING, common_pb2.TASK_STATUS_CREATED)]
+        unfinished = [f"{n.target_agent_id} ({n.task_id})" for n in stopped]
         for n in ex.graph.nodes:
             if n.status in (common_pb2.TASK_STATUS_RUNNING, common_pb2.TASK_STATUS_CREATED):
                 n.status = common_pb2.TASK_STATUS_FAILED
         ex.status = pb.EXECUTION_STATUS_FAILED
         ex.decision = common_pb2.ANALYSIS_DECISION_INSUFFICIENT_EVIDENCE
         ex.reason = "SUPERVISOR_RESTARTED: the supervisor stopped while the execution was running"
-        ex.missing.extend(f"{u}: did not finish before the supervisor stopped" for u in unfinished)
+        ex.missing.extend(missing_item(pb.MISSING_KIND_NOT_FINISHED, n.target_agent_id,
+                                       "did not finish before the supervisor stopped",
+                                       f"{n.target_agent_id} ({n.task_id}): did not finish before the supervisor "
+                                       "stopped") for n in stopped)
         ex.summary = ("The supervisor restarted during this analysis; it ended without a decision. "
                       "Missing: " + (", ".join(unfinished) or "nothing was running"))
         ex.finished_at.CopyFrom(_ts())

@@ -26,7 +26,15 @@ if _version_not_supported:
 
 
 class AgentRegistryServiceStub:
-    """The official list of agents (PRD §8), hosted by the supervisor.
+    """The official list of agents (PRD §8), hosted by the supervisor. Platform
+    clients read it; operators change an agent's status.
+
+    Errors carry a google.rpc.ErrorInfo (domain "agentmesh.local") in
+    grpc-status-details-bin; besides the reasons listed per RPC, every RPC may
+    answer UNAUTHENTICATED `NO_PEER_IDENTITY`, PERMISSION_DENIED
+    `CALLER_NOT_ALLOWED` and the input-limit refusals INVALID_ARGUMENT
+    `REQUEST_UNDECODABLE`, `ENUM_VALUE_UNKNOWN`, `FIELD_TOO_LONG`,
+    `FIELD_INVALID_CHARACTERS`, `FIELD_OUT_OF_RANGE` (see SupervisorService).
     """
 
     def __init__(self, channel):
@@ -58,7 +66,15 @@ class AgentRegistryServiceStub:
 
 
 class AgentRegistryServiceServicer:
-    """The official list of agents (PRD §8), hosted by the supervisor.
+    """The official list of agents (PRD §8), hosted by the supervisor. Platform
+    clients read it; operators change an agent's status.
+
+    Errors carry a google.rpc.ErrorInfo (domain "agentmesh.local") in
+    grpc-status-details-bin; besides the reasons listed per RPC, every RPC may
+    answer UNAUTHENTICATED `NO_PEER_IDENTITY`, PERMISSION_DENIED
+    `CALLER_NOT_ALLOWED` and the input-limit refusals INVALID_ARGUMENT
+    `REQUEST_UNDECODABLE`, `ENUM_VALUE_UNKNOWN`, `FIELD_TOO_LONG`,
+    `FIELD_INVALID_CHARACTERS`, `FIELD_OUT_OF_RANGE` (see SupervisorService).
     """
 
     def ListAgents(self, request, context):
@@ -70,6 +86,9 @@ class AgentRegistryServiceServicer:
 
     def GetAgent(self, request, context):
         """Returns one agent.
+
+        Errors: INVALID_ARGUMENT `MISSING_FIELD` (agent_id); NOT_FOUND
+        `AGENT_NOT_FOUND`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -77,13 +96,23 @@ class AgentRegistryServiceServicer:
 
     def DiscoverAgents(self, request, context):
         """Deterministic discovery (PRD §9) with explainable scores (PRD §11).
+
+        Errors: INVALID_ARGUMENT `MISSING_FIELD` (tenant_id); FAILED_PRECONDITION
+        `NO_AGENT_AVAILABLE`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def SetAgentStatus(self, request, context):
-        """Changes an agent's lifecycle status (operators only; PRD §63).
+        """Changes an agent's lifecycle status (operators only; PRD §63). In force at
+        once (DISABLED applies to the next task); its audit record goes through
+        the durable outbox.
+
+        Errors: INVALID_ARGUMENT `MISSING_FIELD` (agent_id, status),
+        `STATUS_INVALID` (status), `REASON_REQUIRED`, `REASON_TOO_LONG` (reason);
+        NOT_FOUND `AGENT_NOT_FOUND`; FAILED_PRECONDITION `STATUS_CHANGE_REFUSED`
+        (e.g. out of RETIRED).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -121,7 +150,15 @@ def add_AgentRegistryServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class AgentRegistryService:
-    """The official list of agents (PRD §8), hosted by the supervisor.
+    """The official list of agents (PRD §8), hosted by the supervisor. Platform
+    clients read it; operators change an agent's status.
+
+    Errors carry a google.rpc.ErrorInfo (domain "agentmesh.local") in
+    grpc-status-details-bin; besides the reasons listed per RPC, every RPC may
+    answer UNAUTHENTICATED `NO_PEER_IDENTITY`, PERMISSION_DENIED
+    `CALLER_NOT_ALLOWED` and the input-limit refusals INVALID_ARGUMENT
+    `REQUEST_UNDECODABLE`, `ENUM_VALUE_UNKNOWN`, `FIELD_TOO_LONG`,
+    `FIELD_INVALID_CHARACTERS`, `FIELD_OUT_OF_RANGE` (see SupervisorService).
     """
 
     @staticmethod

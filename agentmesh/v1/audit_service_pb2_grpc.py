@@ -27,7 +27,20 @@ if _version_not_supported:
 
 class AuditServiceStub:
     """Append-only, tamper-evident audit log: a Merkle tree hashed as RFC 9162,
-    with signed checkpoints and inclusion / consistency proofs.
+    with signed checkpoints and inclusion / consistency proofs. Services and
+    agents append (agents: ACCESS_DENIED records only); operators read.
+
+    Errors carry a google.rpc.ErrorInfo (domain "agentmesh.local") in
+    grpc-status-details-bin; besides the reasons listed per RPC, every RPC may
+    answer UNAUTHENTICATED `NO_PEER_IDENTITY`, PERMISSION_DENIED
+    `CALLER_NOT_ALLOWED` and the input-limit refusals INVALID_ARGUMENT
+    `REQUEST_UNDECODABLE`, `ENUM_VALUE_UNKNOWN`, `FIELD_TOO_LONG`,
+    `FIELD_INVALID_CHARACTERS`, `FIELD_OUT_OF_RANGE` (see SupervisorService).
+    Any RPC may also answer UNAVAILABLE `LOG_CLOSED`, `STORAGE_ERROR` or
+    `LOG_WRITER_FAILED` (the log cannot write now; it retries every second),
+    FAILED_PRECONDITION `LOG_LOCKED`, DEADLINE_EXCEEDED
+    `AUDIT_DEADLINE_EXCEEDED`, and INTERNAL `LOG_CORRUPTED` (the log refuses
+    to serve what does not verify).
     """
 
     def __init__(self, channel):
@@ -70,11 +83,31 @@ class AuditServiceStub:
 
 class AuditServiceServicer:
     """Append-only, tamper-evident audit log: a Merkle tree hashed as RFC 9162,
-    with signed checkpoints and inclusion / consistency proofs.
+    with signed checkpoints and inclusion / consistency proofs. Services and
+    agents append (agents: ACCESS_DENIED records only); operators read.
+
+    Errors carry a google.rpc.ErrorInfo (domain "agentmesh.local") in
+    grpc-status-details-bin; besides the reasons listed per RPC, every RPC may
+    answer UNAUTHENTICATED `NO_PEER_IDENTITY`, PERMISSION_DENIED
+    `CALLER_NOT_ALLOWED` and the input-limit refusals INVALID_ARGUMENT
+    `REQUEST_UNDECODABLE`, `ENUM_VALUE_UNKNOWN`, `FIELD_TOO_LONG`,
+    `FIELD_INVALID_CHARACTERS`, `FIELD_OUT_OF_RANGE` (see SupervisorService).
+    Any RPC may also answer UNAVAILABLE `LOG_CLOSED`, `STORAGE_ERROR` or
+    `LOG_WRITER_FAILED` (the log cannot write now; it retries every second),
+    FAILED_PRECONDITION `LOG_LOCKED`, DEADLINE_EXCEEDED
+    `AUDIT_DEADLINE_EXCEEDED`, and INTERNAL `LOG_CORRUPTED` (the log refuses
+    to serve what does not verify).
     """
 
     def AppendRecord(self, request, context):
         """Appends one record; acknowledged only once it is durable.
+
+        Errors: INVALID_ARGUMENT `MISSING_FIELD`, `INVALID_FIELD` (the record
+        field named, e.g. record.event_type), `PRINCIPAL_INVALID`
+        (record.principal: a delegation chain link whose record signature does
+        not verify), `RECORD_TOO_LARGE` (metadata max_bytes); PERMISSION_DENIED
+        `AGENT_EVENT_TYPE_NOT_ALLOWED` (an agent appending anything but
+        ACCESS_DENIED).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -83,6 +116,9 @@ class AuditServiceServicer:
     def AppendRecords(self, request, context):
         """Appends up to 1000 records at consecutive indexes, all or nothing, in one
         durable write; for callers that record in bulk.
+
+        Errors: as AppendRecord, for records[i]; INVALID_ARGUMENT `MISSING_FIELD`
+        (no record), `TOO_MANY_RECORDS` (more than 1000).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -90,6 +126,9 @@ class AuditServiceServicer:
 
     def QueryRecords(self, request, context):
         """Streams records matching a filter, one page at a time.
+
+        Errors: INVALID_ARGUMENT `INVALID_FIELD` (page_size, max_records),
+        `INVALID_TIME_RANGE` (end_time before start_time), `INVALID_PAGE_TOKEN`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -104,6 +143,8 @@ class AuditServiceServicer:
 
     def GetInclusionProof(self, request, context):
         """Proves that a leaf is in the tree of a given size.
+
+        Errors: INVALID_ARGUMENT `LEAF_INDEX_OUT_OF_RANGE`, `TREE_SIZE_OUT_OF_RANGE`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -111,6 +152,9 @@ class AuditServiceServicer:
 
     def GetConsistencyProof(self, request, context):
         """Proves that a tree of one size is a prefix of a tree of a larger size.
+
+        Errors: INVALID_ARGUMENT `TREE_SIZE_OUT_OF_RANGE` (first_tree_size,
+        second_tree_size).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -159,7 +203,20 @@ def add_AuditServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class AuditService:
     """Append-only, tamper-evident audit log: a Merkle tree hashed as RFC 9162,
-    with signed checkpoints and inclusion / consistency proofs.
+    with signed checkpoints and inclusion / consistency proofs. Services and
+    agents append (agents: ACCESS_DENIED records only); operators read.
+
+    Errors carry a google.rpc.ErrorInfo (domain "agentmesh.local") in
+    grpc-status-details-bin; besides the reasons listed per RPC, every RPC may
+    answer UNAUTHENTICATED `NO_PEER_IDENTITY`, PERMISSION_DENIED
+    `CALLER_NOT_ALLOWED` and the input-limit refusals INVALID_ARGUMENT
+    `REQUEST_UNDECODABLE`, `ENUM_VALUE_UNKNOWN`, `FIELD_TOO_LONG`,
+    `FIELD_INVALID_CHARACTERS`, `FIELD_OUT_OF_RANGE` (see SupervisorService).
+    Any RPC may also answer UNAVAILABLE `LOG_CLOSED`, `STORAGE_ERROR` or
+    `LOG_WRITER_FAILED` (the log cannot write now; it retries every second),
+    FAILED_PRECONDITION `LOG_LOCKED`, DEADLINE_EXCEEDED
+    `AUDIT_DEADLINE_EXCEEDED`, and INTERNAL `LOG_CORRUPTED` (the log refuses
+    to serve what does not verify).
     """
 
     @staticmethod

@@ -29,6 +29,13 @@ class CapabilityServiceStub:
     """Registered capabilities and their governed execution. Agents never touch a
     backend directly: every operation goes through InvokeCapability with a
     signed task grant, is authorised by PolicyService and recorded in audit.
+
+    Errors carry a google.rpc.ErrorInfo (domain "agentmesh.local") in
+    grpc-status-details-bin; besides the reasons listed per RPC, every RPC may
+    answer UNAUTHENTICATED `NO_PEER_IDENTITY`, PERMISSION_DENIED
+    `CALLER_NOT_ALLOWED` and the input-limit refusals INVALID_ARGUMENT
+    `REQUEST_UNDECODABLE`, `ENUM_VALUE_UNKNOWN`, `FIELD_TOO_LONG`,
+    `FIELD_INVALID_CHARACTERS`, `FIELD_OUT_OF_RANGE` (see SupervisorService).
     """
 
     def __init__(self, channel):
@@ -63,10 +70,47 @@ class CapabilityServiceServicer:
     """Registered capabilities and their governed execution. Agents never touch a
     backend directly: every operation goes through InvokeCapability with a
     signed task grant, is authorised by PolicyService and recorded in audit.
+
+    Errors carry a google.rpc.ErrorInfo (domain "agentmesh.local") in
+    grpc-status-details-bin; besides the reasons listed per RPC, every RPC may
+    answer UNAUTHENTICATED `NO_PEER_IDENTITY`, PERMISSION_DENIED
+    `CALLER_NOT_ALLOWED` and the input-limit refusals INVALID_ARGUMENT
+    `REQUEST_UNDECODABLE`, `ENUM_VALUE_UNKNOWN`, `FIELD_TOO_LONG`,
+    `FIELD_INVALID_CHARACTERS`, `FIELD_OUT_OF_RANGE` (see SupervisorService).
     """
 
     def InvokeCapability(self, request, context):
-        """Runs one capability under a task grant.
+        """Runs one capability under a task grant: grant, principal, input,
+        resource, idempotency, policy decision, audit, execution, output,
+        verification (see the README, "One capability call"). Every refusal is
+        audited with its real cause.
+
+        Errors: UNAUTHENTICATED `GRANT_MISSING`, `GRANT_MALFORMED`,
+        `GRANT_BAD_SIGNATURE`, `GRANT_UNKNOWN_KEY`, `GRANT_EXPIRED`,
+        `GRANT_NOT_YET_VALID` (grant), `PRINCIPAL_INVALID` (principal: its
+        grants do not verify or are not this call's chain); PERMISSION_DENIED
+        `GRANT_AUDIENCE_MISMATCH` (the grant is for another agent),
+        `GRANT_CAPABILITY_NOT_LISTED`, `GRANT_RESOURCE_NOT_LISTED`,
+        `GRANT_NAMES_NO_RESOURCE`, `GRANT_NO_TENANT`, `GRANT_REVOKED`,
+        `POLICY_DENIED` (metadata reason_codes, decision_id); INVALID_ARGUMENT
+        `MISSING_FIELD` (capability_id, idempotency_key of a mutation),
+        `INPUT_INVALID` (input, against the capability's JSON Schema; metadata
+        field is the path inside input); NOT_FOUND `CAPABILITY_NOT_FOUND`,
+        `RESOURCE_NOT_FOUND` (also for another tenant's resource, byte for byte);
+        FAILED_PRECONDITION `CAPABILITY_NOT_ACTIVE` (DISABLED or not executable),
+        `CONFIRMATION_REQUIRED`, `HUMAN_APPROVAL_REQUIRED`, `PRECONDITION_FAILED`
+        and the backend's own precondition reasons (e.g. `PERMIT_NOT_RELEASABLE`,
+        `PERMIT_ALREADY_RELEASED`, `PERMIT_EXPIRED`); ABORTED
+        `IDEMPOTENCY_KEY_REUSED` (another principal or payload),
+        `IDEMPOTENCY_KEY_IN_FLIGHT`, `IDEMPOTENCY_KEY_FAILED`,
+        `VERIFICATION_FAILED` (the effect did not read back; metadata
+        compensated, restored); DEADLINE_EXCEEDED `DEADLINE_EXCEEDED`,
+        `EXTERNAL_TIMEOUT`; UNAVAILABLE `POLICY_UNAVAILABLE`, `AUDIT_UNAVAILABLE`,
+        `EXTERNAL_UNAVAILABLE`, `EXTERNAL_HTTP_STATUS`, `EXTERNAL_CONNECTION_FAILED`,
+        `EXTERNAL_CIRCUIT_OPEN`, `EXTERNAL_MALFORMED`, `EXTERNAL_MALFORMED_JSON`,
+        `EXTERNAL_SCHEMA_INVALID`, `EXTERNAL_CONTENT_TYPE`, `EXTERNAL_TOO_LARGE`,
+        `EXTERNAL_RESPONSE_MISMATCH` (the external system answered unusably;
+        nothing is filled in).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -80,7 +124,12 @@ class CapabilityServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def SetCapabilityStatus(self, request, context):
-        """Changes a capability's lifecycle status (operators only; audited).
+        """Changes a capability's lifecycle status (operators only; audited through
+        the durable outbox; in force at once).
+
+        Errors: INVALID_ARGUMENT `MISSING_FIELD` (capability_id, status,
+        reason); NOT_FOUND `CAPABILITY_NOT_FOUND`; FAILED_PRECONDITION
+        `STATUS_CHANGE_REFUSED`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -91,6 +140,8 @@ class CapabilityServiceServicer:
         cancelled execution, or tasks orphaned by a supervisor restart). From
         then on every call under a revoked grant is refused PERMISSION_DENIED
         GRANT_REVOKED, and audited. Persisted; revoking again only widens it.
+
+        Errors: INVALID_ARGUMENT `MISSING_FIELD` (execution_id).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -131,6 +182,13 @@ class CapabilityService:
     """Registered capabilities and their governed execution. Agents never touch a
     backend directly: every operation goes through InvokeCapability with a
     signed task grant, is authorised by PolicyService and recorded in audit.
+
+    Errors carry a google.rpc.ErrorInfo (domain "agentmesh.local") in
+    grpc-status-details-bin; besides the reasons listed per RPC, every RPC may
+    answer UNAUTHENTICATED `NO_PEER_IDENTITY`, PERMISSION_DENIED
+    `CALLER_NOT_ALLOWED` and the input-limit refusals INVALID_ARGUMENT
+    `REQUEST_UNDECODABLE`, `ENUM_VALUE_UNKNOWN`, `FIELD_TOO_LONG`,
+    `FIELD_INVALID_CHARACTERS`, `FIELD_OUT_OF_RANGE` (see SupervisorService).
     """
 
     @staticmethod

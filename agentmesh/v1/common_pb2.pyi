@@ -288,7 +288,7 @@ class AgentContextProjection(_message.Message):
     def __init__(self, source_context_id: _Optional[str] = ..., target_agent_id: _Optional[str] = ..., allowed_fields: _Optional[_Iterable[str]] = ..., redacted_fields: _Optional[_Iterable[str]] = ..., purpose: _Optional[str] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., digest: _Optional[str] = ...) -> None: ...
 
 class AgentTask(_message.Message):
-    __slots__ = ("task_id", "parent_task_id", "execution_id", "source_agent_id", "target_agent_id", "tenant_id", "user_id", "session_id", "conversation_id", "objective", "input", "required_capabilities", "deadline", "priority", "status", "depth", "budget", "projection", "correlation_id", "started_at", "finished_at")
+    __slots__ = ("task_id", "parent_task_id", "execution_id", "source_agent_id", "target_agent_id", "tenant_id", "user_id", "session_id", "conversation_id", "objective", "input", "required_capabilities", "deadline", "priority", "status", "depth", "budget", "projection", "correlation_id", "started_at", "finished_at", "locale")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     PARENT_TASK_ID_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -310,6 +310,7 @@ class AgentTask(_message.Message):
     CORRELATION_ID_FIELD_NUMBER: _ClassVar[int]
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    LOCALE_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     parent_task_id: str
     execution_id: str
@@ -331,7 +332,8 @@ class AgentTask(_message.Message):
     correlation_id: str
     started_at: _timestamp_pb2.Timestamp
     finished_at: _timestamp_pb2.Timestamp
-    def __init__(self, task_id: _Optional[str] = ..., parent_task_id: _Optional[str] = ..., execution_id: _Optional[str] = ..., source_agent_id: _Optional[str] = ..., target_agent_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., objective: _Optional[str] = ..., input: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., required_capabilities: _Optional[_Iterable[str]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., priority: _Optional[_Union[TaskPriority, str]] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., depth: _Optional[int] = ..., budget: _Optional[_Union[AgentBudget, _Mapping]] = ..., projection: _Optional[_Union[AgentContextProjection, _Mapping]] = ..., correlation_id: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    locale: str
+    def __init__(self, task_id: _Optional[str] = ..., parent_task_id: _Optional[str] = ..., execution_id: _Optional[str] = ..., source_agent_id: _Optional[str] = ..., target_agent_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., session_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., objective: _Optional[str] = ..., input: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., required_capabilities: _Optional[_Iterable[str]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., priority: _Optional[_Union[TaskPriority, str]] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., depth: _Optional[int] = ..., budget: _Optional[_Union[AgentBudget, _Mapping]] = ..., projection: _Optional[_Union[AgentContextProjection, _Mapping]] = ..., correlation_id: _Optional[str] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., locale: _Optional[str] = ...) -> None: ...
 
 class TaskEdge(_message.Message):
     __slots__ = ("from_task_id", "to_task_id", "condition")

@@ -29,6 +29,17 @@ class DecisionCenterServiceStub:
     """Where humans decide what agents may not (PRD §40-42, §66). Hosted by the
     supervisor. Tenant-scoped; every call needs a verified user assertion whose
     roles the policy engine accepts for reviewing.
+
+    Errors carry a google.rpc.ErrorInfo (domain "agentmesh.local") in
+    grpc-status-details-bin; besides the reasons listed per RPC, every RPC may
+    answer UNAUTHENTICATED `NO_PEER_IDENTITY`, PERMISSION_DENIED
+    `CALLER_NOT_ALLOWED` and the input-limit refusals INVALID_ARGUMENT
+    `REQUEST_UNDECODABLE`, `ENUM_VALUE_UNKNOWN`, `FIELD_TOO_LONG`,
+    `FIELD_INVALID_CHARACTERS`, `FIELD_OUT_OF_RANGE` (see SupervisorService).
+    Every RPC here takes a `user_assertion` and may answer UNAUTHENTICATED
+    `ASSERTION_MISSING`, `ASSERTION_INVALID`, `ASSERTION_EXPIRED` or
+    `ASSERTION_NO_TENANT`, and UNAVAILABLE `POLICY_UNAVAILABLE` (no policy
+    decision, so no review).
     """
 
     def __init__(self, channel):
@@ -58,10 +69,24 @@ class DecisionCenterServiceServicer:
     """Where humans decide what agents may not (PRD §40-42, §66). Hosted by the
     supervisor. Tenant-scoped; every call needs a verified user assertion whose
     roles the policy engine accepts for reviewing.
+
+    Errors carry a google.rpc.ErrorInfo (domain "agentmesh.local") in
+    grpc-status-details-bin; besides the reasons listed per RPC, every RPC may
+    answer UNAUTHENTICATED `NO_PEER_IDENTITY`, PERMISSION_DENIED
+    `CALLER_NOT_ALLOWED` and the input-limit refusals INVALID_ARGUMENT
+    `REQUEST_UNDECODABLE`, `ENUM_VALUE_UNKNOWN`, `FIELD_TOO_LONG`,
+    `FIELD_INVALID_CHARACTERS`, `FIELD_OUT_OF_RANGE` (see SupervisorService).
+    Every RPC here takes a `user_assertion` and may answer UNAUTHENTICATED
+    `ASSERTION_MISSING`, `ASSERTION_INVALID`, `ASSERTION_EXPIRED` or
+    `ASSERTION_NO_TENANT`, and UNAVAILABLE `POLICY_UNAVAILABLE` (no policy
+    decision, so no review).
     """
 
     def ListReviews(self, request, context):
         """Reviews of the caller's tenant, oldest first.
+
+        Errors: PERMISSION_DENIED `REVIEWER_ROLE_REQUIRED` or `POLICY_DENIED`
+        (metadata decision_id, reason_codes).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -69,6 +94,10 @@ class DecisionCenterServiceServicer:
 
     def GetReview(self, request, context):
         """One review with the execution and its evidence.
+
+        Errors: INVALID_ARGUMENT `MISSING_FIELD` (review_id); NOT_FOUND
+        `REVIEW_NOT_FOUND` (none, or another tenant's: the same answer);
+        PERMISSION_DENIED `REVIEWER_ROLE_REQUIRED` or `POLICY_DENIED`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -76,7 +105,19 @@ class DecisionCenterServiceServicer:
 
     def SubmitReviewDecision(self, request, context):
         """APPROVE, REJECT, REQUEST_INFORMATION, OVERRIDE or ASSIGN a review; the
-        execution under review resumes accordingly.
+        execution under review resumes accordingly. The decision is durable in
+        the audit log before it applies.
+
+        Errors: INVALID_ARGUMENT `MISSING_FIELD` (review_id, decision, reason
+        for REJECT / REQUEST_INFORMATION / OVERRIDE, assignee for ASSIGN),
+        `INVALID_DECISION` (decision), `INVALID_OVERRIDE_DECISION`
+        (override_decision); NOT_FOUND `REVIEW_NOT_FOUND`; FAILED_PRECONDITION
+        `REVIEW_CLOSED` (already decided), `EXECUTION_NOT_AWAITING_REVIEW`;
+        PERMISSION_DENIED `REVIEWER_ROLE_REQUIRED`, `ADMIN_ROLE_REQUIRED`
+        (OVERRIDE), `OWN_REQUEST` (deciding one's own request),
+        `OVERRIDE_REASON_REQUIRED`, `POLICY_DENIED`, `APPROVAL_NOT_INDEPENDENT`
+        (the policy engine does not count this approval as the human approval;
+        nothing changed); UNAVAILABLE `AUDIT_UNAVAILABLE`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -112,6 +153,17 @@ class DecisionCenterService:
     """Where humans decide what agents may not (PRD §40-42, §66). Hosted by the
     supervisor. Tenant-scoped; every call needs a verified user assertion whose
     roles the policy engine accepts for reviewing.
+
+    Errors carry a google.rpc.ErrorInfo (domain "agentmesh.local") in
+    grpc-status-details-bin; besides the reasons listed per RPC, every RPC may
+    answer UNAUTHENTICATED `NO_PEER_IDENTITY`, PERMISSION_DENIED
+    `CALLER_NOT_ALLOWED` and the input-limit refusals INVALID_ARGUMENT
+    `REQUEST_UNDECODABLE`, `ENUM_VALUE_UNKNOWN`, `FIELD_TOO_LONG`,
+    `FIELD_INVALID_CHARACTERS`, `FIELD_OUT_OF_RANGE` (see SupervisorService).
+    Every RPC here takes a `user_assertion` and may answer UNAUTHENTICATED
+    `ASSERTION_MISSING`, `ASSERTION_INVALID`, `ASSERTION_EXPIRED` or
+    `ASSERTION_NO_TENANT`, and UNAVAILABLE `POLICY_UNAVAILABLE` (no policy
+    decision, so no review).
     """
 
     @staticmethod

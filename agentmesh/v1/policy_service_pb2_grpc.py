@@ -28,6 +28,13 @@ if _version_not_supported:
 class PolicyServiceStub:
     """The only source of authority in the mesh (PRD §2, §70). Every capability
     call is decided here against the user's own authority, in the user's tenant.
+
+    Errors carry a google.rpc.ErrorInfo (domain "agentmesh.local") in
+    grpc-status-details-bin; besides the reasons listed per RPC, every RPC may
+    answer UNAUTHENTICATED `NO_PEER_IDENTITY`, PERMISSION_DENIED
+    `CALLER_NOT_ALLOWED` and the input-limit refusals INVALID_ARGUMENT
+    `REQUEST_UNDECODABLE`, `ENUM_VALUE_UNKNOWN`, `FIELD_TOO_LONG`,
+    `FIELD_INVALID_CHARACTERS`, `FIELD_OUT_OF_RANGE` (see SupervisorService).
     """
 
     def __init__(self, channel):
@@ -61,18 +68,31 @@ class PolicyServiceStub:
 class PolicyServiceServicer:
     """The only source of authority in the mesh (PRD §2, §70). Every capability
     call is decided here against the user's own authority, in the user's tenant.
+
+    Errors carry a google.rpc.ErrorInfo (domain "agentmesh.local") in
+    grpc-status-details-bin; besides the reasons listed per RPC, every RPC may
+    answer UNAUTHENTICATED `NO_PEER_IDENTITY`, PERMISSION_DENIED
+    `CALLER_NOT_ALLOWED` and the input-limit refusals INVALID_ARGUMENT
+    `REQUEST_UNDECODABLE`, `ENUM_VALUE_UNKNOWN`, `FIELD_TOO_LONG`,
+    `FIELD_INVALID_CHARACTERS`, `FIELD_OUT_OF_RANGE` (see SupervisorService).
     """
 
     def Authorize(self, request, context):
         """Decides one operation. Fails closed: anything but a clean Cedar Allow is
-        a DENY with a reason code.
+        a DENY with a reason code. A DENY is an answer, not an error.
+
+        Errors: INVALID_ARGUMENT `MISSING_FIELD`, `INVALID_FIELD` (the field named).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def SetKillSwitch(self, request, context):
-        """Turns a kill switch on or off (operators only). Persisted and audited.
+        """Turns a kill switch on or off (operators only). Persisted and audited
+        (through the durable outbox: a safety stop does not wait for audit).
+
+        Errors: INVALID_ARGUMENT `MISSING_FIELD`, `INVALID_FIELD` (scope,
+        target, reason); UNAVAILABLE `KILL_SWITCH_STORE_UNAVAILABLE`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -80,6 +100,8 @@ class PolicyServiceServicer:
 
     def ListKillSwitches(self, request, context):
         """Lists kill switches currently in force.
+
+        Errors: UNAVAILABLE `KILL_SWITCH_STORE_UNAVAILABLE`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -126,6 +148,13 @@ def add_PolicyServiceServicer_to_server(servicer, server):
 class PolicyService:
     """The only source of authority in the mesh (PRD §2, §70). Every capability
     call is decided here against the user's own authority, in the user's tenant.
+
+    Errors carry a google.rpc.ErrorInfo (domain "agentmesh.local") in
+    grpc-status-details-bin; besides the reasons listed per RPC, every RPC may
+    answer UNAUTHENTICATED `NO_PEER_IDENTITY`, PERMISSION_DENIED
+    `CALLER_NOT_ALLOWED` and the input-limit refusals INVALID_ARGUMENT
+    `REQUEST_UNDECODABLE`, `ENUM_VALUE_UNKNOWN`, `FIELD_TOO_LONG`,
+    `FIELD_INVALID_CHARACTERS`, `FIELD_OUT_OF_RANGE` (see SupervisorService).
     """
 
     @staticmethod

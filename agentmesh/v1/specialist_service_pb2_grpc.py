@@ -28,6 +28,13 @@ if _version_not_supported:
 class SpecialistServiceStub:
     """One specialist agent. Called only by the supervisor; reaches data only
     through CapabilityService with the grant it is given.
+
+    Errors carry a google.rpc.ErrorInfo (domain "agentmesh.local") in
+    grpc-status-details-bin; besides the reasons listed per RPC, every RPC may
+    answer UNAUTHENTICATED `NO_PEER_IDENTITY`, PERMISSION_DENIED
+    `CALLER_NOT_ALLOWED` and the input-limit refusals INVALID_ARGUMENT
+    `REQUEST_UNDECODABLE`, `ENUM_VALUE_UNKNOWN`, `FIELD_TOO_LONG`,
+    `FIELD_INVALID_CHARACTERS`, `FIELD_OUT_OF_RANGE` (see SupervisorService).
     """
 
     def __init__(self, channel):
@@ -51,10 +58,27 @@ class SpecialistServiceStub:
 class SpecialistServiceServicer:
     """One specialist agent. Called only by the supervisor; reaches data only
     through CapabilityService with the grant it is given.
+
+    Errors carry a google.rpc.ErrorInfo (domain "agentmesh.local") in
+    grpc-status-details-bin; besides the reasons listed per RPC, every RPC may
+    answer UNAUTHENTICATED `NO_PEER_IDENTITY`, PERMISSION_DENIED
+    `CALLER_NOT_ALLOWED` and the input-limit refusals INVALID_ARGUMENT
+    `REQUEST_UNDECODABLE`, `ENUM_VALUE_UNKNOWN`, `FIELD_TOO_LONG`,
+    `FIELD_INVALID_CHARACTERS`, `FIELD_OUT_OF_RANGE` (see SupervisorService).
     """
 
     def RunTask(self, request, context):
-        """Runs one task and returns an evidence-first result.
+        """Runs one task and returns an evidence-first result. What the agent could
+        not establish is in the result (status, error_reason, UNCERTAINTY
+        statements), not an error.
+
+        Errors (each audited under the agent's identity): INVALID_ARGUMENT
+        `TASK_AGENT_MISMATCH` (the task targets another agent), `MISSING_FIELD`
+        (task.task_id), `GRANT_MISSING`, `GRANT_MALFORMED` (grant),
+        `GRANT_TASK_MISMATCH`, `GRANT_TENANT_MISMATCH` (the grant is for another
+        task or tenant), `TASK_INPUT_INVALID` (task.input breaks the agent's
+        input schema); PERMISSION_DENIED `GRANT_AUDIENCE_MISMATCH` (the grant is
+        for another identity).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -91,6 +115,13 @@ def add_SpecialistServiceServicer_to_server(servicer, server):
 class SpecialistService:
     """One specialist agent. Called only by the supervisor; reaches data only
     through CapabilityService with the grant it is given.
+
+    Errors carry a google.rpc.ErrorInfo (domain "agentmesh.local") in
+    grpc-status-details-bin; besides the reasons listed per RPC, every RPC may
+    answer UNAUTHENTICATED `NO_PEER_IDENTITY`, PERMISSION_DENIED
+    `CALLER_NOT_ALLOWED` and the input-limit refusals INVALID_ARGUMENT
+    `REQUEST_UNDECODABLE`, `ENUM_VALUE_UNKNOWN`, `FIELD_TOO_LONG`,
+    `FIELD_INVALID_CHARACTERS`, `FIELD_OUT_OF_RANGE` (see SupervisorService).
     """
 
     @staticmethod

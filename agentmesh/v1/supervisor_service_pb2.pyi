@@ -24,6 +24,38 @@ class ExecutionStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EXECUTION_STATUS_AWAITING_REVIEW: _ClassVar[ExecutionStatus]
     EXECUTION_STATUS_AWAITING_CONFIRMATION: _ClassVar[ExecutionStatus]
 
+class ExecutionIntent(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EXECUTION_INTENT_UNSPECIFIED: _ClassVar[ExecutionIntent]
+    EXECUTION_INTENT_ANALYZE_PERMIT: _ClassVar[ExecutionIntent]
+    EXECUTION_INTENT_PERMIT_STATUS: _ClassVar[ExecutionIntent]
+    EXECUTION_INTENT_TRAINING_EXPIRED: _ClassVar[ExecutionIntent]
+
+class ExecutionEvent(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EXECUTION_EVENT_UNSPECIFIED: _ClassVar[ExecutionEvent]
+    EXECUTION_EVENT_SNAPSHOT: _ClassVar[ExecutionEvent]
+    EXECUTION_EVENT_TASK_STARTED: _ClassVar[ExecutionEvent]
+    EXECUTION_EVENT_TASK_FINISHED: _ClassVar[ExecutionEvent]
+    EXECUTION_EVENT_EXECUTION_UPDATED: _ClassVar[ExecutionEvent]
+    EXECUTION_EVENT_EXECUTION_FINISHED: _ClassVar[ExecutionEvent]
+
+class MissingKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MISSING_KIND_UNSPECIFIED: _ClassVar[MissingKind]
+    MISSING_KIND_TASK_FAILED: _ClassVar[MissingKind]
+    MISSING_KIND_TASK_TIMED_OUT: _ClassVar[MissingKind]
+    MISSING_KIND_TASK_CANCELLED: _ClassVar[MissingKind]
+    MISSING_KIND_TASK_SKIPPED: _ClassVar[MissingKind]
+    MISSING_KIND_TASK_NOT_RUN: _ClassVar[MissingKind]
+    MISSING_KIND_RESULT_FAILED: _ClassVar[MissingKind]
+    MISSING_KIND_RESULT_CONTRACT_VIOLATION: _ClassVar[MissingKind]
+    MISSING_KIND_RESULT_AMBIGUOUS: _ClassVar[MissingKind]
+    MISSING_KIND_ANALYSIS_INCOMPLETE: _ClassVar[MissingKind]
+    MISSING_KIND_HANDOFF: _ClassVar[MissingKind]
+    MISSING_KIND_INFORMATION_REQUESTED: _ClassVar[MissingKind]
+    MISSING_KIND_NOT_FINISHED: _ClassVar[MissingKind]
+
 class ActionState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     ACTION_STATE_UNSPECIFIED: _ClassVar[ActionState]
@@ -46,6 +78,29 @@ EXECUTION_STATUS_CANCELLED: ExecutionStatus
 EXECUTION_STATUS_STOPPED: ExecutionStatus
 EXECUTION_STATUS_AWAITING_REVIEW: ExecutionStatus
 EXECUTION_STATUS_AWAITING_CONFIRMATION: ExecutionStatus
+EXECUTION_INTENT_UNSPECIFIED: ExecutionIntent
+EXECUTION_INTENT_ANALYZE_PERMIT: ExecutionIntent
+EXECUTION_INTENT_PERMIT_STATUS: ExecutionIntent
+EXECUTION_INTENT_TRAINING_EXPIRED: ExecutionIntent
+EXECUTION_EVENT_UNSPECIFIED: ExecutionEvent
+EXECUTION_EVENT_SNAPSHOT: ExecutionEvent
+EXECUTION_EVENT_TASK_STARTED: ExecutionEvent
+EXECUTION_EVENT_TASK_FINISHED: ExecutionEvent
+EXECUTION_EVENT_EXECUTION_UPDATED: ExecutionEvent
+EXECUTION_EVENT_EXECUTION_FINISHED: ExecutionEvent
+MISSING_KIND_UNSPECIFIED: MissingKind
+MISSING_KIND_TASK_FAILED: MissingKind
+MISSING_KIND_TASK_TIMED_OUT: MissingKind
+MISSING_KIND_TASK_CANCELLED: MissingKind
+MISSING_KIND_TASK_SKIPPED: MissingKind
+MISSING_KIND_TASK_NOT_RUN: MissingKind
+MISSING_KIND_RESULT_FAILED: MissingKind
+MISSING_KIND_RESULT_CONTRACT_VIOLATION: MissingKind
+MISSING_KIND_RESULT_AMBIGUOUS: MissingKind
+MISSING_KIND_ANALYSIS_INCOMPLETE: MissingKind
+MISSING_KIND_HANDOFF: MissingKind
+MISSING_KIND_INFORMATION_REQUESTED: MissingKind
+MISSING_KIND_NOT_FINISHED: MissingKind
 ACTION_STATE_UNSPECIFIED: ActionState
 ACTION_STATE_NOT_ELIGIBLE: ActionState
 ACTION_STATE_DENIED: ActionState
@@ -57,6 +112,20 @@ ACTION_STATE_FAILED: ActionState
 ACTION_STATE_DECLINED: ActionState
 ACTION_STATE_EXPIRED: ActionState
 ACTION_STATE_REJECTED: ActionState
+
+class MissingItem(_message.Message):
+    __slots__ = ("kind", "analysis", "agent_id", "detail", "text")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    ANALYSIS_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    kind: MissingKind
+    analysis: str
+    agent_id: str
+    detail: str
+    text: str
+    def __init__(self, kind: _Optional[_Union[MissingKind, str]] = ..., analysis: _Optional[str] = ..., agent_id: _Optional[str] = ..., detail: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
 
 class ProposedAction(_message.Message):
     __slots__ = ("action_id", "capability_id", "resource_id", "arguments", "action_digest", "state", "confirmation_token", "confirmation_expires_at", "policy_decision", "approval_review_id", "approved_by", "reason", "verified", "compensated", "updated_at")
@@ -113,19 +182,17 @@ class Conflict(_message.Message):
     def __init__(self, subject: _Optional[str] = ..., agent_a: _Optional[str] = ..., agent_b: _Optional[str] = ..., evidence_a: _Optional[_Iterable[_Union[_common_pb2.EvidenceReference, _Mapping]]] = ..., evidence_b: _Optional[_Iterable[_Union[_common_pb2.EvidenceReference, _Mapping]]] = ..., applicable_rules: _Optional[_Iterable[str]] = ..., resolution: _Optional[str] = ..., review_id: _Optional[str] = ...) -> None: ...
 
 class Execution(_message.Message):
-    __slots__ = ("execution_id", "status", "decision", "request_text", "intent", "tenant_id", "user_id", "graph", "results", "selection_scores", "conflicts", "missing", "reason", "trace", "started_at", "finished_at", "summary", "action", "actor_type", "system_actor", "recommended_resources", "client_request_id")
+    __slots__ = ("execution_id", "status", "decision", "request_text", "tenant_id", "user_id", "graph", "results", "selection_scores", "conflicts", "reason", "trace", "started_at", "finished_at", "summary", "action", "actor_type", "system_actor", "recommended_resources", "client_request_id", "intent", "intent_rule", "missing")
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     DECISION_FIELD_NUMBER: _ClassVar[int]
     REQUEST_TEXT_FIELD_NUMBER: _ClassVar[int]
-    INTENT_FIELD_NUMBER: _ClassVar[int]
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     USER_ID_FIELD_NUMBER: _ClassVar[int]
     GRAPH_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     SELECTION_SCORES_FIELD_NUMBER: _ClassVar[int]
     CONFLICTS_FIELD_NUMBER: _ClassVar[int]
-    MISSING_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     TRACE_FIELD_NUMBER: _ClassVar[int]
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
@@ -136,18 +203,19 @@ class Execution(_message.Message):
     SYSTEM_ACTOR_FIELD_NUMBER: _ClassVar[int]
     RECOMMENDED_RESOURCES_FIELD_NUMBER: _ClassVar[int]
     CLIENT_REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    INTENT_FIELD_NUMBER: _ClassVar[int]
+    INTENT_RULE_FIELD_NUMBER: _ClassVar[int]
+    MISSING_FIELD_NUMBER: _ClassVar[int]
     execution_id: str
     status: ExecutionStatus
     decision: _common_pb2.AnalysisDecision
     request_text: str
-    intent: str
     tenant_id: str
     user_id: str
     graph: _common_pb2.AgentTaskGraph
     results: _containers.RepeatedCompositeFieldContainer[_common_pb2.AgentResult]
     selection_scores: _containers.RepeatedCompositeFieldContainer[_common_pb2.AgentSelectionScore]
     conflicts: _containers.RepeatedCompositeFieldContainer[Conflict]
-    missing: _containers.RepeatedScalarFieldContainer[str]
     reason: str
     trace: _common_pb2.TraceContext
     started_at: _timestamp_pb2.Timestamp
@@ -158,7 +226,10 @@ class Execution(_message.Message):
     system_actor: str
     recommended_resources: _containers.RepeatedScalarFieldContainer[str]
     client_request_id: str
-    def __init__(self, execution_id: _Optional[str] = ..., status: _Optional[_Union[ExecutionStatus, str]] = ..., decision: _Optional[_Union[_common_pb2.AnalysisDecision, str]] = ..., request_text: _Optional[str] = ..., intent: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., graph: _Optional[_Union[_common_pb2.AgentTaskGraph, _Mapping]] = ..., results: _Optional[_Iterable[_Union[_common_pb2.AgentResult, _Mapping]]] = ..., selection_scores: _Optional[_Iterable[_Union[_common_pb2.AgentSelectionScore, _Mapping]]] = ..., conflicts: _Optional[_Iterable[_Union[Conflict, _Mapping]]] = ..., missing: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ..., trace: _Optional[_Union[_common_pb2.TraceContext, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., summary: _Optional[str] = ..., action: _Optional[_Union[ProposedAction, _Mapping]] = ..., actor_type: _Optional[_Union[_common_pb2.ActorType, str]] = ..., system_actor: _Optional[str] = ..., recommended_resources: _Optional[_Iterable[str]] = ..., client_request_id: _Optional[str] = ...) -> None: ...
+    intent: ExecutionIntent
+    intent_rule: str
+    missing: _containers.RepeatedCompositeFieldContainer[MissingItem]
+    def __init__(self, execution_id: _Optional[str] = ..., status: _Optional[_Union[ExecutionStatus, str]] = ..., decision: _Optional[_Union[_common_pb2.AnalysisDecision, str]] = ..., request_text: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., graph: _Optional[_Union[_common_pb2.AgentTaskGraph, _Mapping]] = ..., results: _Optional[_Iterable[_Union[_common_pb2.AgentResult, _Mapping]]] = ..., selection_scores: _Optional[_Iterable[_Union[_common_pb2.AgentSelectionScore, _Mapping]]] = ..., conflicts: _Optional[_Iterable[_Union[Conflict, _Mapping]]] = ..., reason: _Optional[str] = ..., trace: _Optional[_Union[_common_pb2.TraceContext, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., summary: _Optional[str] = ..., action: _Optional[_Union[ProposedAction, _Mapping]] = ..., actor_type: _Optional[_Union[_common_pb2.ActorType, str]] = ..., system_actor: _Optional[str] = ..., recommended_resources: _Optional[_Iterable[str]] = ..., client_request_id: _Optional[str] = ..., intent: _Optional[_Union[ExecutionIntent, str]] = ..., intent_rule: _Optional[str] = ..., missing: _Optional[_Iterable[_Union[MissingItem, _Mapping]]] = ...) -> None: ...
 
 class AnalyzeRequest(_message.Message):
     __slots__ = ("user_assertion", "request_text", "tenant_id", "correlation_id", "budget", "detach", "request_release", "confirmation_ttl_seconds", "client_request_id")
@@ -211,18 +282,18 @@ class WatchExecutionRequest(_message.Message):
     def __init__(self, user_assertion: _Optional[str] = ..., execution_id: _Optional[str] = ...) -> None: ...
 
 class WatchExecutionResponse(_message.Message):
-    __slots__ = ("event", "task_id", "agent_id", "task_status", "execution")
-    EVENT_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("task_id", "agent_id", "task_status", "execution", "event")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_STATUS_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_FIELD_NUMBER: _ClassVar[int]
-    event: str
+    EVENT_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     agent_id: str
     task_status: _common_pb2.TaskStatus
     execution: Execution
-    def __init__(self, event: _Optional[str] = ..., task_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., task_status: _Optional[_Union[_common_pb2.TaskStatus, str]] = ..., execution: _Optional[_Union[Execution, _Mapping]] = ...) -> None: ...
+    event: ExecutionEvent
+    def __init__(self, task_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., task_status: _Optional[_Union[_common_pb2.TaskStatus, str]] = ..., execution: _Optional[_Union[Execution, _Mapping]] = ..., event: _Optional[_Union[ExecutionEvent, str]] = ...) -> None: ...
 
 class CancelExecutionRequest(_message.Message):
     __slots__ = ("user_assertion", "execution_id", "reason")

@@ -27,7 +27,24 @@ if _version_not_supported:
 
 class SupervisorServiceStub:
     """Entry point for platform services: turns a request into a governed,
-    parallel, evidence-first team analysis.
+    parallel, evidence-first team analysis. Called by platform clients
+    (spiffe://agentmesh.local/client/*) over mTLS; the end user arrives as a
+    signed user assertion in each request.
+
+    Errors carry a google.rpc.Status in the trailer grpc-status-details-bin
+    with a google.rpc.ErrorInfo (domain "agentmesh.local"; `reason` as listed
+    per RPC; `metadata["field"]` names the request field at fault). Every RPC
+    of every agentmesh service may also answer, before any of its own checks:
+    UNAUTHENTICATED `NO_PEER_IDENTITY` (no usable mTLS identity);
+    PERMISSION_DENIED `CALLER_NOT_ALLOWED` (the caller table does not let this
+    identity call the RPC); INVALID_ARGUMENT `REQUEST_UNDECODABLE`,
+    `ENUM_VALUE_UNKNOWN`, `FIELD_TOO_LONG`, `FIELD_INVALID_CHARACTERS` or
+    `FIELD_OUT_OF_RANGE` (the input limits of agentmesh.validation, metadata
+    "field"). Every RPC taking a `user_assertion` may answer UNAUTHENTICATED
+    `ASSERTION_MISSING`, `ASSERTION_INVALID`, `ASSERTION_EXPIRED` or
+    `ASSERTION_NO_TENANT` (field "user_assertion"). UNAVAILABLE
+    `AUDIT_UNAVAILABLE` means a record that must be durable first could not be
+    written, and nothing happened.
     """
 
     def __init__(self, channel):
@@ -70,7 +87,24 @@ class SupervisorServiceStub:
 
 class SupervisorServiceServicer:
     """Entry point for platform services: turns a request into a governed,
-    parallel, evidence-first team analysis.
+    parallel, evidence-first team analysis. Called by platform clients
+    (spiffe://agentmesh.local/client/*) over mTLS; the end user arrives as a
+    signed user assertion in each request.
+
+    Errors carry a google.rpc.Status in the trailer grpc-status-details-bin
+    with a google.rpc.ErrorInfo (domain "agentmesh.local"; `reason` as listed
+    per RPC; `metadata["field"]` names the request field at fault). Every RPC
+    of every agentmesh service may also answer, before any of its own checks:
+    UNAUTHENTICATED `NO_PEER_IDENTITY` (no usable mTLS identity);
+    PERMISSION_DENIED `CALLER_NOT_ALLOWED` (the caller table does not let this
+    identity call the RPC); INVALID_ARGUMENT `REQUEST_UNDECODABLE`,
+    `ENUM_VALUE_UNKNOWN`, `FIELD_TOO_LONG`, `FIELD_INVALID_CHARACTERS` or
+    `FIELD_OUT_OF_RANGE` (the input limits of agentmesh.validation, metadata
+    "field"). Every RPC taking a `user_assertion` may answer UNAUTHENTICATED
+    `ASSERTION_MISSING`, `ASSERTION_INVALID`, `ASSERTION_EXPIRED` or
+    `ASSERTION_NO_TENANT` (field "user_assertion"). UNAVAILABLE
+    `AUDIT_UNAVAILABLE` means a record that must be durable first could not be
+    written, and nothing happened.
     """
 
     def Analyze(self, request, context):
@@ -79,27 +113,50 @@ class SupervisorServiceServicer:
         runs, and its id is sent first, in the response's initial metadata
         `agentmesh-execution-id`, so a caller that loses the call can find it
         again (GetExecution, or Analyze with the same `client_request_id`).
+
+        Errors: INVALID_ARGUMENT `MISSING_FIELD` (request_text),
+        `REQUEST_TEXT_EMPTY`, `REQUEST_TEXT_TOO_LONG`, `UNKNOWN_INTENT` (field
+        request_text: the message says what is understood), `BUDGET_INVALID`
+        (budget); PERMISSION_DENIED `TENANT_MISMATCH` (tenant_id, or a tenant
+        named in request_text, is not the assertion's); ABORTED
+        `CLIENT_REQUEST_ID_REUSED` (the id was used for another request);
+        UNAVAILABLE `EXECUTION_STARTING` (a retry while the first call is still
+        accepting it: retry), `AUDIT_UNAVAILABLE`. Limits and failed analyses
+        are not errors: they are the execution's status and reason.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetExecution(self, request, context):
-        """Returns an execution by id.
+        """Returns an execution by id, as the policy engine lets the user read it
+        (the requester; reviewers, operators and admins of the tenant).
+
+        Errors: INVALID_ARGUMENT `MISSING_FIELD` (execution_id); NOT_FOUND
+        `EXECUTION_NOT_FOUND` (none, or another tenant's: the same answer);
+        PERMISSION_DENIED `POLICY_DENIED` (metadata decision_id, reason_codes);
+        UNAVAILABLE `POLICY_UNAVAILABLE` (no decision, so no access).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def WatchExecution(self, request, context):
-        """Streams an execution's progress until it ends.
+        """Streams an execution's progress: first its current state (SNAPSHOT),
+        then every change, until it ends (EXECUTION_FINISHED).
+
+        Errors: as GetExecution.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def CancelExecution(self, request, context):
-        """Cancels a running execution and its running tasks.
+        """Cancels a running execution and its running tasks, and revokes its
+        grants at the capability service. The requester, or an admin of the tenant.
+
+        Errors: as GetExecution; FAILED_PRECONDITION `EXECUTION_NOT_RUNNING`
+        (execution_id).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -107,7 +164,17 @@ class SupervisorServiceServicer:
 
     def ConfirmAction(self, request, context):
         """Confirms (or declines) the action an execution waits for, with the
-        single-use token it issued. Only the user who asked may confirm.
+        single-use token it issued. Only the user who asked may confirm. A
+        refusal changes nothing, and is audited.
+
+        Errors: as GetExecution; INVALID_ARGUMENT `MISSING_FIELD`
+        (execution_id, confirmation_token, capability_id or resource_id);
+        FAILED_PRECONDITION `NO_PROPOSED_ACTION`, `CONFIRMATION_NOT_PENDING`,
+        `CONFIRMATION_ALREADY_USED`, `CONFIRMATION_EXPIRED`; PERMISSION_DENIED
+        `CONFIRMATION_TOKEN_INVALID`, `CONFIRMATION_USER_MISMATCH` (another
+        user), `CONFIRMATION_ACTION_MISMATCH` (another capability or resource);
+        UNAVAILABLE `AUDIT_UNAVAILABLE`, `POLICY_UNAVAILABLE`. How the release
+        then ends is the action's state, not an error.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -116,6 +183,13 @@ class SupervisorServiceServicer:
     def HandleEvent(self, request, context):
         """Starts a SYSTEM-actor execution for a platform event (the stand-in for
         the event fabric, PRD §44). Reads only; changes nothing without a human.
+        The same event id starts one execution only.
+
+        Errors: INVALID_ARGUMENT `MISSING_FIELD` (event_id, tenant_id,
+        training_expired.worker_id, training_expired.training_code,
+        training_expired.expired_on), `INVALID_DATE` (training_expired.expired_on),
+        `UNKNOWN_TENANT` (tenant_id); ABORTED `EVENT_IN_PROGRESS` (the event is
+        being started by another call); UNAVAILABLE `AUDIT_UNAVAILABLE`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -164,7 +238,24 @@ def add_SupervisorServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class SupervisorService:
     """Entry point for platform services: turns a request into a governed,
-    parallel, evidence-first team analysis.
+    parallel, evidence-first team analysis. Called by platform clients
+    (spiffe://agentmesh.local/client/*) over mTLS; the end user arrives as a
+    signed user assertion in each request.
+
+    Errors carry a google.rpc.Status in the trailer grpc-status-details-bin
+    with a google.rpc.ErrorInfo (domain "agentmesh.local"; `reason` as listed
+    per RPC; `metadata["field"]` names the request field at fault). Every RPC
+    of every agentmesh service may also answer, before any of its own checks:
+    UNAUTHENTICATED `NO_PEER_IDENTITY` (no usable mTLS identity);
+    PERMISSION_DENIED `CALLER_NOT_ALLOWED` (the caller table does not let this
+    identity call the RPC); INVALID_ARGUMENT `REQUEST_UNDECODABLE`,
+    `ENUM_VALUE_UNKNOWN`, `FIELD_TOO_LONG`, `FIELD_INVALID_CHARACTERS` or
+    `FIELD_OUT_OF_RANGE` (the input limits of agentmesh.validation, metadata
+    "field"). Every RPC taking a `user_assertion` may answer UNAUTHENTICATED
+    `ASSERTION_MISSING`, `ASSERTION_INVALID`, `ASSERTION_EXPIRED` or
+    `ASSERTION_NO_TENANT` (field "user_assertion"). UNAVAILABLE
+    `AUDIT_UNAVAILABLE` means a record that must be durable first could not be
+    written, and nothing happened.
     """
 
     @staticmethod

@@ -104,7 +104,7 @@ def test_lms_timeout_is_insufficient_evidence_never_an_invented_status(mesh: Mes
     for worker in ("W-1006", "W-1007"):
         judged = {k: v for k, v in subjects.items() if k.startswith(f"worker:{worker}/")}
         assert judged and set(judged.values()) == {"UNKNOWN"}, judged
-    assert any("training" in m for m in ex.missing) or "TIMEOUT" in ex.summary.upper()
+    assert any("training" in m.text for m in ex.missing) or "TIMEOUT" in ex.summary.upper()
 
 
 def test_other_tenants_permit_is_invisible(mesh: MeshConfig) -> None:
@@ -232,7 +232,7 @@ def test_disabled_agent_takes_no_new_task(mesh: MeshConfig) -> None:
         ex = analyze(mesh, "Analyze permit WP-10231 and tell me if it can be released")
         assert ex.status == pb.EXECUTION_STATUS_PARTIAL
         assert decision(ex) == "INSUFFICIENT_EVIDENCE"
-        assert any(m.startswith("risk") for m in ex.missing), list(ex.missing)
+        assert any(m.text.startswith("risk") and m.analysis == "risk" for m in ex.missing), list(ex.missing)
         assert "risk-agent" not in {n.target_agent_id for n in ex.graph.nodes}
     finally:
         operator.SetAgentStatus(reg_pb2.SetAgentStatusRequest(

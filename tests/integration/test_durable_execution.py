@@ -161,9 +161,9 @@ def test_a_killed_supervisor_resumes_from_the_last_completed_task(slow_mesh: Mes
     first = ""
     for event in stub.WatchExecution(pb.WatchExecutionRequest(user_assertion=user, execution_id=execution_id),
                                      timeout=30):
-        if event.event == "task_finished" and event.agent_id == "work-permit-agent":
+        if event.event == pb.EXECUTION_EVENT_TASK_FINISHED and event.agent_id == "work-permit-agent":
             first = event.task_id
-        if event.event == "task_started" and event.agent_id == "training-agent":
+        if event.event == pb.EXECUTION_EVENT_TASK_STARTED and event.agent_id == "training-agent":
             break
     assert first, "the first stage completed before the crash"
     with restart_supervisor(slow_mesh):

@@ -101,13 +101,13 @@ def test_killed_risk_agent_gives_partial_naming_the_risk_analysis(slow_mesh: Mes
     final = None
     for event in stub.WatchExecution(pb.WatchExecutionRequest(user_assertion=user, execution_id=execution_id),
                                      timeout=60):
-        if event.event == "task_started" and event.agent_id == "risk-agent":
+        if event.event == pb.EXECUTION_EVENT_TASK_STARTED and event.agent_id == "risk-agent":
             os.kill(_pid(slow_mesh, "risk-agent"), signal.SIGKILL)
         final = event.execution
     assert final is not None
     assert final.status == pb.EXECUTION_STATUS_PARTIAL, final.summary
     assert final.decision == common_pb2.ANALYSIS_DECISION_INSUFFICIENT_EVIDENCE
-    assert any(m.startswith("risk") for m in final.missing), list(final.missing)
+    assert any(m.text.startswith("risk") for m in final.missing), list(final.missing)
     trail = [r for r in audit_records(slow_mesh, execution_id=execution_id)
              if r.agent_id == "risk-agent" and r.event_type != 0]
     assert any(r.outcome in (3, 2, 5) and "FAILED" in r.reason_codes for r in trail), trail

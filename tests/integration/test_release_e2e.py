@@ -235,7 +235,8 @@ def test_request_information_parks_the_review_until_a_decision(world: MeshConfig
                     reason="send the NR-35 certificate of W-1005")
     assert parked.review.status == dc_pb2.REVIEW_STATUS_INFORMATION_REQUESTED
     assert parked.execution.status == pb.EXECUTION_STATUS_AWAITING_REVIEW
-    assert any("NR-35 certificate" in m for m in parked.execution.missing)
+    assert any("NR-35 certificate" in m.text and m.kind == pb.MISSING_KIND_INFORMATION_REQUESTED
+               for m in parked.execution.missing)
     assigned = decide(world, review_id, dc_pb2.REVIEW_DECISION_ASSIGN, assignee="erin")
     assert assigned.review.assignee == "erin"
     approved = decide(world, review_id, dc_pb2.REVIEW_DECISION_APPROVE, reason="certificate received")
@@ -286,6 +287,7 @@ def test_training_expired_event_recommends_and_changes_nothing(world: MeshConfig
     assert not ex.duplicate
     run = ex.execution
     assert run.actor_type == common_pb2.ACTOR_TYPE_SYSTEM and run.system_actor == "TrainingExpirationScanner"
+    assert run.intent == pb.EXECUTION_INTENT_TRAINING_EXPIRED
     assert run.status == pb.EXECUTION_STATUS_AWAITING_REVIEW, run.summary
     assert "permit:WP-10232" in run.recommended_resources
     assert permit_status(world, "WP-10232") == "PENDING_RELEASE"

@@ -76,9 +76,9 @@ def test_a_killed_replica_s_execution_is_resumed_by_another_under_the_same_id(re
     first = ""
     for event in a.WatchExecution(pb.WatchExecutionRequest(user_assertion=user, execution_id=execution_id),
                                   timeout=30):
-        if event.event == "task_finished" and event.agent_id == "work-permit-agent":
+        if event.event == pb.EXECUTION_EVENT_TASK_FINISHED and event.agent_id == "work-permit-agent":
             first = event.task_id
-        if event.event == "task_started" and event.agent_id == "training-agent":
+        if event.event == pb.EXECUTION_EVENT_TASK_STARTED and event.agent_id == "training-agent":
             break
     assert first, "the first stage completed before the crash"
     # Any replica reads it from the shared store while its owner runs it.

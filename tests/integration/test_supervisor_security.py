@@ -168,7 +168,7 @@ def test_another_tenants_permit_and_a_missing_one_give_the_same_analysis(mesh: M
         statements = [(s.kind, s.code, s.text.replace(permit, "<id>"))
                       for r in ex.results for s in r.statements]
         return (ex.status, ex.decision, ex.reason.replace(permit, "<id>"), ex.summary.replace(permit, "<id>"),
-                [m.replace(permit, "<id>") for m in ex.missing], statements,
+                [m.text.replace(permit, "<id>") for m in ex.missing], statements,
                 [(n.target_agent_id, n.status) for n in ex.graph.nodes])
 
     assert shown(foreign, "WP-20001") == shown(missing, "WP-99999")

@@ -76,8 +76,8 @@ def test_an_analysis_of_another_tenants_permit_reads_like_one_of_a_missing_permi
     missing = mesh.analyze(ANALYSIS.format("WP-99999"), token)
     assert (foreign.status, foreign.decision, foreign.reason) == (missing.status, missing.decision, missing.reason)
     assert foreign.summary.replace("WP-20001", "<id>") == missing.summary.replace("WP-99999", "<id>")
-    assert [m.replace("WP-20001", "<id>") for m in foreign.missing] == [
-        m.replace("WP-99999", "<id>") for m in missing.missing]
+    assert [m.text.replace("WP-20001", "<id>") for m in foreign.missing] == [
+        m.text.replace("WP-99999", "<id>") for m in missing.missing]
     text = json.dumps(json_format.MessageToDict(foreign)).lower()
     globex = world_permit("globex", "WP-20001")
     for secret in ("globex", globex["title"], globex["site"],

@@ -358,11 +358,15 @@ def test_expected_analysis_without_outcome_or_with_two_is_missing(policy: Eviden
 def test_apply_to_execution(policy: EvidencePolicy) -> None:
     outcomes = _all_pass()
     outcomes[Analysis.RISK] = TaskOutcome(Analysis.RISK, TaskState.FAILED, "t-risk", "risk-agent")
-    execution = supervisor_service_pb2.Execution(execution_id="exe-1", missing=["stale"])
+    execution = supervisor_service_pb2.Execution(
+        execution_id="exe-1", missing=[supervisor_service_pb2.MissingItem(text="stale")])
     _run(policy, outcomes).apply_to(execution)
     assert execution.decision == common_pb2.ANALYSIS_DECISION_INSUFFICIENT_EVIDENCE
     assert execution.status == supervisor_service_pb2.EXECUTION_STATUS_PARTIAL
-    assert list(execution.missing) == ["risk analysis (risk-agent): TASK_FAILED — the task failed"]
+    assert [m.text for m in execution.missing] == ["risk analysis (risk-agent): TASK_FAILED — the task failed"]
+    (item,) = execution.missing
+    assert (item.kind, item.analysis, item.agent_id, item.detail) == (
+        supervisor_service_pb2.MISSING_KIND_TASK_FAILED, "risk", "risk-agent", "the task failed")
     assert execution.reason == "MISSING_ANALYSIS" and execution.summary
 
 

@@ -71,7 +71,8 @@ def test_analysis_flow(selector: AgentSelector, tenants: TenantDirectory) -> Non
 
     assessment = aggregate(outcomes, expected=plan.expected, policy=EvidencePolicy.load(),
                            permit_id=intent.permit_id or "", language=intent.language)
-    execution = supervisor_service_pb2.Execution(execution_id="exe-1", intent=intent.kind.value)
+    execution = supervisor_service_pb2.Execution(
+        execution_id="exe-1", intent=supervisor_service_pb2.EXECUTION_INTENT_ANALYZE_PERMIT, intent_rule=intent.rule)
     execution.graph.CopyFrom(plan.graph)
     execution.selection_scores.extend(plan.selection_scores())
     assessment.apply_to(execution)

@@ -195,7 +195,8 @@ def test_allowed_handoff_runs_and_a_handoff_back_is_rejected(world: Any) -> None
     # A -> B admitted and run once, at depth 2; B -> A refused (training-agent may delegate to no one).
     assert [(n.source_agent_id, n.target_agent_id, n.depth) for n in handoff_nodes] == [
         ("work-permit-agent", "training-agent", 2)]
-    assert any("training-agent -> work-permit-agent" in m and "HANDOFF_NOT_ALLOWED" in m for m in ex.missing)
+    assert any(m.kind == pb.MISSING_KIND_HANDOFF and "training-agent -> work-permit-agent" in m.text
+               and "HANDOFF_NOT_ALLOWED" in m.detail for m in ex.missing)
     assert any(r.event_type == audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED and "HANDOFF_NOT_ALLOWED" in r.reason_codes
                for r in audit.records)
 
@@ -206,7 +207,7 @@ def test_failed_specialist_is_partial_naming_it(world: Any) -> None:
     ex = _analyze(orch, token)
     assert ex.status == pb.EXECUTION_STATUS_PARTIAL
     assert ex.decision == common_pb2.ANALYSIS_DECISION_INSUFFICIENT_EVIDENCE
-    assert any(m.startswith("risk") for m in ex.missing)
+    assert any(m.text.startswith("risk") for m in ex.missing)
 
 
 def test_each_limit_stops_with_its_reason(world: Any) -> None:
@@ -519,7 +520,7 @@ def test_audit_down_after_the_start_runs_no_task(world: Any) -> None:
     ex = orch.run(execution_id)
     assert not specialists.requests  # no delegation record, no task
     assert ex.decision != common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE
-    assert any("AUDIT_UNAVAILABLE" in m for m in ex.missing), list(ex.missing)
+    assert any("AUDIT_UNAVAILABLE" in m.text for m in ex.missing), list(ex.missing)
     first = next(n for n in ex.graph.nodes if n.target_agent_id == "work-permit-agent")
     assert first.status == common_pb2.TASK_STATUS_FAILED
     # What did happen waits in the outbox for audit: the task did not run — closing a delegation
@@ -696,3 +697,20 @@ def test_a_resumed_execution_that_fails_in_the_supervisor_closes_earlier_delegat
     assert ex is not None and ex.status == pb.EXECUTION_STATUS_FAILED
     closed = _finished(audit, execution_id)
     assert all(task_id in closed for task_id in second), sorted(set(second) - closed.keys())
+
+
+def test_a_user_request_is_a_user_execution_with_its_intent_as_an_enum(world: Any) -> None:
+    orch, _, _, token, _ = world
+    ex = _analyze(orch, token)
+    assert ex.actor_type == common_pb2.ACTOR_TYPE_USER and ex.user_id == "alice" and not ex.system_actor
+    assert (ex.intent, ex.intent_rule) == (pb.EXECUTION_INTENT_ANALYZE_PERMIT, "ANALYSIS")
+    status = _analyze(orch, token, "What is the status of WP-10231?")
+    assert (status.intent, status.intent_rule) == (pb.EXECUTION_INTENT_PERMIT_STATUS, "STATUS")
+
+
+def test_watch_reports_typed_events_from_snapshot_to_finished(world: Any) -> None:
+    orch, _, _, token, _ = world
+    ex = _analyze(orch, token)
+    user = orch.authenticate(token, "spiffe://agentmesh.local/client/test")
+    events = [e.event for e in orch.watch(user, ex.execution_id, lambda: True)]
+    assert events == [pb.EXECUTION_EVENT_SNAPSHOT, pb.EXECUTION_EVENT_EXECUTION_FINISHED]
