@@ -24,7 +24,6 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 log = logging.getLogger(__name__)
 
@@ -63,12 +62,13 @@ class HealthServicer(health.HealthServicer):  # type: ignore[misc]
 
 
 def add_to_server(server: grpc.Server, service_names: Sequence[str]) -> HealthServicer:
-    """Registers health (every service NOT_SERVING until the monitor says otherwise) and reflection."""
+    """Registers health (every service NOT_SERVING until the monitor says otherwise) and reflection (v1, v1alpha)."""
+    from agentmesh import transport
     servicer = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
     for name in ("", *service_names):
         servicer.set(name, _NOT_SERVING)
-    reflection.enable_server_reflection((*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    transport.add_reflection(server, service_names)
     return servicer
 
 

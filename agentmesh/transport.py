@@ -40,8 +40,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import grpc
+from google.protobuf import descriptor_pb2, descriptor_pool
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 from opentelemetry import propagate
 from opentelemetry.instrumentation.grpc import client_interceptor, grpcext, server_interceptor
 
@@ -463,15 +464,63 @@ def bind(server: grpc.Server, host: str, port: int, files: TlsFiles) -> int:
     return bound
 
 
+REFLECTION_V1 = "grpc.reflection.v1.ServerReflection"
+"""The gRPC reflection service as clients ask for it today (grpcurl, Postman, grpc-js tools)."""
+REFLECTION_V1_FILE = "grpc/reflection/v1/reflection.proto"
+
+
+def _add_reflection_v1_descriptors() -> None:
+    """Adds ``grpc/reflection/v1/reflection.proto`` to the default descriptor pool.
+
+    grpcio-reflection ships v1alpha only. v1 is the same file under another
+    package (same messages, fields and numbers, so the same bytes on the wire),
+    so its descriptor is v1alpha's with the package renamed; served from the
+    pool, reflection describes itself under both names.
+    """
+    pool = descriptor_pool.Default()
+    try:
+        pool.FindFileByName(REFLECTION_V1_FILE)
+        return
+    except KeyError:
+        pass
+    file = descriptor_pb2.FileDescriptorProto()
+    reflection_pb2.DESCRIPTOR.CopyToProto(file)
+    old, new = ".grpc.reflection.v1alpha.", ".grpc.reflection.v1."
+    file.name, file.package = REFLECTION_V1_FILE, "grpc.reflection.v1"
+    file.options.java_package = "io.grpc.reflection.v1"
+    file.options.go_package = "google.golang.org/grpc/reflection/grpc_reflection_v1"
+    for message in file.message_type:
+        for f in message.field:
+            if f.HasField("type_name"):
+                f.type_name = f.type_name.replace(old, new)
+    for method in file.service[0].method:
+        method.input_type = method.input_type.replace(old, new)
+        method.output_type = method.output_type.replace(old, new)
+    pool.Add(file)
+
+
+def add_reflection(server: grpc.Server, service_names: Sequence[str]) -> None:
+    """Registers gRPC server reflection, v1 and v1alpha, listing ``service_names``, health and itself."""
+    _add_reflection_v1_descriptors()
+    reflector = reflection.ReflectionServicer(
+        (*service_names, health.SERVICE_NAME, REFLECTION_V1, reflection.SERVICE_NAME))
+    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(reflector, server)
+    # v1 is wire-identical to v1alpha: the same servicer answers it with v1alpha's message classes.
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(REFLECTION_V1, {
+        "ServerReflectionInfo": grpc.stream_stream_rpc_method_handler(
+            reflector.ServerReflectionInfo,
+            request_deserializer=reflection_pb2.ServerReflectionRequest.FromString,
+            response_serializer=reflection_pb2.ServerReflectionResponse.SerializeToString),
+    }),))
+
+
 def add_health_and_reflection(server: grpc.Server, service_names: Sequence[str]) -> health.HealthServicer:
-    """Registers gRPC health (initially NOT_SERVING) and reflection for the given services."""
+    """Registers gRPC health (initially NOT_SERVING) and reflection, v1 and v1alpha, for the given services."""
     servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
     for name in ("", *service_names):
         servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-    reflection.enable_server_reflection(
-        (*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-    )
+    add_reflection(server, service_names)
     return servicer
 
 

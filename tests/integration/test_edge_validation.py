@@ -204,6 +204,33 @@ def test_a_client_streaming_rpc_is_checked_message_by_message(mesh: MeshConfig) 
         _invalid(lambda: list(stub.ServerReflectionInfo(bad)), "FIELD_INVALID_CHARACTERS", "file_containing_symbol")
 
 
+@pytest.mark.parametrize("process", ["supervisor", "policy", "audit", "training-agent"])
+def test_reflection_v1_and_v1alpha_describe_the_same_services(mesh: MeshConfig, process: str) -> None:
+    from google.protobuf import descriptor_pb2
+    from grpc_reflection.v1alpha import reflection_pb2
+
+    ident = OPERATOR if process in ("policy", "audit") else PLATFORM_CLI
+    names: dict[str, set[str]] = {}
+    with _channel(mesh, process, ident) as channel:
+        for version in ("v1", "v1alpha"):
+            info = channel.stream_stream(
+                f"/grpc.reflection.{version}.ServerReflection/ServerReflectionInfo",
+                request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+                response_deserializer=reflection_pb2.ServerReflectionResponse.FromString)
+            listed, described = list(info(iter([
+                reflection_pb2.ServerReflectionRequest(list_services=""),
+                reflection_pb2.ServerReflectionRequest(file_containing_symbol=transport.REFLECTION_V1)])))
+            names[version] = {s.name for s in listed.list_services_response.service}
+            file = descriptor_pb2.FileDescriptorProto.FromString(
+                described.file_descriptor_response.file_descriptor_proto[0])
+            assert (file.name, file.package) == (transport.REFLECTION_V1_FILE, "grpc.reflection.v1")
+            assert [m.input_type for m in file.service[0].method] == [".grpc.reflection.v1.ServerReflectionRequest"]
+    assert names["v1"] == names["v1alpha"]
+    assert {"grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection",
+            "grpc.health.v1.Health"} <= names["v1"]
+    assert any(n.startswith("agentmesh.v1.") for n in names["v1"])
+
+
 # --------------------------------------------------------------- unknown enum numbers
 
 
