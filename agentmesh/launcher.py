@@ -929,7 +929,8 @@ def status(config: MeshConfig) -> list[dict[str, object]]:
     (the process's own answer; ``RESTARTING`` / ``STARTING`` / ``STOPPED`` / ``DEAD``
     when it has none), ``reason`` and, unless it is SERVING, ``log`` (the last lines of
     its current or last run). The supervising loop, when there is one, is the last row
-    (name and kind ``launcher``, health ``RUNNING`` or ``DEAD``).
+    (name and kind ``launcher``, health ``RUNNING``, ``STARTING`` while it has not started every
+    process yet, ``STOPPING``, or ``DEAD``).
     """
     sup, procs = _read(config)
     rows: list[dict[str, object]] = []
@@ -960,10 +961,18 @@ def status(config: MeshConfig) -> list[dict[str, object]]:
         rows.append(row)
     if sup is not None:
         alive = pid_alive(sup.pid)
+        health_name, reason = "RUNNING", ""
+        if not alive:
+            health_name, reason = "DEAD", "the supervising loop is gone: crashed processes are not restarted"
+        elif sup.phase != "running":
+            # A loop still starting the mesh (or stopping it): what is listed is not the whole mesh.
+            expected = len(workloads(config)) + len(supervisor_replicas(config)) + (config.lms_url is None)
+            health_name = sup.phase.upper()
+            reason = (f"starting the mesh: {len(procs)} of {expected} processes started so far"
+                      if sup.phase == "starting" else f"{sup.phase} the mesh")
         rows.append({"name": LAUNCHER, "kind": LAUNCHER, "spiffe_id": "", "address": "", "pid": sup.pid,
                      "mode": sup.mode, "phase": sup.phase, "started_at": sup.started_at, "alive": alive,
-                     "health": "RUNNING" if alive else "DEAD",
-                     "reason": "" if alive else "the supervising loop is gone: crashed processes are not restarted"})
+                     "health": health_name, "reason": reason})
     return rows
 
 

@@ -240,7 +240,13 @@ def test_up_in_the_foreground_supervises_until_down(tmp_path: Path) -> None:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     cfg = config.load(home=str(home), environ={})
     try:
-        # While a foreground `up` is still starting processes, status lists only those started so far.
+        # While a foreground `up` is still starting processes, status says so and exits 1.
+        starting = wait_for("the loop starting", lambda: (
+            (r := agentmesh_cli(home, "status", "--json")).stdout.strip().startswith("[")
+            and (rows := {x["name"]: x for x in json.loads(r.stdout)}).get("launcher", {}).get("health") == "STARTING"
+            and (r, rows)), timeout=90)
+        assert starting[0].returncode == 1
+        assert "processes started so far" in starting[1]["launcher"]["reason"]
         rows = wait_for("the mesh SERVING", lambda: (r := all_serving(home)) and "supervisor" in r
                         and "compliance-agent" in r and r, timeout=90)
         assert rows["launcher"]["mode"] == "foreground" and rows["launcher"]["pid"] == proc.pid
