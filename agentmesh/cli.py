@@ -1,8 +1,14 @@
 """The ``agentmesh`` command line: certificates, tokens, the launcher, operator tools.
 
 Every command has ``--help``; those that print results accept ``--json``.
-Exit codes: 0 success, 1 the operation failed or was refused, 2 bad usage or
-configuration.
+Text output names enum values without their prefix (``NOT_RECOMMENDED``,
+``ACTION_APPROVAL``); ``--json`` prints the full enum names of the contracts
+(``ANALYSIS_DECISION_NOT_RECOMMENDED``). Exit codes: 0 success, 1 the
+operation failed or was refused (or the mesh does not answer: one line says
+so and how to start it), 2 bad usage or configuration; ``analyze``,
+``confirm`` and ``policy check`` document theirs in ``--help``. Output cut
+short by a closed pipe (``agentmesh audit trail X | head``) ends quietly with
+141, as a command killed by SIGPIPE does.
 """
 
 from __future__ import annotations
@@ -10,6 +16,9 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
+import shlex
+import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -33,6 +42,42 @@ Handler = Callable[[argparse.Namespace, MeshConfig], int]
 
 class CliError(Exception):
     """A command failed; printed as one line, exit code 1."""
+
+
+class MeshUnreachable(CliError):
+    """A mesh process could not be reached at all (no answer, not an error it sent)."""
+
+    def __init__(self, hint: str = "") -> None:
+        super().__init__("the mesh does not answer")
+        self.hint = hint
+        """What else the command can do without the mesh, added to the line."""
+
+
+def program(args: argparse.Namespace | None = None) -> str:
+    """This command as the user can run it again: ``agentmesh`` when that is what PATH finds, else the
+    path it was run by (``.venv/bin/agentmesh``), with ``--home`` / ``--config`` when they were given."""
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "agentmesh"
+    if os.path.basename(argv0) == "agentmesh":
+        found = shutil.which("agentmesh")
+        same = found is not None and os.path.realpath(found) == os.path.realpath(argv0)
+        words = ["agentmesh" if same or os.sep not in argv0 else argv0]
+    else:  # python -m agentmesh.cli
+        words = [sys.executable, "-m", "agentmesh.cli"]
+    for option in ("home", "config"):
+        value = getattr(args, option, None) if args is not None else None
+        if value:
+            words += [f"--{option}", str(value)]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def unreachable_line(cfg: MeshConfig, args: argparse.Namespace, err: MeshUnreachable) -> str:
+    """One line for a mesh that does not answer: is one running here at all, and what to do."""
+    hint = f"; {err.hint}" if err.hint else ""
+    rows = launcher.status(cfg)
+    if not any(r.get("alive") for r in rows):
+        return f"no mesh is running under {cfg.home}; start it with: {program(args)} up --detach{hint}"
+    return (f"the mesh under {cfg.home} does not answer; '{program(args)} status' shows which process is not "
+            f"SERVING{hint}")
 
 
 def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
@@ -192,7 +237,7 @@ def cmd_up(args: argparse.Namespace, cfg: MeshConfig) -> int:
 def cmd_status(args: argparse.Namespace, cfg: MeshConfig) -> int:
     rows = launcher.status(cfg)
     if not rows:
-        emit(args, [], lambda: print(f"no mesh running under {cfg.home}"))
+        emit(args, [], lambda: print(f"no mesh running under {cfg.home}; start it with: {program(args)} up --detach"))
         return 1
     _show_mesh(args, rows)
     return 0 if launcher.healthy(rows) else 1
@@ -223,13 +268,20 @@ def address_of(cfg: MeshConfig, name: str) -> str:
 
 def mesh_channel(cfg: MeshConfig, name: str, as_identity: spiffe.SpiffeId = OPERATOR) -> grpc.Channel:
     """An mTLS channel to a mesh process, using a client identity from the home."""
-    tls = tls_files(cfg, as_identity)
     ident = spiffe.service(name) if name in config.ROLES else spiffe.agent(name)
-    return transport.secure_channel(address_of(cfg, name), tls, ident, default_timeout_s=cfg.call_timeout_s)
+    try:
+        return transport.secure_channel(address_of(cfg, name), tls_files(cfg, as_identity), ident,
+                                        default_timeout_s=cfg.call_timeout_s)
+    except PkiError as err:
+        raise CliError(f"{err}: no mesh was set up under {cfg.home}; start one with: "
+                       f"{program()} --home {shlex.quote(str(cfg.home))} up --detach") from err
 
 
 def rpc_failure(err: grpc.RpcError) -> CliError:
-    """A failed call as one line: status, reason and the field it names."""
+    """A failed call as one line: status, reason and the field it names; :class:`MeshUnreachable` when
+    nothing answered (UNAVAILABLE from the channel itself, with no ErrorInfo from a server)."""
+    if isinstance(err, grpc.Call) and err.code() == grpc.StatusCode.UNAVAILABLE and errors.error_info(err) is None:
+        return MeshUnreachable()
     mesh_err = errors.from_rpc_error(err)
     field = f" (field {mesh_err.field})" if mesh_err.field else ""
     return CliError(f"{mesh_err.code.name}: {mesh_err.reason}{field}: {mesh_err.message}")
@@ -266,8 +318,9 @@ def cmd_policy_check(args: argparse.Namespace, cfg: MeshConfig) -> int:
             resp = policy_grpc.PolicyServiceStub(channel).Authorize(req)
     except grpc.RpcError as err:
         raise rpc_failure(err) from err
-    effect = common_pb2.PolicyEffect.Name(resp.decision.effect).removeprefix("POLICY_EFFECT_")
-    data = {"effect": effect, "reason_codes": list(resp.decision.reason_codes),
+    full_effect = common_pb2.PolicyEffect.Name(resp.decision.effect)
+    effect = full_effect.removeprefix("POLICY_EFFECT_")
+    data = {"effect": full_effect, "reason_codes": list(resp.decision.reason_codes),
             "policy_version": resp.decision.policy_version, "decision_id": resp.decision.decision_id,
             "explanation": resp.explanation}
 
@@ -280,7 +333,26 @@ def cmd_policy_check(args: argparse.Namespace, cfg: MeshConfig) -> int:
         print(f"decision id:    {resp.decision.decision_id}")
 
     emit(args, data, human)
-    return 0
+    return POLICY_CHECK_EXIT.get(full_effect, POLICY_CHECK_OTHER)
+
+
+POLICY_CHECK_DESCRIPTION = """\
+Ask the running policy engine to decide one operation and print the decision,
+why (its reason codes and explanation), the policy version and the decision id.
+Nothing is executed or changed; the question itself is not audited as a call.
+
+exit status:
+  0  ALLOW
+  3  DENY
+  4  CONFIRMATION_REQUIRED or HUMAN_APPROVAL_REQUIRED (allowed only with them)
+  1  no decision: the policy engine refused the question or could not be reached
+  2  bad usage or configuration
+"""
+
+POLICY_CHECK_OTHER = 1
+POLICY_CHECK_EXIT = {"POLICY_EFFECT_ALLOW": 0, "POLICY_EFFECT_DENY": 3, "POLICY_EFFECT_CONFIRMATION_REQUIRED": 4,
+                     "POLICY_EFFECT_HUMAN_APPROVAL_REQUIRED": 4}
+"""``policy check``'s exit status by decision (anything else: :data:`POLICY_CHECK_OTHER`)."""
 
 
 def cmd_policy_kill(args: argparse.Namespace, cfg: MeshConfig) -> int:
@@ -295,7 +367,7 @@ def cmd_policy_kill(args: argparse.Namespace, cfg: MeshConfig) -> int:
     except grpc.RpcError as err:
         raise rpc_failure(err) from err
     state = "ON (stopped)" if ks.enabled else "off"
-    emit(args, {"scope": args.scope.upper(), "target": ks.target, "enabled": ks.enabled,
+    emit(args, {"scope": policy_pb2.KillSwitchScope.Name(ks.scope), "target": ks.target, "enabled": ks.enabled,
                 "changed_by": ks.changed_by},
          lambda: print(f"kill switch {args.scope.upper()} {ks.target or '(platform)'}: {state}"))
     return 0
@@ -310,10 +382,11 @@ def cmd_policy_switches(args: argparse.Namespace, cfg: MeshConfig) -> int:
             resp = policy_grpc.PolicyServiceStub(channel).ListKillSwitches(policy_pb2.ListKillSwitchesRequest())
     except grpc.RpcError as err:
         raise rpc_failure(err) from err
-    rows = [{"scope": policy_pb2.KillSwitchScope.Name(k.scope).removeprefix("KILL_SWITCH_SCOPE_"),
+    rows = [{"scope": policy_pb2.KillSwitchScope.Name(k.scope),
              "target": k.target, "reason": k.reason, "changed_by": k.changed_by,
              "changed_at": k.changed_at.ToDatetime().isoformat()} for k in resp.kill_switches]
-    emit(args, rows, lambda: print_table(rows, ["scope", "target", "reason", "changed_by", "changed_at"])
+    shown = [{**r, "scope": r["scope"].removeprefix("KILL_SWITCH_SCOPE_")} for r in rows]
+    emit(args, rows, lambda: print_table(shown, ["scope", "target", "reason", "changed_by", "changed_at"])
          if rows else print("no kill switch in force"))
     return 0
 
@@ -480,7 +553,8 @@ def user_assertion(args: argparse.Namespace, cfg: MeshConfig, default_role: str)
     try:
         key = load_private_key(cfg.mesh_home.idp_key)
     except SigningKeyError as err:
-        raise CliError(f"{err} (run 'agentmesh certs init' or 'agentmesh up' first)") from err
+        raise CliError(f"{err}: no mesh was set up under {cfg.home}; start one with: {program(args)} up --detach") \
+            from err
     return assertion.issue(key, tenant_id=args.tenant, user_id=args.user, roles=args.role or [default_role])
 
 
@@ -513,6 +587,8 @@ class ActionFlow:
     ui: TextIO
     progress: bool
     confirm_hint: str
+    reviewer_hint: str = ""
+    """How a reviewer opens the review (``{review}`` stands for its id)."""
 
     def get(self, execution_id: str) -> sup_pb2.Execution:
         from agentmesh.v1 import supervisor_service_pb2 as sup_pb2
@@ -556,7 +632,7 @@ class ActionFlow:
                 what, who = (("the action's approval", "a reviewer other than you") if approval
                              else ("a human review", "a reviewer"))
                 print(f"\n{ex.execution_id} waits for {what}: review {', '.join(reviews)}", file=self.ui)
-                print(f"  {who} decides it: agentmesh reviews show {reviews[0]}", file=self.ui)
+                print(f"  {who} decides it: {self.reviewer_hint.format(review=reviews[0])}", file=self.ui)
             if not self.wait:
                 print(f"not waiting (--no-wait); once it is decided: {self.confirm_hint}", file=self.ui)
                 return ex
@@ -648,10 +724,30 @@ def ask(question: str, out: TextIO) -> bool | None:
     return line.strip().lower() in ("y", "yes")
 
 
-def _confirm_hint(args: argparse.Namespace, execution_id: str) -> str:
-    who = ("--assertion TOKEN" if getattr(args, "assertion", None)
-           else f"--tenant {args.tenant} --user {args.user}")
-    return f"agentmesh confirm {execution_id} {who}"
+def confirm_command(args: argparse.Namespace | None, ex: sup_pb2.Execution, *, assertion_given: bool = False) -> str:
+    """The ``agentmesh confirm`` line that works for the requester of ``ex``: this program (and home), their
+    tenant, user id and the roles they asked with (the confirmation is decided on the roles it comes with)."""
+    if assertion_given:
+        who = "--assertion TOKEN"
+    else:
+        who = f"--tenant {shlex.quote(ex.tenant_id)} --user {shlex.quote(ex.user_id)}"
+        roles = list(ex.user_roles) or list(getattr(args, "role", None) or [])
+        who += "".join(f" --role {shlex.quote(r)}" for r in roles)
+    return f"{program(args)} confirm {ex.execution_id} {who}"
+
+
+def _confirm_hint(args: argparse.Namespace, ex: sup_pb2.Execution) -> str:
+    return confirm_command(args, ex, assertion_given=bool(getattr(args, "assertion", None)))
+
+
+def _reviewer_hint(args: argparse.Namespace, ex: sup_pb2.Execution) -> str:
+    return f"{program(args)} reviews show {{review}} --tenant {shlex.quote(ex.tenant_id)} --user REVIEWER"
+
+
+ANALYSIS_NOT_FINISHED = frozenset({"EXECUTION_STATUS_RUNNING", "EXECUTION_STATUS_FAILED", "EXECUTION_STATUS_CANCELLED",
+                                   "EXECUTION_STATUS_STOPPED"})
+"""An analysis that did not finish (exit 1): still RUNNING when the wait timed out, FAILED, CANCELLED,
+STOPPED by a limit."""
 
 
 def cmd_analyze(args: argparse.Namespace, cfg: MeshConfig) -> int:
@@ -685,12 +781,12 @@ def cmd_analyze(args: argparse.Namespace, cfg: MeshConfig) -> int:
                     print(f"  {what:<14} {event.agent_id:<18} {state}", file=sys.stderr)
             if not args.json:
                 print_execution(final)
-            ok = final.status != sup_pb2.EXECUTION_STATUS_RUNNING
+            ok = sup_pb2.ExecutionStatus.Name(final.status) not in ANALYSIS_NOT_FINISHED
             # A request text that asks for the release gets an action too, with or without --release.
             if final.HasField("action"):
                 flow = ActionFlow(stub=stub, token=token, answer=True if args.yes else None, wait=not args.no_wait,
                                   timeout_s=args.timeout, ui=ui, progress=not quiet,
-                                  confirm_hint=_confirm_hint(args, final.execution_id))
+                                  confirm_hint=_confirm_hint(args, final), reviewer_hint=_reviewer_hint(args, final))
                 final, ok = flow.run(final)
             elif args.release:
                 print("\nno action was proposed for this request", file=ui)
@@ -717,8 +813,9 @@ def cmd_confirm(args: argparse.Namespace, cfg: MeshConfig) -> int:
         with mesh_channel(cfg, "supervisor", PLATFORM_CLI) as channel:
             stub = sup_grpc.SupervisorServiceStub(channel)
             flow = ActionFlow(stub=stub, token=token, answer=answer, wait=False, timeout_s=args.timeout, ui=ui,
-                              progress=not args.json, confirm_hint=_confirm_hint(args, args.execution_id))
+                              progress=not args.json, confirm_hint="")
             ex = flow.get(args.execution_id)
+            flow.confirm_hint = _confirm_hint(args, ex)
             if ex.status != sup_pb2.EXECUTION_STATUS_AWAITING_CONFIRMATION:
                 status = _name(sup_pb2.ExecutionStatus, ex.status, "EXECUTION_STATUS_")
                 where = action_outcome(ex.action) if ex.HasField("action") else "it proposes no action"
@@ -784,11 +881,18 @@ proposes the release, and the command drives it to its end:
   - after confirming: "released and verified", or FAILED with the reason
     and whether the previous state was restored.
 
+Hints it prints (how to confirm, how a reviewer opens the review) are
+commands that work as printed: this program's path, --home if you gave one,
+and the tenant, user and roles the request was made with.
+
 exit status:
-  0  the analysis finished and, when an action was proposed, it succeeded or
-     was left pending on purpose (--no-wait, or no terminal to ask);
-  1  the analysis did not finish, or the action did not happen: not eligible,
-     denied, rejected, declined, expired, failed, or the wait timed out;
+  0  the analysis finished (SUCCEEDED, PARTIAL, or waiting for a human) and,
+     when an action was proposed, it succeeded or was left pending on purpose
+     (--no-wait, or no terminal to ask);
+  1  the analysis did not finish: FAILED, CANCELLED, STOPPED by a limit, or
+     still RUNNING when --timeout passed; or the action did not happen: not
+     eligible, denied, rejected, declined, expired, failed, or the wait timed
+     out; or the request was refused, or the mesh does not answer;
   2  bad usage or configuration.
 """
 
@@ -889,8 +993,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     policy = sub.add_parser("policy", help="ask the policy engine; manage kill switches")
     policy_sub = policy.add_subparsers(dest="policy_command", required=True, metavar="SUBCOMMAND")
-    p = policy_sub.add_parser("check", parents=[common, out],
-                              help="ask the running policy engine for a decision and why")
+    p = policy_sub.add_parser("check", parents=[common, out], formatter_class=argparse.RawDescriptionHelpFormatter,
+                              help="ask the running policy engine for a decision and why (exit 0 only for ALLOW)",
+                              description=POLICY_CHECK_DESCRIPTION)
     p.add_argument("--tenant", required=True, help="the user's tenant")
     p.add_argument("--user", required=True, help="the user id")
     p.add_argument("--role", action="append", help="a role of the user (repeatable)")
@@ -979,7 +1084,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = config.load(home=getattr(args, "home", None), config_file=getattr(args, "config", None))
         handler: Handler = args.handler
-        return handler(args, cfg)
+        try:
+            code = handler(args, cfg)
+            sys.stdout.flush()
+            return code
+        except MeshUnreachable as err:
+            print(f"agentmesh: {unreachable_line(cfg, args, err)}", file=sys.stderr)
+            return 1
+    except BrokenPipeError:
+        return _pipe_closed()
     except ConfigError as err:
         print(f"agentmesh: {err}", file=sys.stderr)
         return 2
@@ -988,6 +1101,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+PIPE_CLOSED = 128 + 13
+"""Exit status when the reader of stdout went away (``| head``): as for a command killed by SIGPIPE."""
+
+
+def _pipe_closed() -> int:
+    # The reader is gone: nothing more can be shown. Point stdout at /dev/null so the
+    # interpreter's final flush does not fail again, and end without a traceback.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return PIPE_CLOSED
 
 
 if __name__ == "__main__":

@@ -250,7 +250,7 @@ def _verify_online(cfg: MeshConfig, args: argparse.Namespace, result: _Verificat
                    saved: list[Checkpoint]) -> None:
     import grpc
 
-    from agentmesh.cli import mesh_channel, rpc_failure
+    from agentmesh.cli import MeshUnreachable, mesh_channel, rpc_failure
     from agentmesh.v1 import audit_service_pb2 as audit_pb2
     from agentmesh.v1 import audit_service_pb2_grpc as audit_grpc
     from audit_svc import merkle
@@ -310,8 +310,8 @@ def _verify_online(cfg: MeshConfig, args: argparse.Namespace, result: _Verificat
                 result.checks.append(f"{label}: the service's log extends it (consistency proof verified)")
     except grpc.RpcError as err:
         failure = rpc_failure(err)
-        if isinstance(err, grpc.Call) and err.code() == grpc.StatusCode.UNAVAILABLE:
-            failure.args = (f"{failure} (is the audit service running? --offline checks the log file alone)",)
+        if isinstance(failure, MeshUnreachable):
+            failure.hint = "'audit verify --offline' checks the log file alone"
         raise failure from err
     if args.db or _db_path(cfg, args).is_file():
         # On the same machine: the file must match what the service signed, too
@@ -369,6 +369,11 @@ def _name(enum: Any, value: int, prefix: str) -> str:
         return str(value)
 
 
+def _full(enum: Any, value: int) -> str:
+    """The contract's full enum name (``--json``), or the number when the enum does not know it."""
+    return _name(enum, value, "")
+
+
 def _when(rec: audit_pb2.AuditRecord) -> str:
     micros = rec.recorded_at.ToMicroseconds()
     when = dt.datetime.fromtimestamp(micros / 1e6, dt.UTC).isoformat(timespec="milliseconds")
@@ -376,6 +381,7 @@ def _when(rec: audit_pb2.AuditRecord) -> str:
 
 
 def _record_dict(rec: audit_pb2.AuditRecord) -> dict[str, Any]:
+    """One record for ``--json``: enums by their full names, as the contracts spell them."""
     from agentmesh.v1 import audit_service_pb2 as audit_pb2
     from agentmesh.v1 import common_pb2
 
@@ -385,8 +391,8 @@ def _record_dict(rec: audit_pb2.AuditRecord) -> dict[str, Any]:
         "record_id": rec.record_id,
         "recorded_at": _when(rec),
         "recorded_by": rec.recorded_by,
-        "event_type": _name(audit_pb2.AuditEventType, rec.event_type, "AUDIT_EVENT_TYPE_"),
-        "outcome": _name(audit_pb2.AuditOutcome, rec.outcome, "AUDIT_OUTCOME_"),
+        "event_type": _full(audit_pb2.AuditEventType, rec.event_type),
+        "outcome": _full(audit_pb2.AuditOutcome, rec.outcome),
         "reason_codes": list(rec.reason_codes),
         "tenant_id": rec.tenant_id,
         "user_id": rec.user_id,
@@ -398,10 +404,10 @@ def _record_dict(rec: audit_pb2.AuditRecord) -> dict[str, Any]:
         "capability_version": rec.capability_version,
         "resource": rec.resource,
         "policy_decision": None if not rec.HasField("policy_decision") else {
-            "effect": _name(common_pb2.PolicyEffect, d.effect, "POLICY_EFFECT_"),
+            "effect": _full(common_pb2.PolicyEffect, d.effect),
             "reason_codes": list(d.reason_codes), "policy_version": d.policy_version,
             "decision_id": d.decision_id},
-        "analysis_decision": _name(common_pb2.AnalysisDecision, rec.analysis_decision, "ANALYSIS_DECISION_"),
+        "analysis_decision": _full(common_pb2.AnalysisDecision, rec.analysis_decision),
         "input_digest": rec.input_digest,
         "output_digest": rec.output_digest,
     }

@@ -65,7 +65,7 @@ def training_expired_event_id(tenant: str, worker: str, training: str, expired_o
 
 
 def cmd_events_training_expired(args: argparse.Namespace, cfg: MeshConfig) -> int:
-    from agentmesh.cli import execution_dict, mesh_channel, print_execution, rpc_failure
+    from agentmesh.cli import execution_dict, mesh_channel, print_execution, program, rpc_failure
     from agentmesh.identities import PLATFORM_CLI
     from agentmesh.v1 import supervisor_service_pb2 as sup_pb2
     from agentmesh.v1 import supervisor_service_pb2_grpc as sup_grpc
@@ -91,6 +91,6 @@ def cmd_events_training_expired(args: argparse.Namespace, cfg: MeshConfig) -> in
         print(f"event {event_id}: started execution {ex.execution_id}\n")
     print_execution(ex)
     if ex.recommended_resources:
-        print(f"\nto decide on the recommendation: agentmesh reviews list --execution {ex.execution_id} "
+        print(f"\nto decide on the recommendation: {program(args)} reviews list --execution {ex.execution_id} "
               f"--tenant {args.tenant} --user REVIEWER")
     return 0

@@ -244,7 +244,7 @@ def cmd_reviews_show(args: argparse.Namespace, cfg: MeshConfig) -> int:
 
 def cmd_reviews_decide(args: argparse.Namespace, cfg: MeshConfig) -> int:
     """approve, reject, request-info, override and assign: one SubmitReviewDecision each."""
-    from agentmesh.cli import action_outcome, emit, execution_dict, user_assertion
+    from agentmesh.cli import action_outcome, confirm_command, emit, execution_dict, user_assertion
     from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
     from agentmesh.v1 import supervisor_service_pb2 as sup_pb2
 
@@ -272,8 +272,7 @@ def cmd_reviews_decide(args: argparse.Namespace, cfg: MeshConfig) -> int:
                         f"{action_outcome(ex.action)}"
             print(line)
             if ex.status == sup_pb2.EXECUTION_STATUS_AWAITING_CONFIRMATION:
-                print(f"  the requester ({ex.user_id}) confirms it with: agentmesh confirm {ex.execution_id} "
-                      f"--tenant {ex.tenant_id} --user {ex.user_id}")
+                print(f"  the requester ({ex.user_id}) confirms it with: {confirm_command(args, ex)}")
 
     emit(args, {"review": execution_dict(review), "execution": execution_dict(ex)}, human)
     return 0

@@ -148,6 +148,7 @@ FIELD_CATEGORIES: Final[Mapping[str, str]] = {
     "system_actor": "id",
     "type": "id",
     "roles": "id",
+    "user_roles": "id",
     "capabilities": "id",
     "required_capabilities": "id",
     "domains": "id",

@@ -416,7 +416,7 @@ class Orchestrator:
             execution = pb.Execution(
                 execution_id=execution_id, status=pb.EXECUTION_STATUS_RUNNING, request_text=request.request_text,
                 intent=EXECUTION_INTENTS[intent.kind], intent_rule=intent.rule, tenant_id=user.tenant_id,
-                user_id=user.user_id, actor_type=common_pb2.ACTOR_TYPE_USER,
+                user_id=user.user_id, actor_type=common_pb2.ACTOR_TYPE_USER, user_roles=user.roles,
                 trace=common_pb2.TraceContext(trace_id=ids.get("trace_id", ""), correlation_id=correlation_id,
                                               execution_id=execution_id),
                 started_at=_ts(), client_request_id=request.client_request_id)

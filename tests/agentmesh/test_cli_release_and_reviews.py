@@ -32,6 +32,11 @@ from agentmesh.v1 import supervisor_service_pb2 as sup_pb2
 from agentmesh.v1 import supervisor_service_pb2_grpc as sup_grpc
 
 EXE = "exe-1"
+
+
+def hint_program(mesh: Mesh) -> str:
+    """How hints name the program when it runs as ``python -m agentmesh.cli`` (here: under pytest)."""
+    return f"{sys.executable} -m agentmesh.cli --home {mesh.cfg.home}"
 TOKEN = "ctok-single-use"
 CAPABILITY = "workPermit.release"
 PERMIT = "WP-10231"
@@ -54,7 +59,8 @@ def action(state: int, **kw: Any) -> sup_pb2.ProposedAction:
 def execution(status: int, act: sup_pb2.ProposedAction | None = None, **kw: Any) -> sup_pb2.Execution:
     kw.setdefault("decision", common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE)
     ex = sup_pb2.Execution(execution_id=EXE, status=status, tenant_id="acme", user_id="alice",
-                           summary="WP-10231 can be released.", actor_type=common_pb2.ACTOR_TYPE_USER, **kw)
+                           user_roles=["permit-manager"], summary="WP-10231 can be released.",
+                           actor_type=common_pb2.ACTOR_TYPE_USER, **kw)
     if act is not None:
         ex.action.CopyFrom(act)
     return ex
@@ -90,10 +96,10 @@ class FakeSupervisor(sup_grpc.SupervisorServiceServicer):  # type: ignore[misc]
 
     def WatchExecution(self, request: Any, context: Any) -> Iterator[Any]:
         self.requests["WatchExecution"].append(request)
-        yield sup_pb2.WatchExecutionResponse(event="task_finished", agent_id="training-agent",
+        yield sup_pb2.WatchExecutionResponse(event=sup_pb2.EXECUTION_EVENT_TASK_FINISHED, agent_id="training-agent",
                                              task_status=common_pb2.TASK_STATUS_COMPLETED,
                                              execution=sup_pb2.Execution(execution_id=EXE))
-        yield sup_pb2.WatchExecutionResponse(event="execution_finished", execution=self.after_analysis)
+        yield sup_pb2.WatchExecutionResponse(event=sup_pb2.EXECUTION_EVENT_EXECUTION_FINISHED, execution=self.after_analysis)
 
     def GetExecution(self, request: Any, context: Any) -> Any:
         self.requests["GetExecution"].append(request)
@@ -280,7 +286,7 @@ def test_without_a_terminal_the_action_stays_pending(mesh: Mesh, capsys: pytest.
     assert mesh.run(*ANALYZE, "--release") == 0
     out = capsys.readouterr().out
     assert not mesh.supervisor.requests["ConfirmAction"]  # the token is not spent
-    assert f"agentmesh confirm {EXE} --tenant acme --user alice --yes" in out
+    assert f"{hint_program(mesh)} confirm {EXE} --tenant acme --user alice --role permit-manager --yes" in out
 
 
 def test_json_keeps_stdout_one_document(mesh: Mesh, capsys: pytest.CaptureFixture[str]) -> None:
@@ -299,7 +305,7 @@ def test_awaiting_review_waits_then_prompts(mesh: Mesh, monkeypatch: pytest.Monk
     typed(monkeypatch, "y\n")
     assert mesh.run(*ANALYZE, "--release") == 0
     captured = capsys.readouterr()
-    assert "review rev-1" in captured.out and "agentmesh reviews show rev-1" in captured.out
+    assert "review rev-1" in captured.out and f"{hint_program(mesh)} reviews show rev-1 --tenant acme --user REVIEWER" in captured.out
     assert "waiting for review rev-1" in captured.err
     assert len(mesh.supervisor.requests["GetExecution"]) == 3
     assert "Release WP-10231 now? [y/N]" in captured.out
@@ -427,7 +433,9 @@ def test_review_decisions_send_the_request(mesh: Mesh, capsys: pytest.CaptureFix
 
 def test_approval_tells_the_requester_how_to_confirm(mesh: Mesh, capsys: pytest.CaptureFixture[str]) -> None:
     assert mesh.run("reviews", "approve", "rev-1", *REVIEWER) == 0
-    assert f"agentmesh confirm {EXE} --tenant acme --user alice" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    # Run as printed: this program, this home, and the roles alice asked with.
+    assert f"{hint_program(mesh)} confirm {EXE} --tenant acme --user alice --role permit-manager\n" in out
 
 
 def test_refused_decision_exits_1_with_reason(mesh: Mesh, capsys: pytest.CaptureFixture[str]) -> None:

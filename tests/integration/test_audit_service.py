@@ -423,9 +423,10 @@ def test_trail_prints_the_delegation_tree(home: AuditHome, audit: RoleProcess) -
     as_json = home.cli("audit", "trail", execution_id, "--json")
     assert as_json.returncode == 0, as_json.stderr
     data = json.loads(as_json.stdout)
-    assert [r["event_type"] for r in data["records"]] == [
+    assert [r["event_type"].removeprefix("AUDIT_EVENT_TYPE_") for r in data["records"]] == [
         "EXECUTION_STARTED", "TASK_DELEGATED", "CAPABILITY_INVOKED", "CAPABILITY_OUTCOME", "POLICY_DECISION",
         "CAPABILITY_INVOKED"]
+    assert data["records"][0]["event_type"] == "AUDIT_EVENT_TYPE_EXECUTION_STARTED"  # --json: full enum names
     assert data["tree"]["items"][0]["label"] == "user:acme/alice"
 
     missing = home.cli("audit", "trail", "exe-that-never-ran")

@@ -135,14 +135,20 @@ def test_policy_check_cli_explains_a_cross_tenant_denial(mesh: MeshConfig) -> No
     result = agentmesh_cli(mesh.home, "policy", "check", "--tenant", "acme", "--user", "alice", "--role", "analyst",
                            "--agent", "training-agent", "--capability", "training.getStatus",
                            "--resource-tenant", "globex", "--json")
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 3, result.stderr  # DENY
     decision = json.loads(result.stdout)
-    assert decision["effect"] == "DENY"
+    assert decision["effect"] == "POLICY_EFFECT_DENY"  # --json: the contract's full enum name
     assert "tenant.isolation" in decision["reason_codes"]
     assert decision["policy_version"].startswith("sha256:")
     human = agentmesh_cli(mesh.home, "policy", "check", "--tenant", "acme", "--user", "alice", "--role", "analyst",
                           "--agent", "training-agent", "--capability", "training.getStatus")
     assert human.returncode == 0 and "decision: ALLOW" in human.stdout
+    release = agentmesh_cli(mesh.home, "policy", "check", "--tenant", "acme", "--user", "alice", "--role",
+                            "permit-manager", "--agent", "work-permit-agent", "--capability", "workPermit.release",
+                            "--mutates", "--risk", "high")
+    assert release.returncode == 4 and "decision: HUMAN_APPROVAL_REQUIRED" in release.stdout, release.stdout
+    assert "POLICY_EFFECT_" not in release.stdout
+    assert "exit status:" in agentmesh_cli(mesh.home, "policy", "check", "--help").stdout
 
 
 def _on_execution(operation: int, *, tenant: str = "acme", user_id: str = "carol",
