@@ -23,6 +23,7 @@ from jsonschema import Draft202012Validator
 from agentmesh import errors
 from agentmesh.v1 import common_pb2
 from specialist_svc.agents import RULES, AgentRules
+from specialist_svc.phrases import speaking
 from specialist_svc.rules import CapabilityClient, TaskInputInvalid, plain
 from supervisor_svc.registry import AgentEntry, AgentManifest, default_agents_dir, load_manifests
 
@@ -118,7 +119,8 @@ class SpecialistAgent:
         """
         data = self.task_input(task)
         try:
-            result = self.rules.run(data, client)
+            with speaking(task.locale):  # statements in the user's language
+                result = self.rules.run(data, client)
         except TaskInputInvalid as err:
             field = f"task.input.{err.field}"
             raise errors.InvalidArgument(str(err), reason="TASK_INPUT_INVALID", field=field) from err

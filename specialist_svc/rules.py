@@ -45,6 +45,7 @@ from google.protobuf import struct_pb2
 
 from agentmesh import errors
 from agentmesh.v1 import common_pb2
+from specialist_svc.phrases import say
 from supervisor_svc.contract import Verdict, derived_verdict
 
 __all__ = [
@@ -335,8 +336,8 @@ class ResultBuilder:
         self._unanswered.append(failure)
         for subject in subjects:
             self.judge(subject, Verdict.UNKNOWN)
-            self.uncertainty(failure.code, f"{what} could not be read ({failure.code}); no status is assumed",
-                             subject=subject)
+            self.uncertainty(failure.code, say("{what} could not be read ({code}); no status is assumed", what=what,
+                                               code=failure.code), subject=subject)
 
     @property
     def subjects(self) -> dict[str, Verdict]:
@@ -389,7 +390,7 @@ def failed_result(failure: AgentFailed) -> common_pb2.AgentResult:
     result.result.CopyFrom(_struct({**failure.payload, "verdict": Verdict.UNKNOWN.value, "subjects": {}}))
     result.statements.append(common_pb2.Statement(
         kind=common_pb2.STATEMENT_KIND_UNCERTAINTY, code=failure.code,
-        text=f"The analysis could not be done: {failure.code}"))
+        text=say("The analysis could not be done: {code}", code=failure.code)))
     return result
 
 

@@ -183,7 +183,9 @@ class TaskDispatcher:
             tenant_id=actor.tenant_id, user_id=actor.user_id, session_id=actor.session_id,
             conversation_id=actor.conversation_id, objective=objective, required_capabilities=capabilities,
             priority=common_pb2.TASK_PRIORITY_HIGH, status=common_pb2.TASK_STATUS_RUNNING, depth=1,
-            correlation_id=ex.trace.correlation_id)
+            correlation_id=ex.trace.correlation_id,
+            # In the language the execution's first tasks were asked in (the request's).
+            locale=next((n.locale for n in ex.graph.nodes if n.locale), ""))
         node.input.update(input)
         deadline = Timestamp()
         deadline.FromDatetime(dt.datetime.now(dt.UTC) + dt.timedelta(seconds=self._timeout_s))

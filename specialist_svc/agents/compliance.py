@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentmesh.v1 import common_pb2
+from specialist_svc.phrases import say
 from specialist_svc.rules import (
     CallFailure,
     CapabilityClient,
@@ -77,21 +78,40 @@ def run(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentRe
         answer = call_or_failure(client, CAPABILITY, {"permit_id": permit_id})
         if isinstance(answer, CallFailure):
             if answer.kind == "not_found":
-                out.uncertainty("PERMIT_NOT_FOUND", f"No checklist could be read: permit {permit_id} was not found",
-                                subject=overall)
+                out.uncertainty(
+                    "PERMIT_NOT_FOUND",
+                    say("No checklist could be read: permit {permit_id} was not found", permit_id=permit_id),
+                    subject=overall,
+                )
             else:
-                out.unanswered(answer, [], f"The compliance checklists of permit {permit_id}")
-                out.uncertainty(answer.code, f"The compliance checklists of permit {permit_id} could not be read "
-                                f"({answer.code}); no status is assumed", subject=overall)
+                out.unanswered(answer, [], say("The compliance checklists of permit {permit_id}", permit_id=permit_id))
+                out.uncertainty(
+                    answer.code,
+                    say(
+                        "The compliance checklists of permit {permit_id} could not be read "
+                        "({code_}); no status is assumed",
+                        permit_id=permit_id,
+                        code_=answer.code,
+                    ),
+                    subject=overall,
+                )
             return out.build()
         output, refs = answer
         checklists = output.get("checklists")
-        if (not refs or output.get("permit_id") != permit_id or not isinstance(checklists, list)
-                or not all(isinstance(c, Mapping) and isinstance(c.get("items"), list) for c in checklists)):
+        if (
+            not refs
+            or output.get("permit_id") != permit_id
+            or not isinstance(checklists, list)
+            or not all(isinstance(c, Mapping) and isinstance(c.get("items"), list) for c in checklists)
+        ):
             code = "EVIDENCE_MISSING" if not refs else "COMPLIANCE_REGISTRY_MALFORMED"
             failure = CallFailure("uncertain", code, f"{CAPABILITY}: unusable answer")
             out.unanswered(failure, [], "")
-            out.uncertainty(code, f"The compliance checklists of permit {permit_id} are not usable", subject=overall)
+            out.uncertainty(
+                code,
+                say("The compliance checklists of permit {permit_id} are not usable", permit_id=permit_id),
+                subject=overall,
+            )
             return out.build()
         ref = refs[0]
         items = 0
@@ -100,38 +120,59 @@ def run(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentRe
             for item in checklist["items"]:
                 if not isinstance(item, Mapping) or not is_id(cl_id) or not is_id(item.get("item_id")):
                     out.judge(overall, Verdict.UNKNOWN)
-                    out.uncertainty("COMPLIANCE_REGISTRY_MALFORMED", "A checklist item is not identifiable",
-                                    subject=overall)
+                    out.uncertainty(
+                        "COMPLIANCE_REGISTRY_MALFORMED", say("A checklist item is not identifiable"), subject=overall
+                    )
                     continue
                 items += 1
                 item_id = str(item["item_id"])
                 subject = item_subject(str(cl_id), item)
                 ev = out.evidence(ref, part=f"{cl_id}.{item_id}", data={"checklist_id": cl_id, **item})
-                name = f"Checklist {cl_id} item {item_id}"
+                name = say("Checklist {checklist_id} item {item_id}", checklist_id=cl_id, item_id=item_id)
                 status = item.get("status")
                 if status == "PASS":
                     out.judge(subject, Verdict.PASS)
-                    out.fact("CHECKLIST_ITEM_PASSED", f"{name} is PASS", subject=subject, evidence=[ev])
+                    out.fact("CHECKLIST_ITEM_PASSED", say("{name} is PASS", name=name), subject=subject, evidence=[ev])
                 elif status == "FAIL":
                     out.judge(subject, Verdict.FAIL)
-                    out.fact("CHECKLIST_ITEM_FAILED", f"{name} is FAIL", subject=subject, evidence=[ev])
-                    out.inference("REQUIREMENT_NOT_MET", f"{name}'s requirement is not met", subject=subject)
+                    out.fact("CHECKLIST_ITEM_FAILED", say("{name} is FAIL", name=name), subject=subject, evidence=[ev])
+                    out.inference(
+                        "REQUIREMENT_NOT_MET", say("{name}'s requirement is not met", name=name), subject=subject
+                    )
                 elif status == "PENDING":
                     out.judge(subject, Verdict.UNKNOWN)
-                    out.uncertainty("CHECKLIST_ITEM_PENDING", f"{name} is still PENDING", subject=subject,
-                                    evidence=[ev])
+                    out.uncertainty(
+                        "CHECKLIST_ITEM_PENDING",
+                        say("{name} is still PENDING", name=name),
+                        subject=subject,
+                        evidence=[ev],
+                    )
                 elif status == "NOT_APPLICABLE":
-                    out.inference("CHECKLIST_ITEM_NOT_APPLICABLE", f"{name} is NOT_APPLICABLE", subject=subject,
-                                  evidence=[ev])
+                    out.inference(
+                        "CHECKLIST_ITEM_NOT_APPLICABLE",
+                        say("{name} is NOT_APPLICABLE", name=name),
+                        subject=subject,
+                        evidence=[ev],
+                    )
                 else:
                     out.judge(subject, Verdict.UNKNOWN)
-                    out.uncertainty("COMPLIANCE_REGISTRY_MALFORMED", f"{name} has an unrecognised status",
-                                    subject=subject, evidence=[ev])
+                    out.uncertainty(
+                        "COMPLIANCE_REGISTRY_MALFORMED",
+                        say("{name} has an unrecognised status", name=name),
+                        subject=subject,
+                        evidence=[ev],
+                    )
         if not items:
-            out.uncertainty("NO_CHECKLIST", f"Permit {permit_id} has no compliance checklist item", subject=overall)
+            out.uncertainty(
+                "NO_CHECKLIST",
+                say("Permit {permit_id} has no compliance checklist item", permit_id=permit_id),
+                subject=overall,
+            )
         if out.verdict is Verdict.FAIL:
-            out.recommendation("DO_NOT_RELEASE", f"Resolve the failed checklist items of permit {permit_id} "
-                               "before release")
+            out.recommendation(
+                "DO_NOT_RELEASE",
+                say("Resolve the failed checklist items of permit {permit_id} before release", permit_id=permit_id),
+            )
         return out.build()
 
     return run_guarded(rules)

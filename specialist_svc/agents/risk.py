@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentmesh.v1 import common_pb2
+from specialist_svc.phrases import say
 from specialist_svc.rules import (
     CallFailure,
     CapabilityClient,
@@ -71,32 +72,61 @@ def run(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentRe
         if isinstance(answer, CallFailure):
             if answer.kind == "not_found":
                 out.judge(overall, Verdict.UNKNOWN)
-                out.uncertainty("PERMIT_NOT_FOUND", f"No risk assessment could be read: permit {permit_id} "
-                                "was not found", subject=overall)
+                out.uncertainty(
+                    "PERMIT_NOT_FOUND",
+                    say("No risk assessment could be read: permit {permit_id} was not found", permit_id=permit_id),
+                    subject=overall,
+                )
             else:
-                out.unanswered(answer, [overall], f"The risk assessment of permit {permit_id}")
+                out.unanswered(answer, [overall], say("The risk assessment of permit {permit_id}", permit_id=permit_id))
             return out.build({"risk_level": None})
         output, refs = answer
         hazards = output.get("hazards")
-        if (not refs or output.get("permit_id") != permit_id or not isinstance(output.get("assessed"), bool)
-                or not isinstance(hazards, list) or not all(isinstance(h, Mapping) for h in hazards)):
+        if (
+            not refs
+            or output.get("permit_id") != permit_id
+            or not isinstance(output.get("assessed"), bool)
+            or not isinstance(hazards, list)
+            or not all(isinstance(h, Mapping) for h in hazards)
+        ):
             code = "EVIDENCE_MISSING" if not refs else "RISK_REGISTER_MALFORMED"
-            out.unanswered(CallFailure("uncertain", code, f"{CAPABILITY}: unusable answer"), [overall],
-                           f"The risk assessment of permit {permit_id}")
+            out.unanswered(
+                CallFailure("uncertain", code, f"{CAPABILITY}: unusable answer"),
+                [overall],
+                say("The risk assessment of permit {permit_id}", permit_id=permit_id),
+            )
             return out.build({"risk_level": None})
         ref = refs[0]
         level = output.get("risk_level")
-        summary = out.evidence(ref, data={
-            "permit_id": permit_id, "assessed": output["assessed"], "risk_level": level,
-            "max_score": output.get("max_score"), "open_controls_count": output.get("open_controls_count"),
-            "hazards": len(hazards)})
+        summary = out.evidence(
+            ref,
+            data={
+                "permit_id": permit_id,
+                "assessed": output["assessed"],
+                "risk_level": level,
+                "max_score": output.get("max_score"),
+                "open_controls_count": output.get("open_controls_count"),
+                "hazards": len(hazards),
+            },
+        )
         if not output["assessed"] or not hazards:
             out.judge(overall, Verdict.UNKNOWN)
-            out.fact("RISK_NOT_ASSESSED", f"No hazard is registered for permit {permit_id}", subject=overall,
-                     evidence=[summary])
-            out.uncertainty("RISK_NOT_ASSESSED", f"Permit {permit_id} has no risk assessment; that is not low risk",
-                            subject=overall, evidence=[summary])
-            out.recommendation("ASSESS_RISK", f"Register a risk assessment for permit {permit_id} before release")
+            out.fact(
+                "RISK_NOT_ASSESSED",
+                say("No hazard is registered for permit {permit_id}", permit_id=permit_id),
+                subject=overall,
+                evidence=[summary],
+            )
+            out.uncertainty(
+                "RISK_NOT_ASSESSED",
+                say("Permit {permit_id} has no risk assessment; that is not low risk", permit_id=permit_id),
+                subject=overall,
+                evidence=[summary],
+            )
+            out.recommendation(
+                "ASSESS_RISK",
+                say("Register a risk assessment for permit {permit_id} before release", permit_id=permit_id),
+            )
             return out.build({"risk_level": None})
 
         failing: list[str] = []
@@ -108,48 +138,102 @@ def run(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentRe
                 continue
             subject = f"hazard:{risk_id}"
             ev = out.evidence(ref, part=str(risk_id), data=dict(hazard))
-            h_level = hazard.get("level") if hazard.get("level") in LEVELS else "unrecognised"
+            h_level = hazard.get("level") if hazard.get("level") in LEVELS else say("unrecognised")
             open_controls = hazard.get("open_controls")
             if not isinstance(open_controls, list):
                 out.judge(subject, Verdict.UNKNOWN)
-                out.uncertainty("RISK_REGISTER_MALFORMED", f"The controls of hazard {risk_id} are not readable",
-                                subject=subject, evidence=[ev])
+                out.uncertainty(
+                    "RISK_REGISTER_MALFORMED",
+                    say("The controls of hazard {risk_id} are not readable", risk_id=risk_id),
+                    subject=subject,
+                    evidence=[ev],
+                )
                 continue
-            score = f"score {token(str(hazard.get('score')), '?')}, level {h_level}"
+            score = say("score {score}, level {level}", score=token(str(hazard.get("score")), "?"), level=h_level)
             if open_controls:
                 out.judge(subject, Verdict.FAIL)
-                out.fact("HAZARD_CONTROLS_OPEN",
-                         f"Hazard {risk_id} ({score}) has {len(open_controls)} control(s) not in place",
-                         subject=subject, evidence=[ev])
+                out.fact(
+                    "HAZARD_CONTROLS_OPEN",
+                    say(
+                        "Hazard {risk_id} ({score}) has {n_open_controls} control(s) not in place",
+                        risk_id=risk_id,
+                        score=score,
+                        n_open_controls=len(open_controls),
+                    ),
+                    subject=subject,
+                    evidence=[ev],
+                )
                 failing.append(subject)
             elif hazard.get("level") == BLOCKING_LEVEL:
                 out.judge(subject, Verdict.FAIL)
-                out.fact("HAZARD_CRITICAL", f"Hazard {risk_id} is {BLOCKING_LEVEL} ({score})", subject=subject,
-                         evidence=[ev])
+                out.fact(
+                    "HAZARD_CRITICAL",
+                    say(
+                        "Hazard {risk_id} is {BLOCKING_LEVEL} ({score})",
+                        risk_id=risk_id,
+                        BLOCKING_LEVEL=BLOCKING_LEVEL,
+                        score=score,
+                    ),
+                    subject=subject,
+                    evidence=[ev],
+                )
                 failing.append(subject)
             elif hazard.get("level") in LEVELS:
                 out.judge(subject, Verdict.PASS)
-                out.fact("HAZARD_CONTROLLED", f"Hazard {risk_id} ({score}) has every control in place",
-                         subject=subject, evidence=[ev])
+                out.fact(
+                    "HAZARD_CONTROLLED",
+                    say("Hazard {risk_id} ({score}) has every control in place", risk_id=risk_id, score=score),
+                    subject=subject,
+                    evidence=[ev],
+                )
             else:
                 out.judge(subject, Verdict.UNKNOWN)
-                out.uncertainty("RISK_REGISTER_MALFORMED", f"The level of hazard {risk_id} is not readable",
-                                subject=subject, evidence=[ev])
+                out.uncertainty(
+                    "RISK_REGISTER_MALFORMED",
+                    say("The level of hazard {risk_id} is not readable", risk_id=risk_id),
+                    subject=subject,
+                    evidence=[ev],
+                )
 
-        shown_level = level if level in LEVELS else "unrecognised"
+        shown_level = level if level in LEVELS else say("unrecognised")
         if failing:
             out.judge(overall, Verdict.FAIL)
-            out.fact("RISK_NOT_CONTROLLED", f"Permit {permit_id}: {len(failing)} hazard(s) not under control "
-                     f"(overall level {shown_level})", subject=overall, evidence=[summary])
-            out.recommendation("DO_NOT_RELEASE", f"Close the open controls of permit {permit_id} before release")
+            out.fact(
+                "RISK_NOT_CONTROLLED",
+                say(
+                    "Permit {permit_id}: {n_failing} hazard(s) not under control (overall level {shown_level})",
+                    permit_id=permit_id,
+                    n_failing=len(failing),
+                    shown_level=shown_level,
+                ),
+                subject=overall,
+                evidence=[summary],
+            )
+            out.recommendation(
+                "DO_NOT_RELEASE",
+                say("Close the open controls of permit {permit_id} before release", permit_id=permit_id),
+            )
         elif out.verdict is Verdict.PASS and not unreadable:
             out.judge(overall, Verdict.PASS)
-            out.fact("RISK_CONTROLLED", f"Permit {permit_id}: every registered hazard has its controls in place "
-                     f"(overall level {shown_level})", subject=overall, evidence=[summary])
+            out.fact(
+                "RISK_CONTROLLED",
+                say(
+                    "Permit {permit_id}: every registered hazard has its controls in "
+                    "place (overall level {shown_level})",
+                    permit_id=permit_id,
+                    shown_level=shown_level,
+                ),
+                subject=overall,
+                evidence=[summary],
+            )
         else:
             out.judge(overall, Verdict.UNKNOWN)
-            out.uncertainty("RISK_INCOMPLETE", f"Not every hazard of permit {permit_id} could be judged",
-                            subject=overall, evidence=[summary])
+            out.uncertainty(
+                "RISK_INCOMPLETE",
+                say("Not every hazard of permit {permit_id} could be judged", permit_id=permit_id),
+                subject=overall,
+                evidence=[summary],
+            )
         return out.build({"risk_level": level if level in LEVELS else None})
 
     return run_guarded(rules)

@@ -79,6 +79,7 @@ from enum import Enum
 from typing import Any
 
 from agentmesh.v1 import common_pb2
+from specialist_svc.phrases import say
 from specialist_svc.rules import (
     CallFailure,
     CapabilityClient,
@@ -153,7 +154,9 @@ class _Window:
     @property
     def requirement(self) -> str:
         """How ``REQUIREMENT_NOT_MET`` names the window."""
-        return f"after {self.start.isoformat()}" if self.on_date else f"for the permit window {self}"
+        if self.on_date:
+            return say("after {day}", day=self.start.isoformat())
+        return say("for the permit window {window}", window=str(self))
 
 
 @dataclass(frozen=True)
@@ -294,31 +297,38 @@ class _Judge:
         if lookup.answer is None:
             for subject in subjects:
                 self.out.judge(subject, Verdict.UNKNOWN)
-                self.out.uncertainty("WORKER_ID_INVALID", "The worker id cannot be looked up in the LMS",
+                self.out.uncertainty("WORKER_ID_INVALID", say("The worker id cannot be looked up in the LMS"),
                                      subject=subject)
             return unreadable
         if isinstance(lookup.answer, CallFailure):
             failure = lookup.answer
             if failure.kind == "not_found":
                 failure = CallFailure("uncertain", "WORKER_NOT_FOUND", failure.detail)
-            self.out.unanswered(failure, subjects, f"The LMS record of {shown}")
+            self.out.unanswered(failure, subjects, say("The LMS record of {shown}", shown=shown))
             return unreadable
         output, refs = lookup.answer
         if not refs or not _well_formed(output, wid):
             code = "LMS_MALFORMED" if refs else "EVIDENCE_MISSING"
             self.out.unanswered(CallFailure("uncertain", code, f"{CAPABILITY}: unusable answer for {shown}"),
-                                subjects, f"The LMS record of {shown}")
+                                subjects, say("The LMS record of {shown}", shown=shown))
             return unreadable
         ref = refs[0]
         if not output["worker_known"]:
             ev = self.out.evidence(ref, data={"worker_id": wid, "worker_known": False})
             for subject in subjects:
                 self.out.judge(subject, Verdict.UNKNOWN)
-                self.out.fact("WORKER_UNKNOWN_TO_LMS", f"The LMS has no worker {shown}", subject=subject,
-                              evidence=[ev])
-                self.out.uncertainty("UNKNOWN_WORKER",
-                                     f"Trainings of {shown} cannot be verified: the LMS does not know the worker",
-                                     subject=subject, evidence=[ev])
+                self.out.fact(
+                    "WORKER_UNKNOWN_TO_LMS",
+                    say("The LMS has no worker {shown}", shown=shown),
+                    subject=subject,
+                    evidence=[ev],
+                )
+                self.out.uncertainty(
+                    "UNKNOWN_WORKER",
+                    say("Trainings of {shown} cannot be verified: the LMS does not know the worker", shown=shown),
+                    subject=subject,
+                    evidence=[ev],
+                )
             return {c: _Finding("WORKER_UNKNOWN") for c in courses}
         records: dict[str, list[_Record]] = {}
         for rec in output["trainings"]:
@@ -330,26 +340,40 @@ class _Judge:
             records.setdefault(str(code), []).append(_Record(fields, ev))
         return {course: self.course(wid, course, records.get(course, []), ref) for course in courses}
 
-    def course(self, wid: str, course: str, records: Sequence[_Record],
-               ref: common_pb2.EvidenceReference) -> _Finding:
+    def course(self, wid: str, course: str, records: Sequence[_Record], ref: common_pb2.EvidenceReference) -> _Finding:
         out, subject = self.out, f"worker:{wid}/{course}"
-        who = f"{course} of {token(wid)}"
+        who = say("{course} of {worker}", course=course, worker=token(wid))
         if not records:
             ev = out.evidence(ref, data={"worker_id": wid, "course_code": course, "records": 0})
             out.judge(subject, Verdict.FAIL)
-            out.fact("TRAINING_MISSING", f"The LMS holds no {course} record for {token(wid)}", subject=subject,
-                     evidence=[ev])
-            out.inference("REQUIREMENT_NOT_MET", f"{token(wid)} does not meet the {course} requirement",
-                          subject=subject)
+            out.fact(
+                "TRAINING_MISSING",
+                say("The LMS holds no {course} record for {worker}", course=course, worker=token(wid)),
+                subject=subject,
+                evidence=[ev],
+            )
+            out.inference(
+                "REQUIREMENT_NOT_MET",
+                say("{worker} does not meet the {course} requirement", worker=token(wid), course=course),
+                subject=subject,
+            )
             return _Finding("MISSING")
         certs = _certificates(records)
         for cert in certs:
             if len(cert.records) > 1 and not cert.conflicting:
                 ids = ", ".join(token(r.record_id) for r in sorted(cert.records, key=lambda r: r.record_id))
-                out.inference("DUPLICATE_CERTIFICATE_RECORDS",
-                              f"Records {ids} describe the same {course} certificate of {token(wid)}; "
-                              f"{token(cert.representative.record_id)} is used",
-                              subject=subject, evidence=[r.evidence for r in cert.records])
+                out.inference(
+                    "DUPLICATE_CERTIFICATE_RECORDS",
+                    say(
+                        "Records {ids} describe the same {course} certificate of {worker}; {record_id} is used",
+                        ids=ids,
+                        course=course,
+                        worker=token(wid),
+                        record_id=token(cert.representative.record_id),
+                    ),
+                    subject=subject,
+                    evidence=[r.evidence for r in cert.records],
+                )
         states = [(cert, cert.state(self.window)) for cert in certs]
         conflicts = [c for c, s in states if s is _State.CONFLICT]
         valid = sorted((c for c, s in states if s is _State.VALID), key=_Certificate.sort_key, reverse=True)
@@ -358,15 +382,25 @@ class _Judge:
             out.judge(subject, Verdict.UNKNOWN)
             for cert in conflicts:
                 for rec in sorted(cert.records, key=lambda r: r.record_id):
-                    out.fact("TRAINING_RECORD", self._record_text(who, rec), subject=subject,
-                             evidence=[rec.evidence])
+                    out.fact("TRAINING_RECORD", self._record_text(who, rec), subject=subject, evidence=[rec.evidence])
                 ids = ", ".join(token(r.record_id) for r in sorted(cert.records, key=lambda r: r.record_id))
-                out.uncertainty("CONFLICTING_CERTIFICATES",
-                                f"The LMS records {ids} of one {course} certificate of {token(wid)} contradict "
-                                f"each other; the certificate's status cannot be established",
-                                subject=subject, evidence=[r.evidence for r in cert.records])
-            out.recommendation("CONFIRM_WITH_ISSUER", f"Confirm the {course} certificate of {token(wid)} with its "
-                               "issuer", subject=subject)
+                out.uncertainty(
+                    "CONFLICTING_CERTIFICATES",
+                    say(
+                        "The LMS records {ids} of one {course} certificate of {worker} contradict each other; "
+                        "the certificate's status cannot be established",
+                        ids=ids,
+                        course=course,
+                        worker=token(wid),
+                    ),
+                    subject=subject,
+                    evidence=[r.evidence for r in cert.records],
+                )
+            out.recommendation(
+                "CONFIRM_WITH_ISSUER",
+                say("Confirm the {course} certificate of {worker} with its issuer", course=course, worker=token(wid)),
+                subject=subject,
+            )
             return _Finding("CONFLICT")
         if valid:
             best = valid[0]
@@ -374,10 +408,16 @@ class _Judge:
             self._state_fact(who, subject, best, _State.VALID)
             for cert in certs:
                 if cert is not best:
-                    out.inference("CERTIFICATE_SUPERSEDED",
-                                  f"{self._record_text(who, cert.representative)}; not needed, "
-                                  f"{token(best.representative.record_id)} is valid for the permit",
-                                  subject=subject, evidence=[cert.representative.evidence])
+                    out.inference(
+                        "CERTIFICATE_SUPERSEDED",
+                        say(
+                            "{record}; not needed, {record_id} is valid for the permit",
+                            record=self._record_text(who, cert.representative),
+                            record_id=token(best.representative.record_id),
+                        ),
+                        subject=subject,
+                        evidence=[cert.representative.evidence],
+                    )
             return _Finding("VALID", best.representative.valid_until)
         if incomplete:
             out.judge(subject, Verdict.UNKNOWN)
@@ -385,27 +425,50 @@ class _Judge:
                 if state in _FAILING:
                     self._state_fact(who, subject, cert, state)
             for cert in incomplete:
-                out.uncertainty("TRAINING_RECORD_INCOMPLETE",
-                                f"{self._record_text(who, cert.representative)}: its dates are missing or "
-                                f"unusable, so its validity cannot be established",
-                                subject=subject, evidence=[cert.representative.evidence])
+                out.uncertainty(
+                    "TRAINING_RECORD_INCOMPLETE",
+                    say(
+                        "{record}: its dates are missing or unusable, so its validity cannot be established",
+                        record=self._record_text(who, cert.representative),
+                    ),
+                    subject=subject,
+                    evidence=[cert.representative.evidence],
+                )
             return _Finding("INCOMPLETE")
         out.judge(subject, Verdict.FAIL)
         ordered = sorted(states, key=lambda cs: cs[0].sort_key(), reverse=True)
         for cert, state in ordered:
             self._state_fact(who, subject, cert, state)
-        out.inference("REQUIREMENT_NOT_MET", f"{token(wid)} does not meet the {course} requirement "
-                      f"{self.window.requirement}", subject=subject)
+        out.inference(
+            "REQUIREMENT_NOT_MET",
+            say(
+                "{worker} does not meet the {course} requirement {requirement}",
+                worker=token(wid),
+                course=course,
+                requirement=self.window.requirement,
+            ),
+            subject=subject,
+        )
         latest, state = ordered[0]
         name = _State.EXPIRED.value if state is _State.STATUS_EXPIRED else state.value
         return _Finding(name, latest.representative.valid_until)
 
     @staticmethod
     def _record_text(who: str, rec: _Record) -> str:
-        dates = ", ".join(f"{name} {value.isoformat()}" for name, value in
-                          (("completed", rec.completed_on), ("valid until", rec.valid_until)) if value)
-        return (f"LMS record {token(rec.record_id)} of {who}: status {token(rec.status, 'unrecognised')}"
-                + (f", {dates}" if dates else ""))
+        dates = "".join(
+            say(template, date=value.isoformat())
+            for template, value in ((", completed {date}", rec.completed_on), (", valid until {date}", rec.valid_until))
+            if value
+        )
+        return (
+            say(
+                "LMS record {record_id} of {who}: status {status}",
+                record_id=token(rec.record_id),
+                who=who,
+                status=token(rec.status, say("unrecognised")),
+            )
+            + dates
+        )
 
     def _state_fact(self, who: str, subject: str, cert: _Certificate, state: _State) -> None:
         rec, w = cert.representative, self.window
@@ -413,40 +476,98 @@ class _Judge:
         until = rec.valid_until.isoformat() if rec.valid_until else "?"
         completed = rec.completed_on.isoformat() if rec.completed_on else "?"
         texts = {
-            _State.VALID: ("TRAINING_VALID",
-                           f"{who} was completed on {completed} and is valid until {until}, covering the permit "
-                           f"window {w} (record {token(rec.record_id)})"),
-            _State.EXPIRED: ("TRAINING_EXPIRED", f"{who} expired on {until}, before the permit window {w}"),
-            _State.EXPIRES_DURING_PERMIT: ("TRAINING_EXPIRES_DURING_PERMIT",
-                                           f"{who} expires on {until}, inside the permit window {w}"),
-            _State.NOT_YET_VALID: ("TRAINING_NOT_YET_VALID",
-                                   f"{who} is recorded as completed on {completed}, after the permit window "
-                                   f"starts ({w.start.isoformat()}): not yet valid"),
-            _State.REVOKED: ("TRAINING_REVOKED", f"{who}: the LMS records the certificate as REVOKED"),
-            _State.STATUS_EXPIRED: ("TRAINING_EXPIRED", f"{who}: the LMS records the certificate as EXPIRED"),
-            _State.NOT_COMPLETED: ("TRAINING_NOT_COMPLETED",
-                                   f"{who}: the LMS status is {token(rec.status, 'unrecognised')}, "
-                                   f"not {COMPLETED}"),
+            _State.VALID: (
+                "TRAINING_VALID",
+                say(
+                    "{who} was completed on {completed} and is valid until {until}, covering the permit window "
+                    "{window} (record {record_id})",
+                    who=who,
+                    completed=completed,
+                    until=until,
+                    window=str(w),
+                    record_id=token(rec.record_id),
+                ),
+            ),
+            _State.EXPIRED: (
+                "TRAINING_EXPIRED",
+                say("{who} expired on {until}, before the permit window {window}", who=who, until=until, window=str(w)),
+            ),
+            _State.EXPIRES_DURING_PERMIT: (
+                "TRAINING_EXPIRES_DURING_PERMIT",
+                say("{who} expires on {until}, inside the permit window {window}", who=who, until=until, window=str(w)),
+            ),
+            _State.NOT_YET_VALID: (
+                "TRAINING_NOT_YET_VALID",
+                say(
+                    "{who} is recorded as completed on {completed}, after the permit window starts ({start}): not yet "
+                    "valid",
+                    who=who,
+                    completed=completed,
+                    start=w.start.isoformat(),
+                ),
+            ),
+            _State.REVOKED: ("TRAINING_REVOKED", say("{who}: the LMS records the certificate as REVOKED", who=who)),
+            _State.STATUS_EXPIRED: (
+                "TRAINING_EXPIRED",
+                say("{who}: the LMS records the certificate as EXPIRED", who=who),
+            ),
+            _State.NOT_COMPLETED: (
+                "TRAINING_NOT_COMPLETED",
+                say(
+                    "{who}: the LMS status is {status}, not {completed_status}",
+                    who=who,
+                    status=token(rec.status, say("unrecognised")),
+                    completed_status=COMPLETED,
+                ),
+            ),
         }
         if w.on_date:
             day = w.start.isoformat()
-            texts.update({
-                _State.VALID: ("TRAINING_VALID",
-                               f"{who} was completed on {completed} and is valid until {until}: it had not expired "
-                               f"by {day} (record {token(rec.record_id)})"),
-                _State.EXPIRED: ("TRAINING_EXPIRED", f"{who} expired on {until}, on or before {day}"),
-                _State.NOT_YET_VALID: ("TRAINING_NOT_YET_VALID",
-                                       f"{who} is recorded as completed on {completed}, after {day}: not yet valid "
-                                       f"on that day"),
-            })
+            texts.update(
+                {
+                    _State.VALID: (
+                        "TRAINING_VALID",
+                        say(
+                            "{who} was completed on {completed} and is valid until {until}: "
+                            "it had not expired by {day} "
+                            "(record {record_id})",
+                            who=who,
+                            completed=completed,
+                            until=until,
+                            day=day,
+                            record_id=token(rec.record_id),
+                        ),
+                    ),
+                    _State.EXPIRED: (
+                        "TRAINING_EXPIRED",
+                        say("{who} expired on {until}, on or before {day}", who=who, until=until, day=day),
+                    ),
+                    _State.NOT_YET_VALID: (
+                        "TRAINING_NOT_YET_VALID",
+                        say(
+                            "{who} is recorded as completed on {completed}, after {day}: not yet valid on that day",
+                            who=who,
+                            completed=completed,
+                            day=day,
+                        ),
+                    ),
+                }
+            )
         code, text = texts[state]
         self.out.fact(code, text, subject=subject, evidence=ev)
         if state is _State.NOT_YET_VALID:
-            after, covered = ("that day", "that day") if w.on_date else ("the permit starts", "the permit")
-            self.out.inference("FUTURE_DATED_RECORD",
-                               f"The record is dated after {after}: a scheduled course or a data-entry error; "
-                               f"either way it does not cover {covered}",
-                               subject=subject, evidence=ev)
+            text = (
+                say(
+                    "The record is dated after that day: a scheduled course or a data-entry error; either "
+                    "way it does not cover that day"
+                )
+                if w.on_date
+                else say(
+                    "The record is dated after the permit starts: a scheduled course or a data-entry error; "
+                    "either way it does not cover the permit"
+                )
+            )
+            self.out.inference("FUTURE_DATED_RECORD", text, subject=subject, evidence=ev)
 
 
 def run(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentResult:
@@ -477,13 +598,23 @@ def _verify(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.Age
                 for course in courses:
                     subject = f"worker:{wid}/{course}"
                     out.judge(subject, Verdict.UNKNOWN)
-                    out.uncertainty("PERMIT_WINDOW_UNKNOWN",
-                                    "The permit's validity window is missing or invalid; training validity "
-                                    "cannot be judged against it", subject=subject)
+                    out.uncertainty(
+                        "PERMIT_WINDOW_UNKNOWN",
+                        say(
+                            "The permit's validity window is missing or invalid; training "
+                            "validity cannot be judged against it"
+                        ),
+                        subject=subject,
+                    )
             return out.build()
         if not courses or not worker_ids:
-            out.inference("NOTHING_TO_VERIFY",
-                          f"Permit {token(permit_id)} lists no required training or no worker; nothing was checked")
+            out.inference(
+                "NOTHING_TO_VERIFY",
+                say(
+                    "Permit {permit_id} lists no required training or no worker; nothing was checked",
+                    permit_id=token(permit_id),
+                ),
+            )
             return out.build()
         asked = [c for c in courses if is_id(c)]
         for course in courses:
@@ -491,8 +622,11 @@ def _verify(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.Age
                 for wid in worker_ids:
                     subject = f"worker:{wid}/{course}"
                     out.judge(subject, Verdict.UNKNOWN)
-                    out.uncertainty("COURSE_CODE_INVALID", "A required course code cannot be looked up in the LMS",
-                                    subject=subject)
+                    out.uncertainty(
+                        "COURSE_CODE_INVALID",
+                        say("A required course code cannot be looked up in the LMS"),
+                        subject=subject,
+                    )
 
         def lookup(wid: str) -> _Lookup:
             if not is_id(wid):
@@ -504,13 +638,21 @@ def _verify(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.Age
             judge.worker(found, asked)
         verdict = out.verdict
         if verdict is Verdict.FAIL:
-            out.recommendation("DO_NOT_RELEASE",
-                               f"Do not release permit {token(permit_id)} until every worker holds the required "
-                               f"trainings")
+            out.recommendation(
+                "DO_NOT_RELEASE",
+                say(
+                    "Do not release permit {permit_id} until every worker holds the required trainings",
+                    permit_id=token(permit_id),
+                ),
+            )
         elif verdict is Verdict.UNKNOWN:
-            out.recommendation("VERIFY_BEFORE_RELEASE",
-                               f"Establish the trainings that could not be verified before releasing permit "
-                               f"{token(permit_id)}")
+            out.recommendation(
+                "VERIFY_BEFORE_RELEASE",
+                say(
+                    "Establish the trainings that could not be verified before releasing permit {permit_id}",
+                    permit_id=token(permit_id),
+                ),
+            )
         return out.build()
 
     return run_guarded(rules)
@@ -529,15 +671,20 @@ def _worker_training(data: Mapping[str, Any], client: CapabilityClient) -> commo
     def rules() -> common_pb2.AgentResult:
         out = ResultBuilder()
         answer = call_or_failure(client, CAPABILITY, {"worker_id": worker_id, "training_codes": [course]})
-        finding = _Judge(out, _Window(on_date, on_date, on_date=True)).worker(
-            _Lookup(worker_id, answer), [course])[course]
-        return out.build({
-            "operation": "worker_training",
-            "training": {
-                "worker_id": worker_id, "training_code": course, "on_date": on_date.isoformat(),
-                "state": finding.state,
-                "valid_until": finding.valid_until.isoformat() if finding.valid_until else None,
-            },
-        })
+        finding = _Judge(out, _Window(on_date, on_date, on_date=True)).worker(_Lookup(worker_id, answer), [course])[
+            course
+        ]
+        return out.build(
+            {
+                "operation": "worker_training",
+                "training": {
+                    "worker_id": worker_id,
+                    "training_code": course,
+                    "on_date": on_date.isoformat(),
+                    "state": finding.state,
+                    "valid_until": finding.valid_until.isoformat() if finding.valid_until else None,
+                },
+            }
+        )
 
     return run_guarded(rules)

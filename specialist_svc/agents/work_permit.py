@@ -110,6 +110,7 @@ from typing import Any
 
 from agentmesh import errors
 from agentmesh.v1 import common_pb2
+from specialist_svc.phrases import say
 from specialist_svc.rules import (
     AgentFailed,
     CallFailure,
@@ -167,7 +168,7 @@ def permit_record(output: Mapping[str, Any]) -> dict[str, Any]:
 
 def _not_found(permit_id: str) -> common_pb2.AgentResult:
     out = ResultBuilder()
-    out.fact("PERMIT_NOT_FOUND", f"Permit {token(permit_id)} was not found")
+    out.fact("PERMIT_NOT_FOUND", say("Permit {permit_id} was not found", permit_id=token(permit_id)))
     result = out.build({"permit_found": False})
     # Complete as an answer: "not found" is the analysis' result, not a gap in it.
     result.status = common_pb2.RESULT_STATUS_SUCCESS
@@ -230,45 +231,89 @@ def _assess(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.Age
         ev = out.evidence(ref, data={
             "permit_id": permit_id, "status": status, "valid_from": output.get("valid_from"),
             "valid_until": output.get("valid_until"), "worker_ids": [str(i) for i in ids]})
-        shown = token(status, "unrecognised")
+        shown = token(status, say("unrecognised"))
         if status == RELEASABLE:
             out.judge(subjects[0], Verdict.PASS)
-            out.fact("PERMIT_PENDING_RELEASE", f"Permit {permit_id} is {RELEASABLE}", subject=subjects[0],
-                     evidence=[ev])
+            out.fact(
+                "PERMIT_PENDING_RELEASE",
+                say("Permit {permit_id} is {RELEASABLE}", permit_id=permit_id, RELEASABLE=RELEASABLE),
+                subject=subjects[0],
+                evidence=[ev],
+            )
         elif status == "RELEASED":
             out.judge(subjects[0], Verdict.FAIL)
-            out.fact("PERMIT_ALREADY_RELEASED", f"Permit {permit_id} is already RELEASED", subject=subjects[0],
-                     evidence=[ev])
+            out.fact(
+                "PERMIT_ALREADY_RELEASED",
+                say("Permit {permit_id} is already RELEASED", permit_id=permit_id),
+                subject=subjects[0],
+                evidence=[ev],
+            )
         else:
             out.judge(subjects[0], Verdict.FAIL)
-            out.fact("PERMIT_NOT_RELEASABLE", f"Permit {permit_id} is {shown}; only {RELEASABLE} can be released",
-                     subject=subjects[0], evidence=[ev])
+            out.fact(
+                "PERMIT_NOT_RELEASABLE",
+                say(
+                    "Permit {permit_id} is {shown}; only {RELEASABLE} can be released",
+                    permit_id=permit_id,
+                    shown=shown,
+                    RELEASABLE=RELEASABLE,
+                ),
+                subject=subjects[0],
+                evidence=[ev],
+            )
 
         start, end = iso_date(output.get("valid_from")), iso_date(output.get("valid_until"))
         if start is None or end is None:
             out.judge(subjects[1], Verdict.UNKNOWN)
-            out.uncertainty("PERMIT_WINDOW_UNREADABLE", f"The validity window of permit {permit_id} is not readable",
-                            subject=subjects[1], evidence=[ev])
+            out.uncertainty(
+                "PERMIT_WINDOW_UNREADABLE",
+                say("The validity window of permit {permit_id} is not readable", permit_id=permit_id),
+                subject=subjects[1],
+                evidence=[ev],
+            )
         elif start <= end:
             out.judge(subjects[1], Verdict.PASS)
-            out.fact("PERMIT_WINDOW_VALID", f"Permit {permit_id} is valid from {start} until {end}",
-                     subject=subjects[1], evidence=[ev])
+            out.fact(
+                "PERMIT_WINDOW_VALID",
+                say("Permit {permit_id} is valid from {start} until {end}", permit_id=permit_id, start=start, end=end),
+                subject=subjects[1],
+                evidence=[ev],
+            )
         else:
             out.judge(subjects[1], Verdict.FAIL)
-            out.fact("PERMIT_WINDOW_INVALID", f"Permit {permit_id} ends ({end}) before it starts ({start})",
-                     subject=subjects[1], evidence=[ev])
+            out.fact(
+                "PERMIT_WINDOW_INVALID",
+                say(
+                    "Permit {permit_id} ends ({end}) before it starts ({start})",
+                    permit_id=permit_id,
+                    end=end,
+                    start=start,
+                ),
+                subject=subjects[1],
+                evidence=[ev],
+            )
 
         if ids:
             out.judge(subjects[2], Verdict.PASS)
-            out.fact("PERMIT_WORKERS_ASSIGNED", f"Permit {permit_id} has {len(ids)} assigned worker(s)",
-                     subject=subjects[2], evidence=[ev])
+            out.fact(
+                "PERMIT_WORKERS_ASSIGNED",
+                say("Permit {permit_id} has {n_ids} assigned worker(s)", permit_id=permit_id, n_ids=len(ids)),
+                subject=subjects[2],
+                evidence=[ev],
+            )
         else:
             out.judge(subjects[2], Verdict.FAIL)
-            out.fact("PERMIT_HAS_NO_WORKERS", f"Permit {permit_id} has no assigned worker", subject=subjects[2],
-                     evidence=[ev])
+            out.fact(
+                "PERMIT_HAS_NO_WORKERS",
+                say("Permit {permit_id} has no assigned worker", permit_id=permit_id),
+                subject=subjects[2],
+                evidence=[ev],
+            )
 
         if out.verdict is Verdict.FAIL:
-            out.recommendation("DO_NOT_RELEASE", f"Permit {permit_id} cannot be released in its current state")
+            out.recommendation(
+                "DO_NOT_RELEASE", say("Permit {permit_id} cannot be released in its current state", permit_id=permit_id)
+            )
         return out.build({"permit_found": True, "permit": record})
 
     return run_guarded(rules)
@@ -279,8 +324,9 @@ def _assess(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.Age
 _GOVERNANCE_REASONS = frozenset({"POLICY_UNAVAILABLE", "AUDIT_UNAVAILABLE"})
 
 
-def _call(client: CapabilityClient, capability_id: str, input: Mapping[str, Any]
-          ) -> tuple[dict[str, Any], list[common_pb2.EvidenceReference]] | CallFailure:
+def _call(
+    client: CapabilityClient, capability_id: str, input: Mapping[str, Any]
+) -> tuple[dict[str, Any], list[common_pb2.EvidenceReference]] | CallFailure:
     """One capability call; every failure is returned, fatal ones included."""
     try:
         return client.call(capability_id, input)
@@ -289,8 +335,10 @@ def _call(client: CapabilityClient, capability_id: str, input: Mapping[str, Any]
 
 
 def _release_payload(permit_id: str, reason_code: str, **fields: Any) -> dict[str, Any]:
-    return {"operation": "release",
-            "release": {"permit_id": permit_id, "verified": False, "reason_code": reason_code, **fields}}
+    return {
+        "operation": "release",
+        "release": {"permit_id": permit_id, "verified": False, "reason_code": reason_code, **fields},
+    }
 
 
 def _release_failed(permit_id: str, err: errors.MeshError) -> AgentFailed:
@@ -301,8 +349,11 @@ def _release_failed(permit_id: str, err: errors.MeshError) -> AgentFailed:
         code = "RELEASE_VERIFICATION_FAILED"
         # What the capability service did about the unverified write (ErrorInfo metadata):
         # whether it compensated, and what it restored. The caller needs both to know the permit's state.
-        said = [f"{name}: {err.metadata[name]}" if name == "compensated" else f"{name} {err.metadata[name]}"
-                for name in ("compensated", "restored") if name in err.metadata]
+        said = [
+            f"{name}: {err.metadata[name]}" if name == "compensated" else f"{name} {err.metadata[name]}"
+            for name in ("compensated", "restored")
+            if name in err.metadata
+        ]
         if said:
             detail += "; " + ", ".join(said)
         if "compensated" in err.metadata:
@@ -311,7 +362,8 @@ def _release_failed(permit_id: str, err: errors.MeshError) -> AgentFailed:
         if "restored" in err.metadata:
             extra["restored"] = err.metadata["restored"]
     elif isinstance(err, errors.FailedPrecondition) or (
-            isinstance(err, errors.Aborted) and err.reason == "IDEMPOTENCY_KEY_REUSED"):
+        isinstance(err, errors.Aborted) and err.reason == "IDEMPOTENCY_KEY_REUSED"
+    ):
         code = "RELEASE_REFUSED"
     else:
         failure = classify(err, RELEASE)
@@ -338,62 +390,87 @@ def _release(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.Ag
 
     def rules() -> common_pb2.AgentResult:
         try:
-            released, release_refs = client.call(RELEASE, {"permit_id": permit_id, "reason": reason},
-                                                 idempotency_key=key)
+            released, release_refs = client.call(
+                RELEASE, {"permit_id": permit_id, "reason": reason}, idempotency_key=key
+            )
         except errors.MeshError as err:
             raise _release_failed(permit_id, err) from err
         if not release_refs:
-            raise AgentFailed("EVIDENCE_MISSING", f"{RELEASE}: the answer carries no provenance",
-                              payload=_release_payload(permit_id, "EVIDENCE_MISSING"))
+            raise AgentFailed(
+                "EVIDENCE_MISSING",
+                f"{RELEASE}: the answer carries no provenance",
+                payload=_release_payload(permit_id, "EVIDENCE_MISSING"),
+            )
         if released.get("permit_id") != permit_id or released.get("status") != RELEASED:
-            raise AgentFailed("PERMIT_REGISTRY_MALFORMED", f"{RELEASE}: the answer is not a release of this permit",
-                              payload=_release_payload(permit_id, "PERMIT_REGISTRY_MALFORMED"))
+            raise AgentFailed(
+                "PERMIT_REGISTRY_MALFORMED",
+                f"{RELEASE}: the answer is not a release of this permit",
+                payload=_release_payload(permit_id, "PERMIT_REGISTRY_MALFORMED"),
+            )
 
         # The independent verification step (§73): read the permit back ourselves.
         answer = _call(client, CAPABILITY, {"permit_id": permit_id})
         if isinstance(answer, CallFailure):
-            raise AgentFailed("RELEASE_NOT_VERIFIED",
-                              f"{RELEASE} answered RELEASED but the read-back failed: {answer.code} {answer.detail}; "
-                              f"the release was acknowledged: read the permit before any retry",
-                              payload=_release_payload(permit_id, answer.code))
+            raise AgentFailed(
+                "RELEASE_NOT_VERIFIED",
+                f"{RELEASE} answered RELEASED but the read-back failed: {answer.code} {answer.detail}; "
+                f"the release was acknowledged: read the permit before any retry",
+                payload=_release_payload(permit_id, answer.code),
+            )
         permit, get_refs = answer
         observed = permit.get("status")
         if permit.get("permit_id") != permit_id or observed != RELEASED or not get_refs:
-            shown = token(observed, "unrecognised") if get_refs else "no evidence"
-            raise AgentFailed("RELEASE_NOT_VISIBLE",
-                              f"{RELEASE} answered RELEASED but {CAPABILITY} reads back {shown}",
-                              payload=_release_payload(permit_id, "RELEASE_NOT_VISIBLE",
-                                                       status=token(observed, "unrecognised")))
+            shown = token(observed, say("unrecognised")) if get_refs else say("no evidence")
+            raise AgentFailed(
+                "RELEASE_NOT_VISIBLE",
+                f"{RELEASE} answered RELEASED but {CAPABILITY} reads back {shown}",
+                payload=_release_payload(permit_id, "RELEASE_NOT_VISIBLE", status=token(observed, say("unrecognised"))),
+            )
 
         out = ResultBuilder()
         subject = f"permit:{permit_id}/release"
         summary = {name: released.get(name) for name in ("previous_status", "released_at", "released_by")}
         ev_release = out.evidence(release_refs[0], data={"permit_id": permit_id, "status": RELEASED, **summary})
-        ev_read = out.evidence(get_refs[0], data={
-            "permit_id": permit_id, "status": observed, "released_at": permit.get("released_at"),
-            "released_by": permit.get("released_by")})
+        ev_read = out.evidence(
+            get_refs[0],
+            data={
+                "permit_id": permit_id,
+                "status": observed,
+                "released_at": permit.get("released_at"),
+                "released_by": permit.get("released_by"),
+            },
+        )
         out.judge(subject, Verdict.PASS)
-        out.fact("PERMIT_RELEASED",
-                 f"Permit {permit_id} was released (previous status "
-                 f"{token(summary['previous_status'], 'unrecognised')}) and reads back {RELEASED}",
-                 subject=subject, evidence=[ev_release, ev_read])
-        return out.build({
-            "operation": "release",
-            "release": {"permit_id": permit_id, "status": observed, **summary, "verified": True},
-            "permit_found": True,
-            "permit": permit_record(permit),
-        })
+        out.fact(
+            "PERMIT_RELEASED",
+            say(
+                "Permit {permit_id} was released (previous status {previous_status}) and reads back {RELEASED}",
+                permit_id=permit_id,
+                previous_status=token(summary["previous_status"], say("unrecognised")),
+                RELEASED=RELEASED,
+            ),
+            subject=subject,
+            evidence=[ev_release, ev_read],
+        )
+        return out.build(
+            {
+                "operation": "release",
+                "release": {"permit_id": permit_id, "status": observed, **summary, "verified": True},
+                "permit_found": True,
+                "permit": permit_record(permit),
+            }
+        )
 
     return run_guarded(rules)
 
 
 # --- affected by training ---------------------------------------------------------------------------
 
+
 def _permit_ids(output: Mapping[str, Any]) -> list[str] | None:
     """The ids of a search answer's permits in the searched statuses, or None when the answer is unusable."""
     permits = output.get("permits")
-    if not isinstance(permits, list) or not all(isinstance(p, Mapping) and is_id(p.get("permit_id"))
-                                                for p in permits):
+    if not isinstance(permits, list) or not all(isinstance(p, Mapping) and is_id(p.get("permit_id")) for p in permits):
         return None
     return [str(p["permit_id"]) for p in permits if p.get("status") in _RECOMMENDATIONS]
 
@@ -403,8 +480,9 @@ def _affected_by_training(data: Mapping[str, Any], client: CapabilityClient) -> 
     course = _id_field(data, "training_code")
 
     def search(status: str) -> tuple[str, tuple[dict[str, Any], list[common_pb2.EvidenceReference]] | CallFailure]:
-        return status, call_or_failure(client, SEARCH, {"worker_id": worker_id, "status": status,
-                                                        "limit": _SEARCH_LIMIT})
+        return status, call_or_failure(
+            client, SEARCH, {"worker_id": worker_id, "status": status, "limit": _SEARCH_LIMIT}
+        )
 
     def read(permit_id: str) -> tuple[str, tuple[dict[str, Any], list[common_pb2.EvidenceReference]] | CallFailure]:
         return permit_id, call_or_failure(client, CAPABILITY, {"permit_id": permit_id})
@@ -427,21 +505,41 @@ def _affected_by_training(data: Mapping[str, Any], client: CapabilityClient) -> 
                 raise AgentFailed("PERMIT_REGISTRY_MALFORMED", f"{SEARCH}: the answer lists no usable permits")
             cut = output.get("truncated") is True
             truncated = truncated or cut
-            search_evidence.append(out.evidence(refs[0], data={
-                "worker_id": worker_id, "status": status, "permit_ids": ids, "truncated": cut}))
+            search_evidence.append(
+                out.evidence(
+                    refs[0], data={"worker_id": worker_id, "status": status, "permit_ids": ids, "truncated": cut}
+                )
+            )
             found.extend(ids)
         found = sorted(set(found))
         if truncated:
             out.judge(listed, Verdict.UNKNOWN)
-            out.uncertainty("PERMIT_SEARCH_TRUNCATED",
-                            f"The permit registry lists more than {_SEARCH_LIMIT} permits of worker {worker_id} "
-                            f"in one status; permits past the limit were not checked",
-                            subject=listed, evidence=search_evidence)
+            out.uncertainty(
+                "PERMIT_SEARCH_TRUNCATED",
+                say(
+                    "The permit registry lists more than {SEARCH_LIMIT} permits of worker {worker_id} in "
+                    "one status; permits past the limit were not checked",
+                    SEARCH_LIMIT=_SEARCH_LIMIT,
+                    worker_id=worker_id,
+                ),
+                subject=listed,
+                evidence=search_evidence,
+            )
         else:
             out.judge(listed, Verdict.PASS)
-            out.fact("WORKER_PERMITS_LISTED",
-                     f"The permit registry lists {len(found)} permit(s) of worker {worker_id} that are "
-                     f"{RELEASABLE} or {RELEASED}", subject=listed, evidence=search_evidence)
+            out.fact(
+                "WORKER_PERMITS_LISTED",
+                say(
+                    "The permit registry lists {n_found} permit(s) of worker {worker_id} "
+                    "that are {RELEASABLE} or {RELEASED}",
+                    n_found=len(found),
+                    worker_id=worker_id,
+                    RELEASABLE=RELEASABLE,
+                    RELEASED=RELEASED,
+                ),
+                subject=listed,
+                evidence=search_evidence,
+            )
 
         affected: list[dict[str, str]] = []
         unverified: list[str] = []
@@ -451,52 +549,109 @@ def _affected_by_training(data: Mapping[str, Any], client: CapabilityClient) -> 
                 failure = answer
                 if failure.kind == "not_found":
                     failure = CallFailure("uncertain", "PERMIT_NOT_FOUND", failure.detail)
-                out.unanswered(failure, [subject], f"Permit {permit_id}")
+                out.unanswered(failure, [subject], say("Permit {permit_id}", permit_id=permit_id))
                 unverified.append(permit_id)
                 continue
             permit, refs = answer
             trainings, workers = permit.get("required_trainings"), permit.get("workers")
-            if (not refs or permit.get("permit_id") != permit_id or not isinstance(trainings, list)
-                    or not isinstance(workers, list)):
+            if (
+                not refs
+                or permit.get("permit_id") != permit_id
+                or not isinstance(trainings, list)
+                or not isinstance(workers, list)
+            ):
                 code = "PERMIT_REGISTRY_MALFORMED" if refs else "EVIDENCE_MISSING"
-                out.unanswered(CallFailure("uncertain", code, f"{CAPABILITY}: unusable answer for {permit_id}"),
-                               [subject], f"Permit {permit_id}")
+                out.unanswered(
+                    CallFailure("uncertain", code, f"{CAPABILITY}: unusable answer for {permit_id}"),
+                    [subject],
+                    say("Permit {permit_id}", permit_id=permit_id),
+                )
                 unverified.append(permit_id)
                 continue
             current = permit.get("status")
             worker_ids = [w.get("worker_id") for w in workers if isinstance(w, Mapping)]
-            ev = out.evidence(refs[0], data={
-                "permit_id": permit_id, "status": current, "required_trainings": trainings,
-                "worker_ids": [str(i) for i in worker_ids]})
+            ev = out.evidence(
+                refs[0],
+                data={
+                    "permit_id": permit_id,
+                    "status": current,
+                    "required_trainings": trainings,
+                    "worker_ids": [str(i) for i in worker_ids],
+                },
+            )
             if current not in _RECOMMENDATIONS:
                 out.judge(subject, Verdict.PASS)
-                out.fact("PERMIT_NOT_ACTIVE", f"Permit {permit_id} is {token(current, 'unrecognised')}: neither "
-                         f"{RELEASABLE} nor {RELEASED}", subject=subject, evidence=[ev])
+                out.fact(
+                    "PERMIT_NOT_ACTIVE",
+                    say(
+                        "Permit {permit_id} is {current}: neither {RELEASABLE} nor {RELEASED}",
+                        permit_id=permit_id,
+                        current=token(current, "unrecognised"),
+                        RELEASABLE=RELEASABLE,
+                        RELEASED=RELEASED,
+                    ),
+                    subject=subject,
+                    evidence=[ev],
+                )
             elif worker_id not in worker_ids:
                 out.judge(subject, Verdict.PASS)
-                out.fact("WORKER_NOT_ON_PERMIT", f"Permit {permit_id} does not list worker {worker_id}",
-                         subject=subject, evidence=[ev])
+                out.fact(
+                    "WORKER_NOT_ON_PERMIT",
+                    say(
+                        "Permit {permit_id} does not list worker {worker_id}", permit_id=permit_id, worker_id=worker_id
+                    ),
+                    subject=subject,
+                    evidence=[ev],
+                )
             elif course not in trainings:
                 out.judge(subject, Verdict.PASS)
-                out.fact("TRAINING_NOT_REQUIRED", f"Permit {permit_id} does not require {course}",
-                         subject=subject, evidence=[ev])
+                out.fact(
+                    "TRAINING_NOT_REQUIRED",
+                    say("Permit {permit_id} does not require {course}", permit_id=permit_id, course=course),
+                    subject=subject,
+                    evidence=[ev],
+                )
             else:
                 recommendation, code = _RECOMMENDATIONS[str(current)]
                 out.judge(subject, Verdict.FAIL)
-                out.fact("PERMIT_REQUIRES_TRAINING",
-                         f"Permit {permit_id} is {current}, lists worker {worker_id} and requires {course}",
-                         subject=subject, evidence=[ev])
-                action = (f"Suspend permit {permit_id}" if current == RELEASED
-                          else f"Hold the release of permit {permit_id}")
-                out.statement("RECOMMENDATION", code, f"{action}: it requires {course} of worker {worker_id}",
-                              subject=subject, evidence=[ev])
+                out.fact(
+                    "PERMIT_REQUIRES_TRAINING",
+                    say(
+                        "Permit {permit_id} is {current}, lists worker {worker_id} and requires {course}",
+                        permit_id=permit_id,
+                        current=current,
+                        worker_id=worker_id,
+                        course=course,
+                    ),
+                    subject=subject,
+                    evidence=[ev],
+                )
+                action = (
+                    say("Suspend permit {permit_id}", permit_id=permit_id)
+                    if current == RELEASED
+                    else say("Hold the release of permit {permit_id}", permit_id=permit_id)
+                )
+                out.statement(
+                    "RECOMMENDATION",
+                    code,
+                    say(
+                        "{action}: it requires {course} of worker {worker_id}",
+                        action=action,
+                        course=course,
+                        worker_id=worker_id,
+                    ),
+                    subject=subject,
+                    evidence=[ev],
+                )
                 affected.append({"permit_id": permit_id, "status": str(current), "recommendation": recommendation})
-        return out.build({
-            "operation": "affected_by_training",
-            "worker_id": worker_id,
-            "training_code": course,
-            "affected_permits": affected,
-            "unverified_permits": unverified,
-        })
+        return out.build(
+            {
+                "operation": "affected_by_training",
+                "worker_id": worker_id,
+                "training_code": course,
+                "affected_permits": affected,
+                "unverified_permits": unverified,
+            }
+        )
 
     return run_guarded(rules)

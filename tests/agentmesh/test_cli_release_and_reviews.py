@@ -99,7 +99,8 @@ class FakeSupervisor(sup_grpc.SupervisorServiceServicer):  # type: ignore[misc]
         yield sup_pb2.WatchExecutionResponse(event=sup_pb2.EXECUTION_EVENT_TASK_FINISHED, agent_id="training-agent",
                                              task_status=common_pb2.TASK_STATUS_COMPLETED,
                                              execution=sup_pb2.Execution(execution_id=EXE))
-        yield sup_pb2.WatchExecutionResponse(event=sup_pb2.EXECUTION_EVENT_EXECUTION_FINISHED, execution=self.after_analysis)
+        yield sup_pb2.WatchExecutionResponse(event=sup_pb2.EXECUTION_EVENT_EXECUTION_FINISHED,
+                                             execution=self.after_analysis)
 
     def GetExecution(self, request: Any, context: Any) -> Any:
         self.requests["GetExecution"].append(request)
@@ -305,7 +306,8 @@ def test_awaiting_review_waits_then_prompts(mesh: Mesh, monkeypatch: pytest.Monk
     typed(monkeypatch, "y\n")
     assert mesh.run(*ANALYZE, "--release") == 0
     captured = capsys.readouterr()
-    assert "review rev-1" in captured.out and f"{hint_program(mesh)} reviews show rev-1 --tenant acme --user REVIEWER" in captured.out
+    assert "review rev-1" in captured.out
+    assert f"{hint_program(mesh)} reviews show rev-1 --tenant acme --user REVIEWER" in captured.out
     assert "waiting for review rev-1" in captured.err
     assert len(mesh.supervisor.requests["GetExecution"]) == 3
     assert "Release WP-10231 now? [y/N]" in captured.out

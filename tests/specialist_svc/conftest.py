@@ -198,19 +198,19 @@ def permit_input(world: World, projector: Projector) -> Callable[..., dict[str, 
     return make
 
 
-def task_for(agent_id: str, data: Mapping[str, Any], task_id: str = "task-1") -> common_pb2.AgentTask:
-    """An AgentTask carrying ``data`` as its input."""
+def task_for(agent_id: str, data: Mapping[str, Any], task_id: str = "task-1", locale: str = "") -> common_pb2.AgentTask:
+    """An AgentTask carrying ``data`` as its input (its statements in ``locale``)."""
     task = common_pb2.AgentTask(task_id=task_id, execution_id="exec-test", target_agent_id=agent_id,
-                                tenant_id="acme", user_id="alice", correlation_id="corr-1")
+                                tenant_id="acme", user_id="alice", correlation_id="corr-1", locale=locale)
     task.input.update(dict(data))
     return task
 
 
 @pytest.fixture()
 def run_agent() -> Callable[..., common_pb2.AgentResult]:
-    """``run_agent(agent_id, data, client)``: the agent's full run (schema checks, stamping) on one task."""
-    def run(agent_id: str, data: Mapping[str, Any], client: Any) -> common_pb2.AgentResult:
-        return load_agent(agent_id).run(task_for(agent_id, data), client)
+    """``run_agent(agent_id, data, client, locale="")``: the agent's full run (schema checks, stamping) on one task."""
+    def run(agent_id: str, data: Mapping[str, Any], client: Any, locale: str = "") -> common_pb2.AgentResult:
+        return load_agent(agent_id).run(task_for(agent_id, data, locale=locale), client)
     return run
 
 
