@@ -505,8 +505,12 @@ def print_execution(ex: Any) -> None:
             auth = _name(common_pb2.AuthorityLevel, ev.authority, "AUTHORITY_LEVEL_")
             print(f"  evidence #{i}: {ev.source} {ev.reference} ({auth}, {ev.capability})")
     for c in ex.conflicts:
+        from agentmesh.cli_reviews import print_evidence
+
         print(f"\nconflict on {c.subject}: {c.agent_a} vs {c.agent_b}"
               + (f" — resolved: {c.resolution}" if c.resolution else f" — review {c.review_id}"))
+        print_evidence(f"{c.agent_a} (PASS)", c.evidence_a)
+        print_evidence(f"{c.agent_b} (FAIL)", c.evidence_b)
         for rule in c.applicable_rules:
             print(f"  rule: {rule}")
     if ex.missing:

@@ -168,7 +168,8 @@ def cmd_reviews_list(args: argparse.Namespace, cfg: MeshConfig) -> int:
     return 0
 
 
-def _print_evidence(side: str, evidence: Any) -> None:
+def print_evidence(side: str, evidence: Any) -> None:
+    """One side's evidence of a conflict: source, reference, authority, capability and the data read."""
     from google.protobuf import json_format
 
     from agentmesh.v1 import common_pb2
@@ -200,8 +201,8 @@ def print_review(review: dc_pb2.ReviewItem) -> None:
         c = review.conflict
         print(f"\nconflict on {c.subject}: {c.agent_a} vs {c.agent_b}"
               + (f" — resolved: {c.resolution}" if c.resolution else ""))
-        _print_evidence(c.agent_a or "first side", c.evidence_a)
-        _print_evidence(c.agent_b or "second side", c.evidence_b)
+        print_evidence(c.agent_a or "first side", c.evidence_a)
+        print_evidence(c.agent_b or "second side", c.evidence_b)
         for rule in c.applicable_rules:
             print(f"  rule: {rule}")
     if review.HasField("action"):
