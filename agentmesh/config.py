@@ -61,6 +61,9 @@ class MeshConfig(BaseModel):
     """Deadline of an outgoing call that sets none."""
     lms_url: str | None = None
     """Base URL of the LMS; the sandbox LMS the launcher starts when unset."""
+    knowledge_dir: Path | None = None
+    """The knowledge stores the capability service serves, one sub-directory per scope; the shipped ones when
+    unset."""
     startup_timeout_s: float = Field(default=30.0, gt=0)
     """How long the launcher waits for a process to report SERVING."""
     specialist_delay_ms: int = Field(default=0, ge=0, le=600_000)
@@ -126,7 +129,7 @@ class MeshConfig(BaseModel):
         return f"{self.host}:{port}"
 
 
-_ENV_FIELDS = {"host": str, "call_timeout_s": float, "lms_url": str, "access_file": Path,
+_ENV_FIELDS = {"host": str, "call_timeout_s": float, "lms_url": str, "access_file": Path, "knowledge_dir": Path,
                "startup_timeout_s": float, "specialist_delay_ms": int, "task_timeout_s": float,
                "database_url": str, "supervisor_replicas": int,
                "confirmation_ttl_s": int, "leaf_validity_s": int}

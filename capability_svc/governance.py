@@ -102,7 +102,7 @@ class Recorder(Protocol):
 
 _RISK = {"LOW": common_pb2.RISK_LEVEL_LOW, "MEDIUM": common_pb2.RISK_LEVEL_MEDIUM,
          "HIGH": common_pb2.RISK_LEVEL_HIGH, "CRITICAL": common_pb2.RISK_LEVEL_CRITICAL}
-_POLICY_RESOURCE = {"permit": "WorkPermit", "worker": "Worker"}
+_POLICY_RESOURCE = {"permit": "WorkPermit", "worker": "Worker", "knowledge": "KnowledgeScope"}
 
 
 def _digest(data: Any) -> str:
@@ -532,6 +532,11 @@ class GovernedInvoker:
         # 6. Audit the decision. A mutation waits until it is durable before any
         # effect; a read sends it alongside the execution and waits before answering.
         common = self._common(grant, principal, call, decision, resource, payload)
+        knowledge = self._rt.executor.knowledge
+        if m.backend == "knowledge" and knowledge is not None:
+            # Every record of a knowledge read names the store version it reads (stores never change
+            # while the process runs, so the decision record can say it before the read).
+            common["versions"].knowledge_version = knowledge.version_of(call.resource_id or "")
         sent: list[Any] = []
         try:
             if call.mutates:
@@ -551,6 +556,8 @@ class GovernedInvoker:
             with telemetry.tracer().start_as_current_span("Execution") as span:
                 span.set_attribute("agentmesh.capability", m.key)
                 ran = self._rt.executor.run(call, deadline_s=deadline_s)
+                if ran.knowledge_version:
+                    span.set_attribute("agentmesh.knowledge_version", ran.knowledge_version)
             output = ran.output
             output_digest = _digest(output)
             if call.mutates:
@@ -594,7 +601,8 @@ class GovernedInvoker:
         completed.FromDatetime(self._clock())
         resp = pb.InvokeCapabilityResponse(
             capability_id=m.id, capability_version=str(m.version), output=out_struct,
-            evidence=evidence_of(output, m.key), decision=decision, verified=verified, completed_at=completed)
+            evidence=evidence_of(output, m.key), decision=decision, verified=verified, completed_at=completed,
+            knowledge_version=ran.knowledge_version)
         if call.mutates:
             self._idem.complete(grant.tenant_id, m.id, req.idempotency_key, resp.SerializeToString(deterministic=True),
                                 output_digest)

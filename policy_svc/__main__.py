@@ -33,7 +33,7 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
     ctx.check_database(ctx.data_dir / "policy.db")
     audit = ctx.audit() if knows_peer(ctx.config, "audit") else None
     policy_grpc.add_PolicyServiceServicer_to_server(
-        PolicyServicer(engine, switches, agents.capabilities, audit), server)
+        PolicyServicer(engine, switches, agents.capabilities, audit, agents.knowledge_scopes), server)
 
 
 def spec(args: argparse.Namespace) -> ServiceSpec:

@@ -7,7 +7,9 @@ static Cedar entity graph, built once at start-up:
 - ``Capability::"c"`` has ``permitted_roles``: every tenant-scoped role
   (``"acme/permit-manager"``) that lists it, directly or through ``includes``;
   it is ``in`` every ``SystemActor`` that lists it, in the ``CapabilityGroup``
-  of its kind and in ``CapabilityGroup::"known"``;
+  of its kind and in ``CapabilityGroup::"known"``, and a capability marked
+  ``knowledge: true`` (it reads a knowledge scope) also in
+  ``CapabilityGroup::"knowledge"``;
 - ``Privilege::"p"`` has ``held_by``: the tenant-scoped roles holding it,
   directly or through ``includes``;
 - ``SystemActorDirectory::"all"`` has ``names``: every system actor, so a
@@ -32,6 +34,7 @@ from policy_svc.errors import PolicyLoadError
 
 NAMESPACE = "AgentMesh"
 KNOWN_GROUP = "known"
+KNOWLEDGE_GROUP = "knowledge"
 SYSTEM_ACTOR_DIRECTORY = "all"
 
 # Tenant and role names become parts of entity ids ("<tenant>/<role>"); a "/"
@@ -64,6 +67,7 @@ class _Model(pydantic.BaseModel):
 
 class _CapabilitySpec(_Model):
     kind: CapabilityKind
+    knowledge: bool = False
 
 
 class _RoleSpec(_Model):
@@ -93,6 +97,8 @@ class PolicyData:
 
     #: Capability id -> kind.
     capabilities: Mapping[str, CapabilityKind]
+    #: The capabilities that read a knowledge scope (``knowledge: true``).
+    knowledge_capabilities: frozenset[str]
     #: Tenant id -> role names defined in it.
     roles: Mapping[str, tuple[str, ...]]
     #: System actor names.
@@ -119,6 +125,9 @@ def _invalid(path: Path, message: str) -> PolicyLoadError:
 
 
 def _build(spec: _DataFile, path: Path) -> PolicyData:
+    for cap, cap_spec in spec.capabilities.items():
+        if cap_spec.knowledge and cap_spec.kind != "read":
+            raise _invalid(path, f"capabilities.{cap}: a knowledge capability is of kind read")
     for tenant_id, tenant in spec.tenants.items():
         if not NAME_PATTERN.match(tenant_id):
             raise _invalid(path, f"tenant id {tenant_id!r} must match {NAME_PATTERN.pattern}")
@@ -150,6 +159,7 @@ def _build(spec: _DataFile, path: Path) -> PolicyData:
                     held_by[privilege].add(scoped)
     capability_parents: dict[str, list[dict[str, str]]] = {
         cap: [uid("CapabilityGroup", KNOWN_GROUP), uid("CapabilityGroup", cap_spec.kind)]
+        + ([uid("CapabilityGroup", KNOWLEDGE_GROUP)] if cap_spec.knowledge else [])
         for cap, cap_spec in spec.capabilities.items()
     }
     for actor, actor_spec in spec.system_actors.items():
@@ -158,7 +168,7 @@ def _build(spec: _DataFile, path: Path) -> PolicyData:
 
     entities: list[JsonObject] = []
     entities += [_entity("SystemActor", a, {}, []) for a in spec.system_actors]
-    groups = [KNOWN_GROUP, "read", "mutate", "external_write"]
+    groups = [KNOWN_GROUP, "read", "mutate", "external_write", KNOWLEDGE_GROUP]
     entities += [_entity("CapabilityGroup", g, {}, []) for g in groups]
     entities += [
         _entity("Capability", cap, {"permitted_roles": sorted(permitted_roles[cap])}, parents)
@@ -169,6 +179,7 @@ def _build(spec: _DataFile, path: Path) -> PolicyData:
 
     return PolicyData(
         capabilities={cap: cap_spec.kind for cap, cap_spec in spec.capabilities.items()},
+        knowledge_capabilities=frozenset(cap for cap, cap_spec in spec.capabilities.items() if cap_spec.knowledge),
         roles={t: tuple(tenant.roles) for t, tenant in spec.tenants.items()},
         system_actors=tuple(spec.system_actors),
         entities=tuple(entities),

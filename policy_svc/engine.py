@@ -109,6 +109,9 @@ _ACTIONS = {
 # capability, so they name none.
 _ON_AN_EXECUTION = frozenset({OperationKind.READ_EXECUTION, OperationKind.CANCEL_EXECUTION})
 EXECUTION_RESOURCE_TYPE = "Execution"
+# A read of a knowledge store names its scope as the resource; the policies see the scope and the
+# agent's registered scopes (optional context attributes, absent from every other request).
+KNOWLEDGE_RESOURCE_TYPE = "KnowledgeScope"
 # Operations about someone's work: each must say whose work it is, or the
 # own-request rules would compare against "" (never the requester, so a
 # decision on one's own request would pass, and one's own execution fail).
@@ -642,6 +645,9 @@ def _cedar_request(request: AuthorizationRequest) -> JsonObject:
         "override_reason": ctx.override_reason,
         "subject_requester_id": ctx.subject_requester_id,
     }
+    if resource.type == KNOWLEDGE_RESOURCE_TYPE:
+        context["knowledge_scope"] = resource.id
+        context["agent_knowledge_scopes"] = list(agent.knowledge_scopes)
     if request.operation in _ON_AN_EXECUTION:
         cedar_resource = uid("Execution", resource.id)
     else:

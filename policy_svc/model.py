@@ -103,6 +103,8 @@ class AgentPrincipal:
     delegation_chain: tuple[str, ...] = ()
     #: Capability ids the agent has registered.
     capabilities: tuple[str, ...] = ()
+    #: Knowledge scopes the agent has registered (its manifest's ``knowledge_scopes``, PRD §31).
+    knowledge_scopes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

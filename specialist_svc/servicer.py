@@ -183,6 +183,8 @@ class SpecialistServicer(pb_grpc.SpecialistServiceServicer):
         if client.stopped:
             log.info("task %s stopped: its call ended (cancelled, or the supervisor is gone)", task.task_id)
         result.versions.policy_version = ",".join(grpc_client.policy_versions)
+        # The knowledge version of the task (PRD §58): what the capability service said each read read.
+        result.versions.knowledge_version = ",".join(grpc_client.knowledge_versions)
         return pb.RunTaskResponse(result=result)
 
     def DescribeAgent(

@@ -90,7 +90,8 @@ def delegate(signer: grants.GrantSigner, issuer: spiffe.SpiffeId, entry: AgentEn
     """
     agent_id = entry.agent_id
     allowed = [c for c in node.required_capabilities if c in entry.manifest.capabilities]
-    resources = rules.resources(json_format.MessageToDict(node.input), allowed, actor.tenant_id)
+    resources = rules.resources(json_format.MessageToDict(node.input), allowed, actor.tenant_id,
+                                entry.manifest.knowledge_scopes)
     grant = signer.issue(
         issuer=str(issuer), audience=str(spiffe.agent(agent_id)), execution_id=node.execution_id,
         task_id=node.task_id, tenant_id=actor.tenant_id, user_id=actor.user_id,

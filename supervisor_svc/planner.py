@@ -91,8 +91,9 @@ ANALYSIS_ROLES: tuple[Role, ...] = (
          "Verify that every worker of permit {permit} holds each required training, valid for the permit's window."),
     Role(Analysis.RISK, Requirement(("risk",), ("risk.evaluate",)), "risk.assess",
          "Evaluate the registered hazards and controls of permit {permit}."),
-    Role(Analysis.COMPLIANCE, Requirement(("compliance",), ("compliance.getChecklist",)), "compliance.check",
-         "Check the compliance checklists of permit {permit}."),
+    Role(Analysis.COMPLIANCE, Requirement(("compliance",), ("compliance.getChecklist", "knowledge.search"),
+                                          ("compliance.nr",)), "compliance.check",
+         "Check the compliance checklists of permit {permit} against the clauses they cite."),
 )
 """The roles of a permit analysis; the first one is the first stage."""
 

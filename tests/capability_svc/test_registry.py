@@ -32,6 +32,7 @@ EXPECTED_IDS = {
     "risk.evaluate",
     "compliance.getChecklist",
     "worker.get",
+    "knowledge.search",
 }
 
 MINIMAL = """\

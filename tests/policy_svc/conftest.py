@@ -34,6 +34,7 @@ ALL_CAPABILITIES = (
     "risk.evaluate",
     "compliance.getChecklist",
     "worker.get",
+    "knowledge.search",
 )
 
 RequestFactory = Callable[..., AuthorizationRequest]
@@ -68,6 +69,7 @@ def build_request(
     system_actor: str = "",
     agent_id: str = "permit-agent",
     agent_capabilities: tuple[str, ...] = ALL_CAPABILITIES,
+    agent_knowledge_scopes: tuple[str, ...] = (),
     delegation_chain: tuple[str, ...] | None = None,
     delegation_depth: int = 2,
     capability: str = "workPermit.get",
@@ -104,6 +106,7 @@ def build_request(
             agent_version="1.0.0",
             delegation_chain=chain,
             capabilities=agent_capabilities,
+            knowledge_scopes=agent_knowledge_scopes,
         ),
         delegation_depth=delegation_depth,
         capability_id=capability,

@@ -165,8 +165,11 @@ def test_directory_without_policies_is_refused(policy_dir: Path) -> None:
         ("  workPermit.get: {kind: read}", "  workPermit.get: {kind: delete}", "kind"),
         ("system_actors:", "colour: blue\nsystem_actors:", "colour"),
         ("  acme:\n", "  ac/me:\n", "tenant id 'ac/me'"),
+        ("  workPermit.release: {kind: mutate}", "  workPermit.release: {kind: mutate, knowledge: true}",
+         "capabilities.workPermit.release: a knowledge capability is of kind read"),
     ],
-    ids=["unknown-capability", "unknown-include", "unknown-privilege", "bad-kind", "unknown-key", "tenant-with-slash"],
+    ids=["unknown-capability", "unknown-include", "unknown-privilege", "bad-kind", "unknown-key", "tenant-with-slash",
+         "mutating-knowledge-capability"],
 )
 def test_invalid_data_is_refused(policy_dir: Path, old: str, new: str, message: str) -> None:
     path = policy_dir / "entities.yaml"

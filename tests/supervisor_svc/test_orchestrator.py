@@ -177,11 +177,16 @@ def test_each_grant_names_the_resources_of_its_task_and_no_other(world: Any) -> 
     trusted = {signer.key_id: signer.key.public_key()}
     named = {req.task.target_agent_id: list(grants.verify(req.grant, trusted).resources)
              for req in specialists.requests}
-    # The first task knows only the permit; the others what their projection passes them.
+    # The first task knows only the permit; the others what their projection passes them; the compliance task,
+    # granted knowledge.search, also names its agent's knowledge scope (and no other).
     assert named == {"work-permit-agent": ["permit:WP-10231"],
                      "training-agent": ["permit:WP-10231", "worker:W-1001"],
                      "risk-agent": ["permit:WP-10231"],
-                     "compliance-agent": ["permit:WP-10231", "worker:W-1001"]}
+                     "compliance-agent": ["permit:WP-10231", "worker:W-1001", "knowledge:compliance.nr"]}
+    capabilities = {req.task.target_agent_id: list(grants.verify(req.grant, trusted).capabilities)
+                    for req in specialists.requests}
+    assert capabilities["compliance-agent"] == ["compliance.getChecklist", "knowledge.search"]
+    assert capabilities["training-agent"] == ["training.getStatus"]
 
 
 def test_allowed_handoff_runs_and_a_handoff_back_is_rejected(world: Any) -> None:
