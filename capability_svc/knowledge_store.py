@@ -157,6 +157,9 @@ class Passage:
     """Passage ids this passage links to, in order, without repeats or itself."""
     line: int
     """Line of its heading in the file (1-based)."""
+    indexed: str = field(default="", repr=False)
+    """What BM25 indexes of the body: the text with each wikilink as its label only, so a passage that links
+    to a clause does not match that clause's id as if it were the clause."""
 
 
 @dataclass(frozen=True)
@@ -262,14 +265,14 @@ class _LinkContext:
     """Collects the passage ids linked to, in order, without repeats or the passage itself."""
 
 
-def _render_links(line: str, at: _LinkContext) -> str:
-    """``line`` with each wikilink written as its label (else ``DOC CLAUSE``); each target resolved into
-    ``at.links``.
+def _render_links(line: str, at: _LinkContext) -> tuple[str, str]:
+    """``line`` with each wikilink written as its label, else ``DOC CLAUSE`` (to show), and as its label only
+    (to index); each target resolved into ``at.links``.
 
     Raises:
         KnowledgeError: a wikilink names no document or clause of the store.
     """
-    def render(match: re.Match[str]) -> str:
+    def target(match: re.Match[str]) -> str:
         target = match.group(1).strip()
         target_doc, _, target_clause = target.partition("#")
         target_doc = target_doc.strip() or at.document_id
@@ -283,10 +286,13 @@ def _render_links(line: str, at: _LinkContext) -> str:
         pid = f"{target_doc}#{target_clause}" if target_clause else target_doc
         if pid != at.own and pid not in at.links:
             at.links.append(pid)
-        label = (match.group(2) or "").strip()
-        return label or (f"{target_doc} {target_clause}" if target_clause else target_doc)
+        return f"{target_doc} {target_clause}" if target_clause else target_doc
 
-    return _WIKILINK_RE.sub(render, line)
+    def show(match: re.Match[str]) -> str:
+        resolved = target(match)
+        return (match.group(2) or "").strip() or resolved
+
+    return _WIKILINK_RE.sub(show, line), _WIKILINK_RE.sub(lambda m: (m.group(2) or "").strip(), line)
 
 
 def _digest(parts: Iterable[tuple[str, bytes]]) -> str:
@@ -408,14 +414,20 @@ class KnowledgeStore:
             for clause, title, heading_line, body in doc.sections:
                 own = f"{doc.document_id}#{clause}" if clause else doc.document_id
                 links: list[str] = []
-                text = "\n".join(_render_links(line, _LinkContext(doc.document_id, own, file, number, document_ids,
-                                                                     clauses, links))
-                                 for number, line in body).strip()
+                shown: list[str] = []
+                indexed: list[str] = []
+                for number, line in body:
+                    display, labels = _render_links(line, _LinkContext(doc.document_id, own, file, number,
+                                                                       document_ids, clauses, links))
+                    shown.append(display)
+                    indexed.append(labels)
+                text = "\n".join(shown).strip()
                 if len(text) > MAX_PASSAGE_CHARS:
                     what = f"clause {clause}" if clause else "the text before the first clause"
                     raise KnowledgeError(f"{what} has {len(text)} characters, more than {MAX_PASSAGE_CHARS}: "
                                          "split it into clauses", file=file, line=heading_line)
-                passages.append(Passage(own, doc.document_id, clause, title, text, tuple(links), heading_line))
+                passages.append(Passage(own, doc.document_id, clause, title, text, tuple(links), heading_line,
+                                        "\n".join(indexed)))
         return passages
 
     # -- index -----------------------------------------------------------------------------------
@@ -426,7 +438,7 @@ class KnowledgeStore:
         for p in self._passages:
             heading = f"{p.document_id} {p.clause_id} {p.title}"
             terms: dict[str, int] = {}
-            for term in (*tokens(heading), *tokens(heading), *tokens(p.text)):
+            for term in (*tokens(heading), *tokens(heading), *tokens(p.indexed)):
                 terms[term] = terms.get(term, 0) + 1
             counts.append(terms)
         n = len(counts)
