@@ -497,6 +497,8 @@ def print_execution(ex: Any) -> None:
         verdict = result.result.fields["verdict"].string_value if "verdict" in result.result.fields else "-"
         print(f"\n[{result.agent_id}] {status}, verdict {verdict}"
               + (f" — {result.error_reason}" if result.error_reason else ""))
+        if result.versions.knowledge_version:
+            print(f"  knowledge      {result.versions.knowledge_version}")
         for st in result.statements:
             kind = _name(common_pb2.StatementKind, st.kind, "STATEMENT_KIND_")
             refs = ", ".join(f"#{i}" for i in st.evidence_indexes)
