@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import random
 import re
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,36 @@ def test_ties_go_to_the_earlier_passage_and_results_are_deterministic() -> None:
     first = [h.passage.passage_id for h in s.search("valve", limit=2, expand=0)]
     assert first == ["D#1", "D#2"]
     assert all([h.passage.passage_id for h in s.search("valve", limit=2, expand=0)] == first for _ in range(5))
+
+
+def test_pruned_scoring_ranks_exactly_as_scoring_every_passage() -> None:
+    # A random corpus with a few very common words (the postings the pruning skips) and many rare ones.
+    rng = random.Random(7)
+    common, rare = ["alpha", "beta", "gamma"], [f"w{i:03d}x" for i in range(300)]
+    docs = {}
+    for d in range(40):
+        clauses = "".join(
+            f"## {c} clause\n{' '.join(rng.choices(common, k=6) + rng.choices(rare, k=rng.randint(3, 12)))}\n"
+            for c in range(1, 6))
+        docs[f"D{d:02d}"] = f"# D{d:02d} title\n{clause_text(rng, common, rare)}\n{clauses}"
+    s = store(**docs)
+    for _ in range(300):
+        query = " ".join(rng.choices(common, k=rng.randint(0, 3)) + rng.choices(rare, k=rng.randint(0, 4)))
+        limit = rng.randint(1, 8)
+        terms = sorted((t for t in dict.fromkeys(tokens(query)) if t in s._postings),
+                       key=lambda t: (-s._max[t], t))
+        every: dict[int, float] = {}
+        for term in terms:  # every posting of every term, in the same order of addition
+            for i, w in zip(*s._postings[term], strict=True):
+                every[i] = every.get(i, 0.0) + w
+        expected = sorted(every.items(), key=lambda item: (-item[1], item[0]))[:limit]
+        got = [(s._by_id[h.passage.passage_id], h.score) for h in s.search(query, limit=limit, expand=0)]
+        assert [i for i, _ in got] == [i for i, _ in expected], query
+        assert [sc for _, sc in got] == [round(sc, 6) for _, sc in expected], query
+
+
+def clause_text(rng: random.Random, common: list[str], rare: list[str]) -> str:
+    return " ".join(rng.choices(common, k=3) + rng.choices(rare, k=2))
 
 
 def test_a_query_matching_nothing_returns_nothing_and_repeats_count_once() -> None:
