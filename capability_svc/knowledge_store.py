@@ -500,9 +500,12 @@ class KnowledgeStore:
         while k < len(terms):
             if len(scores) >= limit and left[k] < heapq.nlargest(limit, scores.values())[-1]:
                 break
-            get = scores.get
-            for i, w in zip(*self._postings[terms[k]], strict=True):
-                scores[i] = get(i, 0.0) + w
+            if scores:
+                get = scores.get
+                for i, w in zip(*self._postings[terms[k]], strict=True):
+                    scores[i] = get(i, 0.0) + w
+            else:  # the first term: built at C speed
+                scores = dict(zip(*self._postings[terms[k]], strict=True))
             k += 1
         while k < len(terms):
             # Only passages that can still reach the limit-th score matter; it only ever rises.
