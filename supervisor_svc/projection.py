@@ -49,7 +49,7 @@ scopes, never another's (the policy engine checks it again). A value that is not
 an id is never listed. The capability runtime refuses a call on a resource the
 grant does not list, so a task whose input names nothing can act on nothing
 (fail closed). The types are those of the capability registry's manifests
-(``resource.type``); ``tenant`` is reserved. Without a ``resources`` section
+(``resource.type``); ``tenant`` and ``knowledge`` are reserved. Without a ``resources`` section
 grants name nothing.
 """
 
@@ -208,9 +208,12 @@ class ProjectionConfig:
                             reason="PROJECTION_SENSITIVE_FIELD",
                         )
                 whitelists[agent_id][purpose] = tuple(sorted(set(paths)))
+        reserved = {TENANT: "an operation over the whole tenant (tenant_wide)",
+                    # The scopes a grant names come from the agent's manifest, never from a task's input.
+                    KNOWLEDGE: "the knowledge scopes of the agent's manifest (knowledge)"}
         for p, kind in model.resources.fields.items():
-            if kind == TENANT:
-                raise ConfigError(f"{kind!r} is reserved for an operation over the whole tenant (tenant_wide)",
+            if kind in reserved:
+                raise ConfigError(f"{kind!r} is reserved for {reserved[kind]}",
                                   file=str(path), field=f"resources.fields.{p}",
                                   line=doc.line_of(("resources", "fields", p)), reason="RESOURCE_TYPE_RESERVED")
         rules = ResourceRules(tuple(model.resources.fields.items()), frozenset(model.resources.tenant_wide),
