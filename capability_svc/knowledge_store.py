@@ -29,14 +29,16 @@ to a document or clause of the same store, else the store does not load.
 
 **Retrieval** (:meth:`KnowledgeStore.search`): BM25 (k1 1.2, b 0.75) over
 the passages, whose indexed text is the document id, the clause id and title
-(counted twice) and the body; then wikilink expansion: the passages the hits
+(counted twice) and the body with each wikilink as its label only; then wikilink expansion: the passages the hits
 link to (depth 1 by default, up to 2), each scored half its linking hit's
 score and marked ``via`` that hit, at most ``limit`` of them. Tokens: NFKD
 without accents, lower case, words and dotted numbers (``10.5.1`` is one
 token; ``nr-10`` is itself, ``nr`` and ``10``), English and Portuguese stop
 words dropped, a plural ``s`` folded. Each passage's BM25 weight per term is
 computed once when the store loads, so a query only adds up the postings of
-its terms. Results are deterministic: ties go to the earlier passage.
+its terms, and of its common terms only those of passages that can still make
+the answer (exact MaxScore pruning, :meth:`KnowledgeStore._top`). Results are
+deterministic: ties go to the earlier passage.
 
 **Versions**: a document's version is ``sha256:`` of its file's bytes; the
 store's (the *knowledge version* a task records) is ``sha256:`` over every
