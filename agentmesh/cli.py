@@ -490,6 +490,11 @@ def print_execution(ex: Any) -> None:
         print(f"actor     user {ex.tenant_id}/{ex.user_id}")
     if ex.reason:
         print(f"reason    {ex.reason}")
+    found = ex.intent_classification
+    if found.source == "MODEL":
+        print(f"intent    {found.intent} — understood by a model, not by the rules: {found.model_id} "
+              f"({found.model_version}), confidence {found.confidence:.2f}, shown {', '.join(found.candidates)}; "
+              f"call {found.model_call_id}")
     print()
     print(ex.summary)
     for result in ex.results:
@@ -497,10 +502,22 @@ def print_execution(ex: Any) -> None:
         verdict = result.result.fields["verdict"].string_value if "verdict" in result.result.fields else "-"
         print(f"\n[{result.agent_id}] {status}, verdict {verdict}"
               + (f" — {result.error_reason}" if result.error_reason else ""))
+        usage = result.model_usage
+        if usage.calls or usage.exhausted_reason:
+            print(f"  model use: {usage.calls} call(s), {usage.prompt_tokens}+{usage.completion_tokens} tokens, "
+                  f"cost {usage.cost:.6f} ({', '.join(usage.models) or '-'}; {result.versions.model_version or '-'})"
+                  + (f" — budget exhausted: {usage.exhausted_reason}" if usage.exhausted_reason else ""))
         for st in result.statements:
             kind = _name(common_pb2.StatementKind, st.kind, "STATEMENT_KIND_")
+            if any(0 <= i < len(result.evidence) and result.evidence[i].authority ==
+                   common_pb2.AUTHORITY_LEVEL_MODEL_INFERENCE for i in st.evidence_indexes):
+                kind += " (model)"
             refs = ", ".join(f"#{i}" for i in st.evidence_indexes)
             print(f"  {kind:<14} {st.code:<26} {st.subject:<24} {st.text}" + (f"  [{refs}]" if refs else ""))
+        reading = result.result.fields.get("model_reading")
+        if reading is not None and reading.struct_value.fields["status"].string_value != "NOT_ASKED":
+            fields = {k: (v.string_value or f"{v.number_value:g}") for k, v in reading.struct_value.fields.items()}
+            print("  model reading: " + ", ".join(f"{k} {v}" for k, v in sorted(fields.items())))
         for i, ev in enumerate(result.evidence):
             auth = _name(common_pb2.AuthorityLevel, ev.authority, "AUTHORITY_LEVEL_")
             print(f"  evidence #{i}: {ev.source} {ev.reference} ({auth}, {ev.capability})")

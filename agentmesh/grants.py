@@ -97,6 +97,7 @@ class GrantSigner:
         confirmation_id: str = "",
         human_approval_id: str = "",
         human_approver_id: str = "",
+        model_budgets: tuple[common_pb2.AgentBudget, common_pb2.AgentBudget] | None = None,
         ttl: dt.timedelta = DEFAULT_TTL,
         now: dt.datetime | None = None,
     ) -> common_pb2.SignedTaskGrant:
@@ -105,6 +106,8 @@ class GrantSigner:
         ``resources`` are the ``"TYPE:ID"`` the task may act on; the capability
         runtime refuses a call on any other (and every call of a grant that
         lists none), so leaving them out gives a grant that can do nothing.
+        ``model_budgets`` are the task's and the execution's model budget (the
+        model service refuses every call of a grant without them).
         """
         start = now or dt.datetime.now(dt.UTC)
         grant = common_pb2.TaskGrant(
@@ -132,6 +135,9 @@ class GrantSigner:
             human_approval_id=human_approval_id,
             human_approver_id=human_approver_id,
         )
+        if model_budgets is not None:
+            grant.budget.CopyFrom(model_budgets[0])
+            grant.execution_budget.CopyFrom(model_budgets[1])
         return self.sign(grant)
 
 

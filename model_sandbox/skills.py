@@ -104,14 +104,39 @@ def _fold(text: str) -> str:
 
 
 def _words(text: str) -> set[str]:
-    return {w for w in _WORD_RE.findall(_fold(text)) if len(w) > 2 and w not in _STOPWORDS}
+    """The meaningful words: three letters or more, no digits (ids are subjects, not meaning), no stop words."""
+    return {w for w in _WORD_RE.findall(_fold(text))
+            if len(w) > 2 and w not in _STOPWORDS and not any(c.isdigit() for c in w)}
+
+
+def _lenient(pattern: str) -> str:
+    """``pattern`` with each literal dash outside a character class made optional (or a space)."""
+    out, in_class, escaped = [], False, False
+    for ch in pattern:
+        if escaped:
+            out.append(ch)
+            escaped = False
+        elif ch == "\\":
+            out.append(ch)
+            escaped = True
+        elif ch == "[":
+            in_class = True
+            out.append(ch)
+        elif ch == "]":
+            in_class = False
+            out.append(ch)
+        elif ch == "-" and not in_class:
+            out.append(r"[-\s]?")
+        else:
+            out.append(ch)
+    return "".join(out)
 
 
 def _find_id(pattern: str, text: str) -> str | None:
     """The first id in ``text`` matching ``pattern``, written as the pattern wants (``wp 10231`` → ``WP-10231``)."""
     try:
         strict = re.compile(pattern)
-        lenient = re.compile(pattern.replace("-", r"[-\s]?"), re.IGNORECASE)
+        lenient = re.compile(_lenient(pattern), re.IGNORECASE)
     except re.error:
         return None
     for match in lenient.finditer(text):

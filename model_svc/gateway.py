@@ -485,8 +485,8 @@ class ModelGateway:
     def _failure(failure: BackendError, attempts: Sequence[_Attempt], route: common_pb2.ModelRoute) -> errors.MeshError:
         usage = _total(attempts)
         meta = {"field": "prompt_id", "model": attempts[-1].score.model_id, "calls": str(usage.calls),
-                "tokens": str(usage.prompt_tokens + usage.completion_tokens), "cost": f"{usage.cost:.6f}",
-                "call_id": req_call_id(attempts[-1])}
+                "prompt_tokens": str(usage.prompt_tokens), "completion_tokens": str(usage.completion_tokens),
+                "cost": f"{usage.cost:.6f}", "call_id": req_call_id(attempts[-1])}
         if route.fallback_reason and not route.fallback_decision_id:
             meta["fallback"] = "denied by policy"
         elif route.fallback_from:
