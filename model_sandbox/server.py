@@ -68,14 +68,25 @@ def _hostile(prompt: ParsedPrompt) -> dict[str, Any]:
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     server_version = "model-sandbox/1"
+    # Keep-alive, as model servers do: every answer has a Content-Length (or closes the connection).
+    protocol_version = "HTTP/1.1"
+    # Headers and body go out in separate writes: with Nagle on, a kept-alive connection waits for a
+    # delayed ACK (about 40 ms) before each body.
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         _log.info("%s %s", self.address_string(), format % args)
+
+    def parse_request(self) -> bool:
+        self._consumed = False
+        return super().parse_request()
 
     def _send_json(self, status: int, payload: Any) -> None:
         self._send_bytes(status, json.dumps(payload).encode("utf-8"))
 
     def _send_bytes(self, status: int, body: bytes) -> None:
+        if not self._consumed and (self.headers.get("Content-Length") or "0") != "0":
+            self.close_connection = True  # the request's body was not read: the connection cannot be reused
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -109,7 +120,9 @@ class _Handler(BaseHTTPRequestHandler):
         length = self.headers.get("Content-Length", "")
         if not length.isdigit() or int(length) > _MAX_BODY:
             raise ValueError("a JSON body up to 1 MiB with Content-Length is required")
-        return json.loads(self.rfile.read(int(length)) or b"null")
+        raw = self.rfile.read(int(length))
+        self._consumed = True
+        return json.loads(raw or b"null")
 
     def do_GET(self) -> None:  # noqa: N802 - stdlib naming
         if self._refused():
