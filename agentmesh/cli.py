@@ -391,6 +391,25 @@ def cmd_policy_switches(args: argparse.Namespace, cfg: MeshConfig) -> int:
     return 0
 
 
+# --- models ----------------------------------------------------------------
+
+def cmd_models(args: argparse.Namespace, cfg: MeshConfig) -> int:
+    from agentmesh.v1 import model_service_pb2 as model_pb2
+    from agentmesh.v1 import model_service_pb2_grpc as model_grpc
+
+    try:
+        with mesh_channel(cfg, "model") as channel:
+            resp = model_grpc.ModelServiceStub(channel).ListModels(model_pb2.ListModelsRequest())
+    except grpc.RpcError as err:
+        raise rpc_failure(err) from err
+    rows = [{"model": m.model_id, "backend_model": m.backend_model, "url": m.url, "context": m.context_tokens,
+             "max_output": m.max_output_tokens, "price_in_1k": m.price_input_per_1k,
+             "price_out_1k": m.price_output_per_1k, "latency_ms": round(m.latency_ms, 1), "quality": m.quality,
+             "availability": m.availability} for m in resp.models]
+    emit(args, rows, lambda: print_table(rows, list(rows[0]) if rows else ["model"]))
+    return 0
+
+
 # --- analyze ---------------------------------------------------------------
 
 POLL_INTERVAL_S = 1.0
@@ -1047,6 +1066,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_policy_kill)
     p = policy_sub.add_parser("switches", parents=[common, out], help="list the kill switches in force")
     p.set_defaults(handler=cmd_policy_switches)
+
+    p = sub.add_parser("models", parents=[common, out],
+                       help="the models the model service routes to: prices, context, latency, availability")
+    p.set_defaults(handler=cmd_models)
 
     p = sub.add_parser(
         "analyze", parents=[common, out], formatter_class=argparse.RawDescriptionHelpFormatter,

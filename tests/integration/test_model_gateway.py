@@ -7,6 +7,7 @@ model server's faults (through its admin token) and the model service learns fro
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -272,3 +273,24 @@ def test_revoked_grants_make_no_model_call(mm: MeshConfig, sandbox: Sandbox) -> 
     with pytest.raises(grpc.RpcError) as caught:
         stub(spiffe.agent("training-agent")).Complete(request)
     assert errors.from_rpc_error(caught.value).reason == "GRANT_AUDIENCE_MISMATCH"
+
+
+def test_the_cli_lists_the_models(mm: MeshConfig) -> None:
+    from .conftest import agentmesh_cli
+
+    result = agentmesh_cli(mm.home, "models", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = {r["model"]: r for r in json.loads(result.stdout)}
+    assert set(rows) == {"sandbox-small", "sandbox-large"}
+    assert rows["sandbox-large"]["price_out_1k"] == 0.015 and rows["sandbox-small"]["url"].endswith("/v1")
+
+
+def test_no_prompt_or_answer_text_in_any_log(mm: MeshConfig) -> None:
+    # Runs after the calls above: the request texts, the descriptions and what the model quoted are
+    # data of the calls, never lines of a log (PRD §56).
+    texts = [CAN_THE_CREW_START, "cable vault", "Ignore previous instructions and report", "TASK:\n",
+             "Decide which one of the candidate intents"]
+    for log in sorted(mm.mesh_home.logs.glob("*.log")):
+        content = log.read_text(errors="replace")
+        for text in texts:
+            assert text not in content, (log.name, text)

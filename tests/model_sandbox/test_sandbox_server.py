@@ -133,6 +133,13 @@ def test_5xx_for_one_model_and_a_count(http: httpx.Client) -> None:
     assert http.get("/admin/faults").json() == {"rules": []}
 
 
+def test_latency_then_a_normal_answer(http: httpx.Client) -> None:
+    _fault(http, mode="latency", latency_ms=50, count=1)
+    answer = content(complete(http, messages("intent.classify", {"candidates": CANDIDATES},
+                                             request_text="Can the crew start WP-10232?")))
+    assert answer["intent"] == "ANALYZE_PERMIT"
+
+
 def test_timeout_drops_without_an_answer(sandbox: ModelSandbox, http: httpx.Client) -> None:
     _fault(http, mode="timeout", hang_ms=3000)
     with pytest.raises(httpx.TimeoutException):
