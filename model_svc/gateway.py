@@ -42,6 +42,7 @@ import datetime as dt
 import hashlib
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -199,9 +200,9 @@ class ModelGateway:
         if not candidates:
             why = ", ".join(f"{s.model_id}: {s.excluded_reason}" for s in ranked)
             if any(s.excluded_reason == "UNAVAILABLE" for s in ranked):
-                # Not a refusal: the models that could take it are down. Recorded as a failure.
-                self._refuse(errors.Unavailable(f"no model is available ({why})", reason="MODEL_UNAVAILABLE"),
-                             req, caller, route=finish_route())
+                # Not a refusal: the models that could take it are down (their circuits open). A failure,
+                # recorded as a model call that no model answered.
+                self._record_unanswered(req, caller, prompt, finish_route(), "MODEL_UNAVAILABLE")
                 raise errors.Unavailable(f"no model is available ({why})", reason="MODEL_UNAVAILABLE",
                                          metadata={"field": "prompt_id"})
             raise self._refuse(errors.FailedPrecondition(
@@ -400,9 +401,13 @@ class ModelGateway:
             # Answered without usage, or cut off while it may have been working: the maximum is charged.
             prompt_tokens, completion_tokens = reserved_tokens - attempt.score.max_tokens, attempt.score.max_tokens
             cost = reserved_cost
-        else:  # refused before any work (unreachable, 5xx, open circuit): a call, no tokens
+        else:  # refused before any work (unreachable, 5xx): a call, no tokens
             prompt_tokens, completion_tokens, cost = 0, 0, 0.0
         assert attempt.reservation is not None
+        if isinstance(attempt.failure, _CircuitOpen):  # nothing was sent: no call at all
+            self._ledger.release(attempt.reservation)
+            attempt.usage = common_pb2.ModelUsage(models=[attempt.score.model_id])
+            return
         self._ledger.settle(attempt.reservation, tokens=prompt_tokens + completion_tokens, cost=cost)
         attempt.usage = common_pb2.ModelUsage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
                                               calls=1, cost=cost, models=[attempt.score.model_id])
@@ -469,6 +474,19 @@ class ModelGateway:
         except errors.MeshError:
             log.exception("MODEL_CALL record of %s could not be audited", attempt.score.model_id)
 
+    def _record_unanswered(self, req: pb.CompleteRequest, caller: _Caller, prompt: Prompt,
+                           route: common_pb2.ModelRoute, reason: str) -> None:
+        """The record of a call no model was asked to answer (every one unavailable)."""
+        grant = caller.grant
+        try:
+            self._audit.record_durably(
+                audit_pb2.AUDIT_EVENT_TYPE_MODEL_CALL, outcome=audit_pb2.AUDIT_OUTCOME_FAILURE, reason_codes=[reason],
+                tenant_id=grant.tenant_id, user_id=grant.user_id, execution_id=grant.execution_id,
+                task_id=grant.task_id, agent_id=caller.agent_id, principal=caller.principal,
+                model_call=audit_pb2.ModelCallRecord(prompt=prompt.ref, finish_reason=reason, route=route))
+        except errors.MeshError:
+            log.exception("MODEL_CALL record of an unanswered call could not be audited")
+
     def _answer(self, attempt: _Attempt, attempts: Sequence[_Attempt], req: pb.CompleteRequest, caller: _Caller,
                 prompt: Prompt, route: common_pb2.ModelRoute) -> pb.CompleteResponse:
         completion = attempt.completion
@@ -512,7 +530,8 @@ class ModelGateway:
         for b in self._router.models():
             backend = self._backends[b.id]
             out.models.append(pb.ModelInfo(
-                model_id=b.id, backend_model=b.model, url=backend.base_url, context_tokens=b.context_tokens,
+                model_id=b.id, backend_model=b.model, url=re.sub(r"//[^/@]*@", "//", backend.base_url),
+                context_tokens=b.context_tokens,
                 max_output_tokens=b.max_output_tokens, price_input_per_1k=b.price_input_per_1k,
                 price_output_per_1k=b.price_output_per_1k, latency_ms=self._router.expected_latency_ms(b.id),
                 quality=b.quality, availability=self._router.availability(b.id)))

@@ -172,6 +172,10 @@ class BudgetLedger:
                     "calls = model_spent.calls + 1, cost = model_spent.cost + excluded.cost",
                     (scope, key, tokens, cost))
 
+    def release(self, reservation: Reservation) -> None:
+        """Drops a reservation whose call was never sent (nothing spent)."""
+        self._db.execute("DELETE FROM model_reservations WHERE id = ?", (reservation.id,))
+
     def revoke(self, execution_id: str, issued_before: dt.datetime | None, reason: str,
                now: dt.datetime) -> Revocation:
         """Revokes an execution's grants (all when ``issued_before`` is None); widens an earlier revocation."""

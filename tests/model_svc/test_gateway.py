@@ -271,6 +271,21 @@ def test_failures_lower_a_models_availability_until_routing_goes_around_it(w: Wo
     assert models["sandbox-large"].availability == "DEGRADED" and models["sandbox-small"].availability == "AVAILABLE"
 
 
+def test_every_model_down_is_a_failure_recorded_without_a_call(w: World) -> None:
+    router = w.gateway._router  # both circuits open, as after three failures each
+    for model in ("sandbox-small", "sandbox-large"):
+        for _ in range(3):
+            router.observe(model, ok=False, probe=False)
+    with pytest.raises(errors.Unavailable) as caught:
+        call(w, hazards_request(w))
+    assert caught.value.reason == "MODEL_UNAVAILABLE"
+    (record,) = calls(w)
+    assert record.outcome == audit_pb2.AUDIT_OUTCOME_FAILURE and record.reason_codes == ["MODEL_UNAVAILABLE"]
+    assert {s.excluded_reason for s in record.model_call.route.scores} == {"UNAVAILABLE"}
+    assert w.audit.of(audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED) == []  # a failure, not a refusal
+    assert w.ledger.spent("exe-1").calls == 0 and w.sandbox.calls() == {}
+
+
 def test_the_supervisor_classifies_with_its_own_prompt(w: World) -> None:
     grant, principal = w.grant(SUPERVISOR, task_id="intent-exe-1")
     req = pb.CompleteRequest(grant=grant, principal=principal, prompt_id="intent.classify",

@@ -86,6 +86,14 @@ def test_reserve_then_settle(tmp_path: Path) -> None:
     assert reopened.spent("e1").tokens == 700 and reopened.spent("e1").calls == 2
 
 
+def test_a_call_never_sent_is_released(tmp_path: Path) -> None:
+    ledger = BudgetLedger(tmp_path / "l.db")
+    b = Budget(1000, 1, 1.0)
+    ledger.release(ledger.reserve("e1", "t1", task=b, execution=b, tokens=600, cost=0.1))
+    assert ledger.spent("e1").calls == 0
+    ledger.reserve("e1", "t1", task=b, execution=b, tokens=600, cost=0.1)  # the one call is still there
+
+
 def test_concurrent_calls_cannot_both_take_the_last_call(tmp_path: Path) -> None:
     ledger = BudgetLedger(tmp_path / "l.db")
     b = Budget(10_000, 5, 10.0)
