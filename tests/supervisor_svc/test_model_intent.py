@@ -140,7 +140,7 @@ def test_a_request_the_rules_do_not_understand_is_classified_and_recorded(orch: 
     orchestrator, specialists, audit, models, token, signer = orch
     ex = _analyze(orchestrator, token, "Can the crew start the job under wp 10231 tomorrow?")
     assert ex.decision == common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE
-    assert ex.intent == "ANALYZE_PERMIT:MODEL"
+    assert (ex.intent, ex.intent_rule) == (pb.EXECUTION_INTENT_ANALYZE_PERMIT, "MODEL")
     found = ex.intent_classification
     assert (found.source, found.intent, dict(found.subjects), found.model_id, found.model_call_id) == (
         "MODEL", "ANALYZE_PERMIT", {"permit_id": "WP-10231"}, "sandbox-small", "mc-1")
