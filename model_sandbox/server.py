@@ -88,6 +88,8 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._consumed and (self.headers.get("Content-Length") or "0") != "0":
             self.close_connection = True  # the request's body was not read: the connection cannot be reused
         self.send_response(status)
+        if self.close_connection:
+            self.send_header("Connection", "close")  # so the client opens a new one for its next request
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
