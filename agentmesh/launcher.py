@@ -233,6 +233,36 @@ def ensure_lms_admin_token(config: MeshConfig) -> Path:
     return path
 
 
+def ensure_model_sandbox_admin_token(config: MeshConfig) -> Path:
+    """The sandbox model server's admin token file, created (random, 0600, directory 0700) if missing."""
+    path = config.mesh_home.model_sandbox_admin_token
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.chmod(0o700)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_urlsafe(32) + "\n")
+        os.replace(tmp, path)
+    return path
+
+
+def model_sandbox_admin_token(config: MeshConfig) -> str:
+    """The bearer token of the running sandbox model server's ``/admin`` endpoints (``Authorization: Bearer …``)."""
+    try:
+        return config.mesh_home.model_sandbox_admin_token.read_text().strip()
+    except OSError as err:
+        raise LaunchError(f"no sandbox model server admin token at {config.mesh_home.model_sandbox_admin_token}: "
+                          f"{err.strerror} (it is made by 'agentmesh up')") from err
+
+
+MODEL_SANDBOX = "model-sandbox"
+"""The process name of the sandbox model server (started when a model has no URL and ``model_url`` is unset)."""
+HTTP_PROCESSES = ("lms", MODEL_SANDBOX)
+"""The sandboxes: external systems over plain HTTP, outside the mesh."""
+
+
 def lms_admin_token(config: MeshConfig) -> str:
     """The bearer token of the running sandbox LMS's ``/admin`` endpoints (``Authorization: Bearer …``)."""
     try:
@@ -243,8 +273,9 @@ def lms_admin_token(config: MeshConfig) -> str:
 
 
 def _http_health(url: str) -> str:
+    root = url.removesuffix("/v1")  # the sandbox model server's address is its API's base URL
     try:
-        with urllib.request.urlopen(f"{url}/healthz", timeout=2) as resp:
+        with urllib.request.urlopen(f"{root}/healthz", timeout=2) as resp:
             return "SERVING" if resp.status == 200 else f"HTTP {resp.status}"
     except OSError as err:
         return f"UNREACHABLE ({err})"
@@ -300,10 +331,15 @@ class _Managed:
     @property
     def addr_path(self) -> Path:
         if self.kind == "http":
-            return self.config.mesh_home.run / "lms.addr"
+            return self.config.mesh_home.run / f"{self.name}.addr"
         return address_file(self.config, self.name)
 
     def command(self) -> list[str]:
+        if self.workload is None and self.name == MODEL_SANDBOX:
+            return [sys.executable, "-m", "model_sandbox", "--host", self.config.host, "--port", str(self.port),
+                    "--models", ",".join(b.model for b in self.config.model_backends if b.url is None),
+                    "--address-file", str(self.addr_path),
+                    "--admin-token-file", str(ensure_model_sandbox_admin_token(self.config))]
         if self.workload is None:  # the sandbox LMS; it serves the world loaded last
             return [sys.executable, "-m", "lms_sandbox", "--host", self.config.host, "--port", str(self.port),
                     "--data", str(lms_world(self.config)), "--address-file", str(self.addr_path),
@@ -377,7 +413,7 @@ class _Managed:
         self.state = "running"
         self.serving_since = time.time()
         # From now on it restarts on the port it bound.
-        self.port = int(self.address.rsplit(":", 1)[1])
+        self.port = int(self.address.removesuffix("/v1").rsplit(":", 1)[1])
 
     def tick(self, now: float, say: Any) -> bool:
         """Advances this process's supervision one step; True if anything changed."""
@@ -685,7 +721,8 @@ class Mesh:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     m.proc.wait(timeout=1)
         state_file(self.config).unlink(missing_ok=True)
-        (self.config.mesh_home.run / "lms.addr").unlink(missing_ok=True)
+        for name in HTTP_PROCESSES:
+            (self.config.mesh_home.run / f"{name}.addr").unlink(missing_ok=True)
 
 
 def supervisor_replicas(config: MeshConfig) -> list[Workload]:
@@ -717,6 +754,15 @@ def start(config: MeshConfig, *, progress: bool = True, supervisor: Supervisor |
             if progress:
                 print(f"  {'lms (sandbox)':<18} SERVING  {lms_url}", file=sys.stderr)
         extra["capability"] += ("--lms-url", lms_url)
+        if config.sandbox_models:
+            sandbox = _Managed(config, MODEL_SANDBOX, "http", "", None, {}, port=config.port(MODEL_SANDBOX))
+            mesh.procs.append(sandbox)
+            sandbox.spawn()
+            sandbox.wait_ready(stop)
+            extra["model"] = ("--sandbox-url", sandbox.address)
+            mesh.save()
+            if progress:
+                print(f"  {'model (sandbox)':<18} SERVING  {sandbox.address}", file=sys.stderr)
         for w in workloads(config) + supervisor_replicas(config):
             m = _Managed(config, w.name, "grpc", str(w.identity), w, dict(peers), extra.get(w.name, ()),
                          port=config.port(w.name))
@@ -804,7 +850,7 @@ def up_detached(config: MeshConfig, *, progress: bool = True) -> list[Running]:
             if p.name not in shown and p.state == "running" and sup is not None and sup.pid == proc.pid:
                 shown.add(p.name)
                 if progress:
-                    label = "lms (sandbox)" if p.name == "lms" else p.name
+                    label = {"lms": "lms (sandbox)", MODEL_SANDBOX: "model (sandbox)"}.get(p.name, p.name)
                     print(f"  {label:<18} SERVING  {p.address}", file=sys.stderr)
         if sup is not None and sup.pid == proc.pid and sup.phase == "running":
             return procs
@@ -915,8 +961,9 @@ def down(config: MeshConfig) -> list[Running]:
         procs = read_state(config) or procs  # it may have restarted one meanwhile
     stop_all(procs)
     state_file(config).unlink(missing_ok=True)
-    # gRPC roles remove their own address files on a clean stop; the LMS does not.
-    (config.mesh_home.run / "lms.addr").unlink(missing_ok=True)
+    # gRPC roles remove their own address files on a clean stop; the sandboxes do not.
+    for name in HTTP_PROCESSES:
+        (config.mesh_home.run / f"{name}.addr").unlink(missing_ok=True)
     for request in config.mesh_home.run.glob("restart-*.request"):
         request.unlink(missing_ok=True)
     return procs
@@ -982,6 +1029,7 @@ def healthy(rows: list[dict[str, object]]) -> bool:
 
 
 __all__ = ["LaunchError", "Running", "Supervisor", "down", "healthy", "init_identities", "lms_admin_token",
+           "model_sandbox_admin_token",
            "read_state", "read_supervisor", "status", "up", "up_detached", "up_foreground"]
 
 

@@ -5,7 +5,7 @@ In this order, each step failing closed:
 1. the caller's SPIFFE id must equal the grant's audience; the grant's
    signature (the supervisor's key), expiry, tenant and capability list hold;
    the caller's principal verifies against the grants and chains to this one
-   (``capability_svc.delegation``) — the principal recorded and shown to the
+   (``agentmesh.delegation``) — the principal recorded and shown to the
    policy is rebuilt from verified grants, never copied from the caller;
 2. the capability is executable and the input passes its JSON Schema;
 3. the grant names the resource the call acts on (``permit:WP-10231``, or
@@ -51,12 +51,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from google.protobuf import json_format, struct_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from agentmesh import errors, grants, telemetry
+from agentmesh import delegation, errors, grants, telemetry
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import capability_service_pb2 as pb
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import policy_service_pb2 as policy_pb2
-from capability_svc import delegation
 from capability_svc import errors as cap_errors
 from capability_svc.executor import PreparedCall, verification_failure
 from capability_svc.idempotency import (

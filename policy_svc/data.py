@@ -13,7 +13,11 @@ static Cedar entity graph, built once at start-up:
 - ``Privilege::"p"`` has ``held_by``: the tenant-scoped roles holding it,
   directly or through ``includes``;
 - ``SystemActorDirectory::"all"`` has ``names``: every system actor, so a
-  policy can tell a system actor's work from a user's by the requester id.
+  policy can tell a system actor's work from a user's by the requester id;
+- ``Model::"m"`` (in ``ModelGroup::"known"``) has ``permitted``: every
+  ``"<tenant>/<agent>"`` whose tenant lists the model for the agent
+  (``tenants.<tenant>.models.agents``), and ``fallback_permitted``: those of
+  them whose calls may fall back to it (``tenants.<tenant>.models.fallback``).
 
 Resolving ``includes`` here is data preparation, not a rule: the rule
 ("one of the user's roles permits the capability") is the Cedar policy.
@@ -76,8 +80,20 @@ class _RoleSpec(_Model):
     privileges: list[str] = []
 
 
+class _ModelSpec(_Model):
+    description: str = ""
+
+
+class _TenantModels(_Model):
+    agents: dict[str, list[str]] = {}
+    """Agent id (``supervisor`` for the supervisor) → the models it may use."""
+    fallback: list[str] = []
+    """Agents whose call may fall back to another of their models when the first choice is unavailable."""
+
+
 class _TenantSpec(_Model):
     roles: dict[str, _RoleSpec]
+    models: _TenantModels = _TenantModels()
 
 
 class _SystemActorSpec(_Model):
@@ -89,6 +105,7 @@ class _DataFile(_Model):
     privileges: list[str] = []
     tenants: dict[str, _TenantSpec]
     system_actors: dict[str, _SystemActorSpec] = {}
+    models: dict[str, _ModelSpec] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +120,8 @@ class PolicyData:
     roles: Mapping[str, tuple[str, ...]]
     #: System actor names.
     system_actors: tuple[str, ...]
+    #: Model ids of the catalogue.
+    models: tuple[str, ...]
     #: The static Cedar entities (JSON-ready list).
     entities: tuple[JsonObject, ...]
 
@@ -139,6 +158,15 @@ def _build(spec: _DataFile, path: Path) -> PolicyData:
             _check_known(path, where, "privilege", role.privileges, spec.privileges)
             _check_known(path, where, "included role", role.includes, tenant.roles)
         _check_no_cycle(path, tenant_id, tenant)
+        for agent, models in tenant.models.agents.items():
+            where = f"tenants.{tenant_id}.models.agents.{agent}"
+            if not NAME_PATTERN.match(agent):
+                raise _invalid(path, f"{where}: agent id must match {NAME_PATTERN.pattern}")
+            _check_known(path, where, "model", models, spec.models)
+        for agent in tenant.models.fallback:
+            if agent not in tenant.models.agents:
+                raise _invalid(path, f"tenants.{tenant_id}.models.fallback: {agent!r} uses no model "
+                                     "(list it under models.agents first)")
     for actor, actor_spec in spec.system_actors.items():
         where = f"system_actors.{actor}"
         if not NAME_PATTERN.match(actor):
@@ -176,12 +204,24 @@ def _build(spec: _DataFile, path: Path) -> PolicyData:
     ]
     entities += [_entity("Privilege", p, {"held_by": sorted(roles)}, []) for p, roles in held_by.items()]
     entities.append(_entity("SystemActorDirectory", SYSTEM_ACTOR_DIRECTORY, {"names": sorted(spec.system_actors)}, []))
+    permitted: dict[str, set[str]] = {m: set() for m in spec.models}
+    fallback: dict[str, set[str]] = {m: set() for m in spec.models}
+    for tenant_id, tenant in spec.tenants.items():
+        for agent, models in tenant.models.agents.items():
+            for m in models:
+                permitted[m].add(f"{tenant_id}/{agent}")
+                if agent in tenant.models.fallback:
+                    fallback[m].add(f"{tenant_id}/{agent}")
+    entities.append(_entity("ModelGroup", KNOWN_GROUP, {}, []))
+    entities += [_entity("Model", m, {"permitted": sorted(permitted[m]), "fallback_permitted": sorted(fallback[m])},
+                         [uid("ModelGroup", KNOWN_GROUP)]) for m in spec.models]
 
     return PolicyData(
         capabilities={cap: cap_spec.kind for cap, cap_spec in spec.capabilities.items()},
         knowledge_capabilities=frozenset(cap for cap, cap_spec in spec.capabilities.items() if cap_spec.knowledge),
         roles={t: tuple(tenant.roles) for t, tenant in spec.tenants.items()},
         system_actors=tuple(spec.system_actors),
+        models=tuple(spec.models),
         entities=tuple(entities),
     )
 

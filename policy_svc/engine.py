@@ -104,6 +104,7 @@ _ACTIONS = {
     OperationKind.REVIEW: "review",
     OperationKind.READ_EXECUTION: "read_execution",
     OperationKind.CANCEL_EXECUTION: "cancel_execution",
+    OperationKind.USE_MODEL: "use_model",
 }
 # Operations on a supervisor execution: the resource is the Execution, not a
 # capability, so they name none.
@@ -112,6 +113,10 @@ EXECUTION_RESOURCE_TYPE = "Execution"
 # A read of a knowledge store names its scope as the resource; the policies see the scope and the
 # agent's registered scopes (optional context attributes, absent from every other request).
 KNOWLEDGE_RESOURCE_TYPE = "KnowledgeScope"
+MODEL_RESOURCE_TYPE = "Model"
+MODEL_CAPABILITY_PREFIX = "model:"
+"""A model call's ``capability_id`` in the Cedar context: ``model:<id>``, so a capability kill switch with the
+target ``model:sandbox-large`` stops that model."""
 # Operations about someone's work: each must say whose work it is, or the
 # own-request rules would compare against "" (never the requester, so a
 # decision on one's own request would pass, and one's own execution fail).
@@ -574,10 +579,12 @@ def _validate(request: AuthorizationRequest) -> None:
     if request.delegation_depth < 0 or request.delegation_depth > _MAX_DEPTH_VALUE:
         raise InvalidRequestError.invalid("delegation_depth", "must be between 0 and 2^31-1")
     on_execution = request.operation in _ON_AN_EXECUTION
-    if on_execution:
+    on_model = request.operation is OperationKind.USE_MODEL
+    if on_execution or on_model:
         if request.capability_id:
+            what = "an execution" if on_execution else "a model"
             raise InvalidRequestError.invalid(
-                "capability_id", f"must be empty for {request.operation.name}: an execution is not a capability"
+                "capability_id", f"must be empty for {request.operation.name}: {what} is not a capability"
             )
     elif not request.capability_id:
         raise InvalidRequestError.missing("capability_id")
@@ -590,6 +597,8 @@ def _validate(request: AuthorizationRequest) -> None:
         raise InvalidRequestError.invalid(
             "resource.type", f"must be {EXECUTION_RESOURCE_TYPE!r} for {request.operation.name}"
         )
+    if on_model and resource.type != MODEL_RESOURCE_TYPE:
+        raise InvalidRequestError.invalid("resource.type", f"must be {MODEL_RESOURCE_TYPE!r} for USE_MODEL")
     if not resource.id:
         raise InvalidRequestError.missing("resource.id")
     if not resource.tenant_id:
@@ -623,11 +632,12 @@ def _cedar_request(request: AuthorizationRequest) -> JsonObject:
         principal = uid("SystemActor", request.system_actor)
         requester_id = request.system_actor
         roles = []
+    on_model = request.operation is OperationKind.USE_MODEL
     context: JsonObject = {
         "tenant": tenant,
         "requester_id": requester_id,
         "roles": roles,
-        "capability_id": request.capability_id,
+        "capability_id": MODEL_CAPABILITY_PREFIX + resource.id if on_model else request.capability_id,
         "agent_id": agent.agent_id,
         "agent_capabilities": list(agent.capabilities),
         "resource_tenant": resource.tenant_id,
@@ -644,12 +654,17 @@ def _cedar_request(request: AuthorizationRequest) -> JsonObject:
         },
         "override_reason": ctx.override_reason,
         "subject_requester_id": ctx.subject_requester_id,
+        # Which models an agent may use is per tenant: the model entity lists "<tenant>/<agent>".
+        "model_user": f"{tenant}/{agent.agent_id}",
+        "model_fallback": ctx.model_fallback,
     }
     if resource.type == KNOWLEDGE_RESOURCE_TYPE:
         context["knowledge_scope"] = resource.id
         context["agent_knowledge_scopes"] = list(agent.knowledge_scopes)
     if request.operation in _ON_AN_EXECUTION:
         cedar_resource = uid("Execution", resource.id)
+    elif on_model:
+        cedar_resource = uid("Model", resource.id)
     else:
         cedar_resource = uid("Capability", request.capability_id)
     return {

@@ -73,7 +73,7 @@ def to_request(req: pb.AuthorizeRequest, agent_capabilities: AgentCapabilities,
         capability_version=req.capability_version,
         resource=resource,
         context=model.OperationContext(c.confirmation_given, c.human_approval_id, c.human_approver_id, risk,
-                                       c.override_reason, c.subject_requester_id),
+                                       c.override_reason, c.subject_requester_id, c.model_fallback),
         operation=_enum(model.OperationKind, pb.OperationKind, req.operation, "OPERATION_KIND_"),
     )
 

@@ -24,7 +24,7 @@ from agentmesh import errors
 from agentmesh.v1 import common_pb2
 from specialist_svc.agents import RULES, AgentRules
 from specialist_svc.phrases import speaking
-from specialist_svc.rules import CapabilityClient, TaskInputInvalid, plain
+from specialist_svc.rules import CapabilityClient, ModelPort, TaskInputInvalid, plain
 from supervisor_svc.registry import AgentEntry, AgentManifest, default_agents_dir, load_manifests
 
 __all__ = ["RUNTIME_VERSION", "SpecialistAgent", "UnknownAgent"]
@@ -109,8 +109,12 @@ class SpecialistAgent:
             raise errors.InvalidArgument(f"{field}: {error.message}", reason="TASK_INPUT_INVALID", field=field)
         return data
 
-    def run(self, task: common_pb2.AgentTask, client: CapabilityClient) -> common_pb2.AgentResult:
+    def run(self, task: common_pb2.AgentTask, client: CapabilityClient,
+            models: ModelPort | None = None) -> common_pb2.AgentResult:
         """Runs the rules on one task and returns the stamped result.
+
+        ``models`` reaches the rules of an agent that uses a model (``AgentRules.models``); None
+        (no model service) lets them run without, deterministic rules only.
 
         Raises:
             agentmesh.errors.InvalidArgument: the input breaks the schema or lacks what the rules need.
@@ -120,7 +124,8 @@ class SpecialistAgent:
         data = self.task_input(task)
         try:
             with speaking(task.locale):  # statements in the user's language
-                result = self.rules.run(data, client)
+                result = self.rules.run(data, client, models=models) if self.rules.models \
+                    else self.rules.run(data, client)
         except TaskInputInvalid as err:
             field = f"task.input.{err.field}"
             raise errors.InvalidArgument(str(err), reason="TASK_INPUT_INVALID", field=field) from err

@@ -11,7 +11,7 @@ import uuid
 import grpc
 
 from agentmesh import assertion, database, errors, grants, signing, spiffe
-from agentmesh.service import ServiceContext, ServiceSpec, StartupError, base_parser, run
+from agentmesh.service import ServiceContext, ServiceSpec, StartupError, base_parser, knows_peer, run
 from agentmesh.v1 import agent_registry_service_pb2_grpc as registry_grpc
 from agentmesh.v1 import capability_service_pb2 as cap_pb2
 from agentmesh.v1 import capability_service_pb2_grpc as cap_grpc
@@ -24,6 +24,7 @@ from supervisor_svc.dispatch import TaskDispatcher
 from supervisor_svc.errors import SupervisorError
 from supervisor_svc.events import EventHandler
 from supervisor_svc.executions import ExecutionStore
+from supervisor_svc.model_intent import IntentCatalogue, IntentClassifier
 from supervisor_svc.orchestrator import Orchestrator
 from supervisor_svc.projection import ProjectionConfig, Projector
 from supervisor_svc.registry import AgentRegistry
@@ -32,6 +33,7 @@ from supervisor_svc.servicer import (
     AgentRegistryServicer,
     DecisionCenterServicer,
     GrpcAuthorizer,
+    GrpcModels,
     GrpcSpecialists,
     SupervisorServicer,
     dependency_checker,
@@ -62,6 +64,7 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
         tenants.check_agents({e.agent_id for e in registry.list()})
         projector = Projector(ProjectionConfig.load())
         evidence = EvidencePolicy.load()
+        catalogue = IntentCatalogue.load()
     except SupervisorError as err:
         raise StartupError(f"{err.reason}: {err.message}") from err
     url = ctx.config.database_url
@@ -73,7 +76,11 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
         raise StartupError(f"executions database: {err}") from err
     audit = ctx.audit()
     selector = AgentSelector(registry, tenants)
-    specialists = GrpcSpecialists(ctx.channel, timeout_s=ctx.config.call_timeout_s)
+    # With a model service, a request the rules do not understand may be classified by a model.
+    models = knows_peer(ctx.config, "model")
+    specialists = GrpcSpecialists(ctx.channel, timeout_s=ctx.config.call_timeout_s, model_service=models)
+    intents = IntentClassifier(catalogue, GrpcModels(ctx.channel("model"), ctx.config.call_timeout_s)) \
+        if models else None
     authorize = GrpcAuthorizer(ctx.channel("policy"), ctx.config.call_timeout_s)
     dispatcher = TaskDispatcher(identity=ctx.identity, registry=registry, signer=signer, specialists=specialists,
                                 audit=audit, store=store, task_timeout_s=ctx.config.task_timeout_s,
@@ -85,7 +92,7 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
         identity=ctx.identity, registry=registry, selector=selector, tenants=tenants, projector=projector,
         evidence=evidence, store=store, signer=signer, specialists=specialists, audit=audit,
         verify_assertion=functools.partial(assertion.verify, key=idp_key), authorize=authorize,
-        task_timeout_s=ctx.config.task_timeout_s, actions=actions, revoker=specialists)
+        task_timeout_s=ctx.config.task_timeout_s, actions=actions, revoker=specialists, intents=intents)
     center = DecisionCenter(store=store, actions=actions, authorize=authorize, dispatcher=dispatcher,
                             visible=orchestrator.visible, snapshot=orchestrator.snapshot)
     events = EventHandler(store=store, dispatcher=dispatcher, tenants=tenants)

@@ -37,6 +37,7 @@ __all__ = [
     "Intent",
     "IntentKind",
     "check_tenant",
+    "classified_intent",
     "normalize",
     "parse_intent",
 ]
@@ -258,6 +259,17 @@ def parse_intent(text: str, *, context_permit_id: str | None = None) -> Intent:
     else:
         message = _message(language, "analyze", permit=permit_id)
     return Intent(kind, permit_id, release_requested, language, tenants, rule, message)
+
+
+def classified_intent(kind: IntentKind, permit_id: str, *, language: str, tenants: tuple[str, ...],
+                      rule: str) -> Intent:
+    """The intent of a request the rules did not understand, as another classifier (a model) found it.
+
+    It never asks for the release itself: a release is asked for in words the rules
+    understand, or with ``AnalyzeRequest.request_release``.
+    """
+    key = "status" if kind is IntentKind.PERMIT_STATUS else "analyze"
+    return Intent(kind, permit_id, False, language, tenants, rule, _message(language, key, permit=permit_id))
 
 
 def check_tenant(intent: Intent, tenant_id: str) -> None:

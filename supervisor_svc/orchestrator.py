@@ -75,8 +75,9 @@ from supervisor_svc.aggregation import (
 from supervisor_svc.contract import Analysis, condition_holds, permit_context
 from supervisor_svc.dispatch import Actor, close_stored_delegations, delegate, delegated_unfinished
 from supervisor_svc.executions import ClaimLost, ExecutionStore, LeaseLost, ResumeInfo
-from supervisor_svc.intent import IntentKind, check_tenant, parse_intent
+from supervisor_svc.intent import Intent, IntentKind, check_tenant, classified_intent, parse_intent
 from supervisor_svc.limits import ExecutionBudget, LimitAction
+from supervisor_svc.model_intent import IntentClassifier
 from supervisor_svc.planner import (
     ANALYSIS_ROLES,
     STATUS_ROLE,
@@ -193,6 +194,8 @@ class _Live:
     release_requested: bool = False
     """The user asked for the release too (phase two): proposed once the analysis is decided."""
     confirmation_ttl_s: int = 0
+    limit_hit: sup_errors.LimitExceeded | None = None
+    """A model budget a task's agent found exhausted: the execution stops at the end of the stage."""
     delegated_before: set[str] = field(default_factory=set)
     """Tasks a previous supervisor process may have delegated (TASK_DELEGATED on the record) without
     finishing them: if one ends here without running, its delegation is closed (see _close_delegation)."""
@@ -220,9 +223,12 @@ class Orchestrator:
         max_parallel: int = 16,
         actions: ReleaseActions | None = None,
         revoker: Revoker | None = None,
+        intents: IntentClassifier | None = None,
     ) -> None:
         """``revoker`` stops an execution's work at the capability service; by default the
-        specialists port, when it can (``GrpcSpecialists`` reaches the capability service too)."""
+        specialists port, when it can (``GrpcSpecialists`` reaches the capability service too).
+        ``intents`` classifies, through the model service, a request the rules have no rule for;
+        without it such a request is refused as before."""
         self._id = identity
         self._registry = registry
         self._selector = selector
@@ -237,6 +243,7 @@ class Orchestrator:
         self._guard = ExecutionGuard(authorize=authorize, audit=audit, agent_id=identity.name)
         self._task_timeout_s = task_timeout_s
         self._actions = actions
+        self._intents = intents
         self._revoker = revoker if revoker is not None else (
             specialists if isinstance(specialists, Revoker) else None)
         self._pool = futures.ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="task")
@@ -345,7 +352,9 @@ class Orchestrator:
         except sup_errors.TenantMismatch as err:
             raise self._refuse(errors.PermissionDenied(err.message, reason=err.reason,
                                                        metadata={"field": "request_text"}), user) from err
-        if not intent.actionable:  # an unknown request, or no permit named
+        if not intent.actionable and not self._model_may_classify(intent):
+            # An unknown request, or no permit named: refused (only a request the rules have no rule for
+            # may go to a model, in _begin, once the execution has its id).
             raise errors.InvalidArgument(intent.message, reason="UNKNOWN_INTENT", metadata={"field": "request_text"})
 
         execution_id = f"exe-{uuid.uuid4().hex[:16]}"
@@ -408,10 +417,68 @@ class Orchestrator:
                                          "retry", reason="EXECUTION_STARTING", metadata={"field": "client_request_id"})
             time.sleep(0.02)
 
-    def _begin(self, request: pb.AnalyzeRequest, user: assertion.UserIdentity, intent: Any, caller: str,
+    def _model_may_classify(self, intent: Intent) -> bool:
+        """Deterministic first (PRD §49): only a request the rules have no rule for may go to a model."""
+        return self._intents is not None and intent.kind is IntentKind.UNKNOWN and intent.rule == "NO_RULE"
+
+    def _classify(self, request: pb.AnalyzeRequest, user: assertion.UserIdentity, rules: Intent,
+                  execution_id: str, budget: ExecutionBudget) -> tuple[Intent, pb.IntentClassification]:
+        """A request the rules do not understand, classified by a model (supervisor_svc.model_intent).
+
+        The call runs on the user's authority under a grant the supervisor issues to itself for
+        this execution (no capability, no resource; the execution's model budget). Anything but
+        an accepted answer refuses the request, naming why.
+        """
+        assert self._intents is not None
+        grant = self._signer.issue(
+            issuer=str(self._id), audience=str(self._id), execution_id=execution_id, task_id=f"intent-{execution_id}",
+            tenant_id=user.tenant_id, user_id=user.user_id, assertion_digest=user.digest, capabilities=[],
+            resources=[], depth=1, roles=tuple(user.roles), session_id=user.session_id,
+            conversation_id=user.conversation_id, model_budgets=budget.grant_budgets(),
+            ttl=dt.timedelta(seconds=60))
+        principal = common_pb2.AgentPrincipal(agent_id=self._id.name, execution_id=execution_id, grants=[grant])
+        trace = common_pb2.TraceContext(execution_id=execution_id,
+                                        correlation_id=telemetry.current_ids().get(telemetry.CORRELATION_ID, ""))
+        try:
+            found = self._intents.classify(request.request_text, rules, grant=grant, principal=principal,
+                                           trace=trace)
+        except errors.MeshError as err:
+            if isinstance(err, errors.Unavailable | errors.DeadlineExceeded):
+                raise errors.Unavailable(
+                    f"{rules.message} (the model service that could classify it failed: {err.reason})",
+                    reason="INTENT_MODEL_UNAVAILABLE", metadata={"field": "request_text"}) from err
+            raise errors.InvalidArgument(f"{rules.message} (no model could classify it: {err.reason})",
+                                         reason="UNKNOWN_INTENT", metadata={"field": "request_text"}) from err
+        if found is None:  # nothing relevant to show a model: no call was made
+            raise errors.InvalidArgument(rules.message, reason="UNKNOWN_INTENT", metadata={"field": "request_text"})
+        with contextlib.suppress(sup_errors.LimitExceeded):  # enforced by the model service; spent already
+            budget.record_model_usage(tokens=found.usage.prompt_tokens + found.usage.completion_tokens,
+                                      model_calls=found.usage.calls, cost=found.usage.cost)
+        if found.intent is None:
+            raise errors.InvalidArgument(
+                f"{rules.message} (a model was asked; its answer was not accepted: {found.why_not})",
+                reason="UNKNOWN_INTENT",
+                metadata={"field": "request_text", "model_call_id": found.record.model_call_id})
+        return found.intent, found.record
+
+    def _budget(self, request: pb.AnalyzeRequest, user: assertion.UserIdentity) -> ExecutionBudget:
+        try:
+            tenant = self._tenants.get(user.tenant_id)
+            return ExecutionBudget(tenant.limit_policy, request.budget if request.HasField("budget") else None)
+        except sup_errors.SupervisorError as err:
+            raise errors.InvalidArgument(err.message, reason=err.reason,
+                                         metadata={"field": err.field or "budget"}) from err
+
+    def _begin(self, request: pb.AnalyzeRequest, user: assertion.UserIdentity, intent: Intent, caller: str,
                execution_id: str) -> None:
         correlation_id = request.correlation_id or f"corr-{uuid.uuid4().hex[:12]}"
         with telemetry.mesh_ids(execution_id=execution_id, correlation_id=correlation_id):
+            budget = self._budget(request, user)
+            if intent.actionable:
+                classification = pb.IntentClassification(source="RULES", intent=intent.kind.value,
+                                                          subjects={"permit_id": intent.permit_id or ""})
+            else:
+                intent, classification = self._classify(request, user, intent, execution_id, budget)
             ids = telemetry.current_ids()
             execution = pb.Execution(
                 execution_id=execution_id, status=pb.EXECUTION_STATUS_RUNNING, request_text=request.request_text,
@@ -419,14 +486,9 @@ class Orchestrator:
                 user_id=user.user_id, actor_type=common_pb2.ACTOR_TYPE_USER, user_roles=user.roles,
                 trace=common_pb2.TraceContext(trace_id=ids.get("trace_id", ""), correlation_id=correlation_id,
                                               execution_id=execution_id),
-                started_at=_ts(), client_request_id=request.client_request_id)
+                started_at=_ts(), client_request_id=request.client_request_id,
+                intent_classification=classification)
             user_ctx = user.to_context()
-            try:
-                tenant = self._tenants.get(user.tenant_id)
-                budget = ExecutionBudget(tenant.limit_policy, request.budget if request.HasField("budget") else None)
-            except sup_errors.SupervisorError as err:
-                raise errors.InvalidArgument(err.message, reason=err.reason,
-                                             metadata={"field": err.field or "budget"}) from err
             live = _Live(execution, None, user, budget, intent.language if intent.language != "unknown" else "en",
                          release_requested=(intent.release_requested or request.request_release)
                          and intent.kind is IntentKind.ANALYZE_PERMIT,
@@ -434,7 +496,9 @@ class Orchestrator:
             governing(self._audit, audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_STARTED,
                       outcome=audit_pb2.AUDIT_OUTCOME_PENDING, execution_id=execution_id,
                       correlation_id=correlation_id, tenant_id=user.tenant_id, user_id=user.user_id,
-                      reason_codes=[f"intent={intent.kind.value}", f"rule={intent.rule}", f"caller={caller}"],
+                      reason_codes=[f"intent={intent.kind.value}", f"rule={intent.rule}", f"caller={caller}",
+                                    *([f"model={classification.model_id}", f"model_call={classification.model_call_id}"]
+                                      if classification.source == "MODEL" else [])],
                       resource=f"permit:{intent.permit_id}")
             with telemetry.tracer().start_as_current_span("AgentSelection") as span:
                 try:
@@ -601,6 +665,9 @@ class Orchestrator:
                 outcomes[task_id] = outcome
                 if outcome.result is not None:
                     results[task_id] = outcome.result
+            if live.limit_hit is not None:  # a model budget ran out in this stage: as the tenant's policy says
+                self._stop_for_limit(live, live.limit_hit, outcomes)
+                return
         self._decide(live, outcomes)
 
     def _checkpoint(self, live: _Live, task_id: str) -> TaskOutcome | None:
@@ -688,7 +755,8 @@ class Orchestrator:
             node.locale = live.language
             grant, principal = delegate(self._signer, self._id, entry, node, Actor.of_user(user),
                                         rules=self._projector.resource_rules,
-                                        ttl=dt.timedelta(seconds=timeout_s + 30))
+                                        ttl=dt.timedelta(seconds=timeout_s + 30),
+                                        model_budgets=live.budget.grant_budgets())
             with live.lock:
                 # Stored before the delegation is on the record: a restart in between knows the task may
                 # have been delegated (see _rebuild), and closes that delegation if it does not run it.
@@ -775,6 +843,8 @@ class Orchestrator:
             with live.lock:
                 if result is not None:
                     live.execution.results.append(result)
+            if result is not None and result.HasField("model_usage"):
+                self._model_usage(live, result.model_usage)
             self._set_status(live, task_id, status, finished=True)
             self._notify(live, pb.EXECUTION_EVENT_TASK_FINISHED, task_id=task_id, agent_id=agent_id, task_status=status)
             if result is not None:
@@ -820,11 +890,27 @@ class Orchestrator:
             _handoffs.add(1, {"result": "admitted"})
             self._run_task(live, task.task_id, context)
 
+    @staticmethod
+    def _model_usage(live: _Live, usage: common_pb2.ModelUsage) -> None:
+        """An agent's model usage feeds the execution's limits; an exhausted budget stops the execution
+        once the stage ends (the tenant's ``on_exceeded``: STOP or HUMAN_REVIEW)."""
+        hit: sup_errors.LimitExceeded | None = None
+        try:
+            live.budget.record_model_usage(tokens=usage.prompt_tokens + usage.completion_tokens,
+                                           model_calls=usage.calls, cost=usage.cost)
+        except sup_errors.LimitExceeded as err:
+            hit = err
+        if hit is None and usage.exhausted_reason:
+            hit = live.budget.model_budget_exhausted(usage.exhausted_reason)
+        if hit is not None:
+            with live.lock:
+                live.limit_hit = live.limit_hit or hit
+
     def _stop_for_limit(self, live: _Live, err: sup_errors.LimitExceeded,
                         outcomes: dict[str, TaskOutcome] | None = None) -> None:
         ex = live.execution
         with live.lock:
-            review = err.action is LimitAction.HUMAN_REVIEW
+            review = err.action == LimitAction.HUMAN_REVIEW
             ex.status = pb.EXECUTION_STATUS_AWAITING_REVIEW if review else pb.EXECUTION_STATUS_STOPPED
             ex.decision = (common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW if review
                            else common_pb2.ANALYSIS_DECISION_INSUFFICIENT_EVIDENCE)
@@ -1162,6 +1248,11 @@ class Orchestrator:
             return None
         try:
             intent = parse_intent(ex.request_text)
+            found = ex.intent_classification
+            if found.source == "MODEL" and not intent.actionable:
+                # Understood by a model when it was accepted: the accepted reading, not a new call.
+                intent = classified_intent(IntentKind(found.intent), found.subjects["permit_id"],
+                                           language=info.language, tenants=intent.mentioned_tenants, rule="MODEL")
             requester = info.requester
             user = assertion.UserIdentity(requester.tenant_id, requester.user_id, tuple(requester.roles),
                                           requester.session_id, requester.conversation_id, requester.assertion_digest)

@@ -21,10 +21,12 @@ class AgentRules:
     agent_id: str
     capabilities: tuple[str, ...]
     run: RuleFn
+    models: bool = False
+    """The rules take ``models`` (a ModelPort) by keyword: they may ask a model."""
 
 
 RULES: dict[str, AgentRules] = {
-    m.AGENT_ID: AgentRules(m.AGENT_ID, m.CAPABILITIES, m.run)
+    m.AGENT_ID: AgentRules(m.AGENT_ID, m.CAPABILITIES, m.run, bool(getattr(m, "USES_MODELS", False)))
     for m in (work_permit, training, risk, compliance)
 }
 """Agent id → its rules."""

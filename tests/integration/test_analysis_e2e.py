@@ -178,7 +178,9 @@ def test_other_tenant_cannot_read_an_execution(mesh: MeshConfig) -> None:
 def test_budget_limits_stop_with_a_clear_reason(mesh: MeshConfig) -> None:
     ex = analyze(mesh, "Analyze permit WP-10231 and tell me if it can be released",
                  budget=common_pb2.AgentBudget(max_cost=0.01))
-    assert ex.status == pb.EXECUTION_STATUS_STOPPED
+    # acme sends MAX_COST_EXCEEDED to human review (supervisor_svc/config/tenants.yaml).
+    assert ex.status == pb.EXECUTION_STATUS_AWAITING_REVIEW
+    assert ex.decision == common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW
     assert ex.reason.startswith("MAX_COST_EXCEEDED")
     assert not ex.results
 
@@ -192,7 +194,8 @@ def test_audit_trail_shows_the_whole_chain(mesh: MeshConfig) -> None:
         assert needle in out, (needle, out)
     # Every process recorded under the same trace and correlation ids (PRD §54).
     records = audit_records(mesh, execution_id=ex.execution_id)
-    assert {r.recorded_by for r in records} == {str(spiffe.service("supervisor")), str(spiffe.service("capability"))}
+    # The model service too: the risk agent has a model read the permit's description.
+    assert {r.recorded_by for r in records} == {str(spiffe.service(s)) for s in ("supervisor", "capability", "model")}
     assert {r.trace_id for r in records} == {ex.trace.trace_id} and ex.trace.trace_id
     assert {r.correlation_id for r in records} == {ex.trace.correlation_id}
 

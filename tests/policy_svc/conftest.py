@@ -86,6 +86,7 @@ def build_request(
     approver_id: str = "",
     override_reason: str = "",
     subject_requester_id: str = "",
+    model_fallback: bool = False,
 ) -> AuthorizationRequest:
     """A well-formed request; every keyword changes one aspect of it."""
     chain = delegation_chain
@@ -128,6 +129,7 @@ def build_request(
             ),
             override_reason=override_reason,
             subject_requester_id=subject_requester_id,
+            model_fallback=model_fallback,
         ),
         operation=operation,
     )

@@ -204,6 +204,9 @@ _ALLOWED_BY_OPERATION: dict[OperationKind, dict[str, Any]] = {
     OperationKind.CANCEL_EXECUTION: {
         "capability": "", "resource_type": "Execution", "resource_id": "ex-1", "subject_requester_id": "alice",
     },
+    OperationKind.USE_MODEL: {
+        "capability": "", "resource_type": "Model", "resource_id": "sandbox-small", "agent_id": "risk-agent",
+    },
 }
 
 

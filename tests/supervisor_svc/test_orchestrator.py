@@ -217,8 +217,10 @@ def test_failed_specialist_is_partial_naming_it(world: Any) -> None:
 
 def test_each_limit_stops_with_its_reason(world: Any) -> None:
     orch, specialists, _, token, _ = world
+    # acme sends MAX_COST_EXCEEDED to human review (config/tenants.yaml); every other limit stops.
     ex = _analyze(orch, token, budget=common_pb2.AgentBudget(max_cost=0.01))
-    assert (ex.status, ex.reason.split(":")[0]) == (pb.EXECUTION_STATUS_STOPPED, "MAX_COST_EXCEEDED")
+    assert (ex.status, ex.reason.split(":")[0]) == (pb.EXECUTION_STATUS_AWAITING_REVIEW, "MAX_COST_EXCEEDED")
+    assert ex.decision == common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW
     specialists.delay_s = 0.05
     ex = _analyze(orch, token, budget=common_pb2.AgentBudget(max_execution_time_ms=30))
     assert (ex.status, ex.reason.split(":")[0]) == (pb.EXECUTION_STATUS_STOPPED, "MAX_EXECUTION_TIME_EXCEEDED")

@@ -69,7 +69,7 @@ def test_training_agent_gets_worker_ids_and_trainings_only(projector: Projector)
     ("agent", "purpose", "keys"),
     [
         ("work-permit-agent", "permit.assess", {"permit_id"}),
-        ("risk-agent", "risk.assess", {"permit_id", "work_type", "site", "valid_from", "valid_until"}),
+        ("risk-agent", "risk.assess", {"permit_id", "work_type", "site", "valid_from", "valid_until", "description"}),
         ("compliance-agent", "compliance.check", {"permit_id", "work_type", "required_trainings", "workers"}),
     ],
 )

@@ -1,0 +1,90 @@
+"""Which models an agent may use for a tenant (OPERATION_KIND_USE_MODEL), decided by Cedar from the data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from policy_svc.engine import PolicyEngine
+from policy_svc.errors import InvalidRequestError, PolicyLoadError
+from policy_svc.model import Effect, OperationKind
+
+
+def use(make_request: Any, *, tenant: str = "acme", agent: str = "risk-agent", model: str = "sandbox-large",
+        fallback: bool = False, **kw: Any) -> Any:
+    fields: dict[str, Any] = {"capability": "", "resource_type": "Model", **kw}
+    return make_request(operation=OperationKind.USE_MODEL, tenant=tenant, agent_id=agent, resource_id=model,
+                        model_fallback=fallback, **fields)
+
+
+@pytest.mark.parametrize(("tenant", "agent", "model", "fallback", "effect", "reason"), [
+    ("acme", "risk-agent", "sandbox-large", False, Effect.ALLOW, "model.use"),
+    ("acme", "supervisor", "sandbox-small", False, Effect.ALLOW, "model.use"),
+    ("acme", "risk-agent", "sandbox-small", True, Effect.ALLOW, "model.use"),
+    ("globex", "risk-agent", "sandbox-small", False, Effect.ALLOW, "model.use"),
+    # globex lets its agents use one model, and never fall back.
+    ("globex", "risk-agent", "sandbox-large", False, Effect.DENY, "model.not_permitted"),
+    ("globex", "risk-agent", "sandbox-small", True, Effect.DENY, "model.fallback_not_permitted"),
+    # An agent the tenant lists no model for uses none.
+    ("acme", "training-agent", "sandbox-small", False, Effect.DENY, "model.not_permitted"),
+    ("acme", "risk-agent", "gpt-unknown", False, Effect.DENY, "model.unknown"),
+])
+def test_models_per_tenant_and_agent(validating_engine: PolicyEngine, make_request: Any, tenant: str, agent: str,
+                                     model: str, fallback: bool, effect: Effect, reason: str) -> None:
+    decision = validating_engine.authorize(use(make_request, tenant=tenant, agent=agent, model=model,
+                                               fallback=fallback), kill_switches=())
+    assert decision.effect is effect, decision.explanation
+    assert reason in decision.reason_codes
+
+
+def test_a_model_of_another_tenants_work_is_isolated(engine: PolicyEngine, make_request: Any) -> None:
+    decision = engine.authorize(use(make_request, resource_tenant="globex"), kill_switches=())
+    assert decision.effect is Effect.DENY
+    assert "tenant.isolation" in decision.reason_codes
+
+
+@pytest.mark.parametrize(("switch", "reason"), [
+    ("capability:model:sandbox-large", "kill_switch.capability"),
+    ("agent:risk-agent", "kill_switch.agent"),
+    ("tenant:acme", "kill_switch.tenant"),
+    ("platform", "kill_switch.platform"),
+])
+def test_kill_switches_stop_model_use(engine: PolicyEngine, make_request: Any, switch: str, reason: str) -> None:
+    decision = engine.authorize(use(make_request), kill_switches=(switch,))
+    assert decision.effect is Effect.DENY
+    assert reason in decision.reason_codes
+    # A switch on one model leaves the others.
+    if switch.startswith("capability:"):
+        other = engine.authorize(use(make_request, model="sandbox-small"), kill_switches=(switch,))
+        assert other.effect is Effect.ALLOW
+
+
+def test_a_model_request_names_a_model_not_a_capability(engine: PolicyEngine, make_request: Any) -> None:
+    with pytest.raises(InvalidRequestError) as caught:
+        engine.authorize(use(make_request, capability="risk.evaluate"), kill_switches=())
+    assert caught.value.field == "capability_id"
+    with pytest.raises(InvalidRequestError) as caught:
+        engine.authorize(use(make_request, resource_type="WorkPermit"), kill_switches=())
+    assert caught.value.field == "resource.type"
+
+
+def test_data_naming_an_unknown_model_does_not_load(policy_dir: Path) -> None:
+    path = policy_dir / "entities.yaml"
+    text = path.read_text(encoding="utf-8")
+    old = "        risk-agent: [sandbox-small, sandbox-large]\n"
+    assert old in text
+    path.write_text(text.replace(old, "        risk-agent: [sandbox-small, gpt-9]\n", 1), encoding="utf-8")
+    with pytest.raises(PolicyLoadError, match=r"tenants\.acme\.models\.agents\.risk-agent: unknown model 'gpt-9'"):
+        PolicyEngine.load(policy_dir)
+
+
+def test_a_fallback_agent_must_use_models(policy_dir: Path) -> None:
+    path = policy_dir / "entities.yaml"
+    text = path.read_text(encoding="utf-8")
+    old = "      fallback: [supervisor, risk-agent]\n"
+    assert old in text
+    path.write_text(text.replace(old, "      fallback: [supervisor, training-agent]\n"), encoding="utf-8")
+    with pytest.raises(PolicyLoadError, match="training-agent"):
+        PolicyEngine.load(policy_dir)
