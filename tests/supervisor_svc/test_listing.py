@@ -34,11 +34,11 @@ def test_a_user_lists_their_own_a_reader_the_whole_tenant_another_tenant_nothing
 
     alice = _user(orch, idp, "alice", "analyst")
     assert sorted(_ids(orch.list_visible(alice, pb.ListExecutionsRequest()))) == sorted(alices)
-    # One decision per requester met, on Execution::"*" of the user's tenant, the requester as subject.
+    # One decision per requester met, on Execution::"-" of the user's tenant, the requester as subject.
     questions = policy.requests[asked:]
     assert sorted(q.context.subject_requester_id for q in questions) == ["alice", "carol"]
     assert {(q.operation, q.resource.type, q.resource.id, q.resource.tenant_id) for q in questions} == {
-        (policy_pb2.OPERATION_KIND_READ_EXECUTION, "Execution", "*", "acme")}
+        (policy_pb2.OPERATION_KIND_READ_EXECUTION, "Execution", "-", "acme")}
     # Leaving carol's out is not a refusal of anything alice asked for: nothing is recorded.
     assert len([r for r in audit.records if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED]) == denials
 
