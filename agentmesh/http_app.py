@@ -28,10 +28,12 @@ log = logging.getLogger(__name__)
 MAX_FORM_BYTES = 64 * 1024
 """The largest request body taken (url-encoded forms only)."""
 
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+       "form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'")
+"""The Content-Security-Policy of every answer unless the response sets its own."""
+
 SECURITY_HEADERS = (
-    ("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-                                "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; "
-                                "object-src 'none'"),
+    ("Content-Security-Policy", CSP),
     ("X-Content-Type-Options", "nosniff"),
     ("X-Frame-Options", "DENY"),
     ("Referrer-Policy", "no-referrer"),
@@ -122,13 +124,19 @@ class _Handler(BaseHTTPRequestHandler):
         return self.server.name
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-        log.info("%s %s", self.address_string(), format % args)
+        # Never the query string: it carries sign-in codes and states.
+        line = format % args
+        if getattr(self, "path", "") and "?" in self.path:
+            line = line.replace(self.path, self.path.split("?", 1)[0] + "?…")
+        log.info("%s %s", self.address_string(), line)
 
     def _send(self, response: Response) -> None:
         self.send_response(response.status)
         self.send_header("Content-Type", response.content_type)
+        own = {name.lower() for name, _ in response.headers}
         for name, value in SECURITY_HEADERS:
-            self.send_header(name, value)
+            if name.lower() not in own:  # a response may narrow or widen one for itself (e.g. form-action)
+                self.send_header(name, value)
         for name, value in response.headers:
             self.send_header(name, value)
         if response.stream is None:

@@ -715,12 +715,17 @@ class Mesh:
         (self.config.mesh_home.run / "lms.addr").unlink(missing_ok=True)
 
 
-def web_processes(config: MeshConfig, peers: dict[str, str]) -> list[_Managed]:
+def web_processes(config: MeshConfig, peers: dict[str, str], *, progress: bool = False) -> list[_Managed]:
     """The browser-facing processes, started after the gRPC roles: the dev identity provider (unless
-    ``console_idp_url`` names another one) and the web console (a client of the supervisor, audit and policy)."""
+    ``console_idp_url`` names another one, or its key ``HOME/ca/idp.key`` is not here: a home whose CA
+    directory is kept offline has no dev IdP) and the web console (a client of the supervisor, audit and
+    policy)."""
     procs = []
-    if config.console_idp_url is None:
+    if config.console_idp_url is None and config.mesh_home.idp_key.exists():
         procs.append(_Managed(config, "dev-idp", "http", "", None, {}, module="dev_idp", port=config.port("dev-idp")))
+    elif config.console_idp_url is None and progress:
+        print(f"  {'dev-idp':<18} not started: no {config.mesh_home.idp_key} (set console_idp_url to sign people "
+              "in to the console)", file=sys.stderr)
     procs.append(_Managed(config, "console", "http", str(CONSOLE), None, dict(peers), module="console_svc",
                           port=config.port("console")))
     return procs
@@ -766,7 +771,7 @@ def start(config: MeshConfig, *, progress: bool = True, supervisor: Supervisor |
             mesh.save()
             if progress:
                 print(f"  {w.name:<18} SERVING  {m.address}", file=sys.stderr)
-        for m in web_processes(config, peers):
+        for m in web_processes(config, peers, progress=progress):
             mesh.procs.append(m)
             m.spawn()
             mesh.save()

@@ -51,7 +51,7 @@ def item_text(item: Any) -> str:
         fields: list[Any] = list(item.DESCRIPTOR.fields)
         parts = [field_text(item, fd.name) for fd in fields
                  if fd.type in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_ENUM)
-                 and fd.label != FieldDescriptor.LABEL_REPEATED]
+                 and not fd.is_repeated]
         return ": ".join(p for p in parts if p and p != "UNSPECIFIED")
     return str(item)
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from agentmesh import assertion
-from agentmesh.http_app import Request, Response
+from agentmesh.http_app import CSP, Request, Response
 from dev_idp.directory import DevUser
 
 CODE_TTL_S = 60
@@ -125,7 +125,10 @@ class DevIdp:
                 "<p>Development only: pick who you are. The console receives an assertion signed for that "
                 "user, as <code>agentmesh token issue</code> would mint it.</p>"
                 f'<form method="post" action="/authorize">{hidden}{"".join(rows)}</form></body></html>')
-        return Response(200, body.encode())
+        # The form's answer redirects to the client: Chrome checks form-action on that redirect too.
+        origin = "{0.scheme}://{0.netloc}".format(urllib.parse.urlsplit(params["redirect_uri"]))
+        csp = CSP.replace("form-action 'self'", f"form-action 'self' {origin}")
+        return Response(200, body.encode(), headers=[("Content-Security-Policy", csp)])
 
     def _authorize(self, form: dict[str, str]) -> Response:
         problem = self._client_problem(form)
