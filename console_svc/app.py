@@ -331,11 +331,14 @@ class ConsoleApp:
         return self.render("execution.html", session, status, ex=views.execution(ex), refused=refused)
 
     def _events(self, session: Session, execution_id: str) -> Response:
-        if not self._streams.acquire(blocking=False):
-            return Response.text(503, "too many live views open; reload later")
-        watch = self._mesh.watch(session.assertion, execution_id)
-
         def stream() -> Iterator[bytes]:
+            # Taken and given back inside the stream: a stream that is never started holds nothing.
+            if not self._streams.acquire(blocking=False):
+                busy = {"code": "RESOURCE_EXHAUSTED", "reason": "CONSOLE_TOO_MANY_LIVE_VIEWS", "field": "",
+                        "message": f"{MAX_STREAMS} live views are open; reload the page later"}
+                yield f"event: refused\ndata: {json.dumps(busy)}\n\n".encode()
+                return
+            watch = self._mesh.watch(session.assertion, execution_id)
             try:
                 yield b"retry: 5000\n\n"
                 for event in watch:

@@ -109,6 +109,13 @@ class FakeMesh:
         return [audit_pb2.AuditRecord(index=3, execution_id=execution_id, tenant_id="acme", user_id="alice",
                                       event_type=audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED, reason_codes=[HOSTILE])]
 
+    def watch(self, assertion_: str, execution_id: str) -> Any:
+        self._asked("watch", assertion_, execution_id)
+        yield pb.WatchExecutionResponse(event="snapshot", execution=self.execution_answer)
+        yield pb.WatchExecutionResponse(event="task_finished", task_id="t2", agent_id="training-agent",
+                                        task_status=common_pb2.TASK_STATUS_COMPLETED,
+                                        execution=self.execution_answer)
+
     def kill_switches(self) -> list[Any]:
         self._asked("kill_switches")
         return []
@@ -266,3 +273,41 @@ def test_the_task_graph_is_laid_out_in_stages() -> None:
     graph.edges.add(from_task_id="t1", to_task_id="t3")
     stages = views.task_graph(graph)["stages"]
     assert [[t["task_id"] for t in stage] for stage in stages] == [["t1"], ["t2", "t3"]]
+
+
+def test_live_progress_is_a_stream_of_json_events_that_ends(console: Any) -> None:
+    import json
+
+    app, mesh, _, sign_in = console
+    session_id, _ = sign_in("alice", "analyst")
+    answer = _call(app, "GET", "/executions/exe-0123456789abcdef/events", session_id)
+    assert answer.status == 200 and answer.content_type.startswith("text/event-stream") and answer.stream
+    chunks = b"".join(answer.stream).decode().split("\n\n")
+    events = [dict(line.split(": ", 1) for line in c.split("\n")) for c in chunks if c.startswith("event:")]
+    assert [e["event"] for e in events] == ["progress", "progress", "end"]
+    finished = json.loads(events[1]["data"])
+    assert (finished["event"], finished["agent_id"], finished["task_status"]) == (
+        "task_finished", "training-agent", "COMPLETED")
+    assert {t["task_id"]: t["status"] for t in finished["tasks"]} == {"t1": "COMPLETED", "t2": "RUNNING"}
+    assert mesh.calls[-1][0] == "watch" and mesh.calls[-1][1][1] == "exe-0123456789abcdef"
+
+
+def test_a_refused_watch_ends_the_stream_with_the_refusal(console: Any) -> None:
+    import json
+
+    app, mesh, _, sign_in = console
+    session_id, _ = sign_in("victor", "viewer")
+    mesh.refuse = errors.PermissionDenied("the policy engine refused: execution.not_requester_or_reader",
+                                          reason="POLICY_DENIED", field="user_assertion")
+    answer = _call(app, "GET", "/executions/exe-0123456789abcdef/events", session_id)
+    assert answer.stream is not None
+    chunks = [c for c in b"".join(answer.stream).decode().split("\n\n") if c.startswith("event:")]
+    assert len(chunks) == 1 and chunks[0].startswith("event: refused")
+    assert json.loads(chunks[0].split("data: ", 1)[1])["reason"] == "POLICY_DENIED"
+    # The stream's slot is given back: as many more as the console allows can be opened.
+    from console_svc.app import MAX_STREAMS
+
+    mesh.refuse = None
+    for _ in range(MAX_STREAMS + 1):
+        assert b"event: end" in b"".join(_call(app, "GET", "/executions/exe-0123456789abcdef/events",
+                                               session_id).stream or [])
