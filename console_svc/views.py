@@ -48,6 +48,9 @@ def field_text(message: Message, name: str) -> str:
 def item_text(item: Any) -> str:
     """One element of a repeated field that is a string today and may become a message (kind + text)."""
     if isinstance(item, Message):
+        whole = getattr(item, "text", "") if "text" in item.DESCRIPTOR.fields_by_name else ""
+        if whole:
+            return str(whole)  # the item's own line for a reader
         fields: list[Any] = list(item.DESCRIPTOR.fields)
         parts = [field_text(item, fd.name) for fd in fields
                  if fd.type in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_ENUM)

@@ -40,8 +40,9 @@ def hostile_execution() -> pb.Execution:
     ex = pb.Execution(
         execution_id="exe-0123456789abcdef", status=pb.EXECUTION_STATUS_AWAITING_REVIEW,
         decision=common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW, request_text=f"Analyze permit WP-10233 {HOSTILE}",
-        intent="ANALYZE_PERMIT", tenant_id="acme", user_id="alice", summary=HOSTILE, reason=HOSTILE,
-        missing=[f"training-agent: {HOSTILE}"], actor_type=common_pb2.ACTOR_TYPE_USER)
+        intent=pb.EXECUTION_INTENT_ANALYZE_PERMIT, tenant_id="acme", user_id="alice", summary=HOSTILE, reason=HOSTILE,
+        missing=[pb.MissingItem(agent_id="training-agent", text=f"training-agent: {HOSTILE}")],
+        actor_type=common_pb2.ACTOR_TYPE_USER)
     ex.graph.nodes.add(task_id="t1", target_agent_id="work-permit-agent", objective=HOSTILE,
                        status=common_pb2.TASK_STATUS_COMPLETED)
     ex.graph.nodes.add(task_id="t2", target_agent_id="training-agent", objective="check",
@@ -111,8 +112,8 @@ class FakeMesh:
 
     def watch(self, assertion_: str, execution_id: str) -> Any:
         self._asked("watch", assertion_, execution_id)
-        yield pb.WatchExecutionResponse(event="snapshot", execution=self.execution_answer)
-        yield pb.WatchExecutionResponse(event="task_finished", task_id="t2", agent_id="training-agent",
+        yield pb.WatchExecutionResponse(event=pb.EXECUTION_EVENT_SNAPSHOT, execution=self.execution_answer)
+        yield pb.WatchExecutionResponse(event=pb.EXECUTION_EVENT_TASK_FINISHED, task_id="t2", agent_id="training-agent",
                                         task_status=common_pb2.TASK_STATUS_COMPLETED,
                                         execution=self.execution_answer)
 
@@ -259,9 +260,12 @@ def test_a_tenant_kill_switch_is_for_the_operators_own_tenant(console: Any) -> N
 
 
 def test_closed_set_fields_read_as_strings_or_enums() -> None:
-    assert views.field_text(pb.Execution(intent="ANALYZE_PERMIT"), "intent") == "ANALYZE_PERMIT"
+    assert views.field_text(pb.Execution(intent=pb.EXECUTION_INTENT_ANALYZE_PERMIT), "intent") == "ANALYZE_PERMIT"
+    assert views.field_text(pb.Execution(request_text="x"), "request_text") == "x"
     assert views.field_text(pb.Execution(status=pb.EXECUTION_STATUS_AWAITING_REVIEW), "status") == "AWAITING_REVIEW"
-    assert views.field_text(pb.WatchExecutionResponse(event="task_started"), "event") == "task_started"
+    assert views.field_text(pb.WatchExecutionResponse(event=pb.EXECUTION_EVENT_TASK_STARTED), "event") == "TASK_STARTED"
+    assert views.item_text(pb.MissingItem(kind=pb.MISSING_KIND_NOT_FINISHED, text="risk: not finished")) == (
+        "risk: not finished")
     assert views.item_text("training-agent: timed out") == "training-agent: timed out"
     assert views.item_text(common_pb2.EvidenceReference(source="lms", reference="T-1")) == "lms: T-1"
     assert views.enum_text(common_pb2.TaskStatus.DESCRIPTOR, 99) == "99"
@@ -287,7 +291,7 @@ def test_live_progress_is_a_stream_of_json_events_that_ends(console: Any) -> Non
     assert [e["event"] for e in events] == ["progress", "progress", "end"]
     finished = json.loads(events[1]["data"])
     assert (finished["event"], finished["agent_id"], finished["task_status"]) == (
-        "task_finished", "training-agent", "COMPLETED")
+        "TASK_FINISHED", "training-agent", "COMPLETED")
     assert {t["task_id"]: t["status"] for t in finished["tasks"]} == {"t1": "COMPLETED", "t2": "RUNNING"}
     assert mesh.calls[-1][0] == "watch" and mesh.calls[-1][1][1] == "exe-0123456789abcdef"
 
