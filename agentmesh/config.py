@@ -30,8 +30,12 @@ DEFAULT_PORTS: dict[str, int] = {
     "risk-agent": 7413,
     "compliance-agent": 7414,
     "lms": 7480,
+    "console": 7490,
+    "dev-idp": 7491,
 }
-DEFAULT_OPERATORS = ("spiffe://agentmesh.local/client/operator",)
+DEFAULT_OPERATORS = ("spiffe://agentmesh.local/client/operator", "spiffe://agentmesh.local/svc/console")
+"""The CLI's operator identity and the web console (which shows operator pages only to users whose
+verified assertion holds the ``operator`` role; see console_svc)."""
 
 
 class ConfigError(Exception):
@@ -76,6 +80,11 @@ class MeshConfig(BaseModel):
     """How many supervisor processes ``up`` starts; more than one needs a PostgreSQL ``database_url``."""
     leaf_validity_s: int = Field(default=86_400, ge=10, le=30 * 86_400)
     """How long each workload and CLI certificate is issued for; the supervising loop renews it at half."""
+    console_idp_url: str | None = None
+    """Base URL of the identity provider the web console signs users in with (``/authorize``, ``/token``);
+    the dev identity provider the launcher starts when unset."""
+    dev_idp_users: Path | None = None
+    """The dev identity provider's users file; the shipped ``dev_idp/users.yaml`` when unset."""
 
     @field_validator("ports")
     @classmethod
@@ -129,7 +138,7 @@ class MeshConfig(BaseModel):
 _ENV_FIELDS = {"host": str, "call_timeout_s": float, "lms_url": str, "access_file": Path,
                "startup_timeout_s": float, "specialist_delay_ms": int, "task_timeout_s": float,
                "database_url": str, "supervisor_replicas": int,
-               "confirmation_ttl_s": int, "leaf_validity_s": int}
+               "confirmation_ttl_s": int, "leaf_validity_s": int, "console_idp_url": str}
 
 
 def load(
