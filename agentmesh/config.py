@@ -32,8 +32,12 @@ DEFAULT_PORTS: dict[str, int] = {
     "model": 7405,
     "lms": 7480,
     "model-sandbox": 7481,
+    "console": 7490,
+    "dev-idp": 7491,
 }
-DEFAULT_OPERATORS = ("spiffe://agentmesh.local/client/operator",)
+DEFAULT_OPERATORS = ("spiffe://agentmesh.local/client/operator", "spiffe://agentmesh.local/svc/console")
+"""The CLI's operator identity and the web console (which shows operator pages only to users whose
+verified assertion holds the ``operator`` role; see console_svc)."""
 
 
 class ConfigError(Exception):
@@ -159,6 +163,11 @@ class MeshConfig(BaseModel):
     def sandbox_models(self) -> bool:
         """Whether some model has no URL of its own and none is configured: the launcher starts the sandbox."""
         return self.model_url is None and any(b.url is None for b in self.model_backends)
+    console_idp_url: str | None = None
+    """Base URL of the identity provider the web console signs users in with (``/authorize``, ``/token``);
+    the dev identity provider the launcher starts when unset."""
+    dev_idp_users: Path | None = None
+    """The dev identity provider's users file; the shipped ``dev_idp/users.yaml`` when unset."""
 
     @field_validator("ports")
     @classmethod
@@ -212,7 +221,8 @@ class MeshConfig(BaseModel):
 _ENV_FIELDS = {"host": str, "call_timeout_s": float, "lms_url": str, "access_file": Path, "knowledge_dir": Path,
                "startup_timeout_s": float, "specialist_delay_ms": int, "task_timeout_s": float,
                "database_url": str, "supervisor_replicas": int,
-               "confirmation_ttl_s": int, "leaf_validity_s": int, "model_url": str}
+               "confirmation_ttl_s": int, "leaf_validity_s": int, "model_url": str,
+               "console_idp_url": str}
 
 
 def load(
