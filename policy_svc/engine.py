@@ -105,11 +105,16 @@ _ACTIONS = {
     OperationKind.READ_EXECUTION: "read_execution",
     OperationKind.CANCEL_EXECUTION: "cancel_execution",
     OperationKind.USE_MODEL: "use_model",
+    OperationKind.MANAGE_AGENT: "manage_agent",
+    OperationKind.APPROVE_AGENT: "approve_agent",
 }
 # Operations on a supervisor execution: the resource is the Execution, not a
 # capability, so they name none.
 _ON_AN_EXECUTION = frozenset({OperationKind.READ_EXECUTION, OperationKind.CANCEL_EXECUTION})
 EXECUTION_RESOURCE_TYPE = "Execution"
+# Operations on an agent version (onboarding, PRD §57): the resource is the AgentVersion "<agent>@<version>".
+_ON_AN_AGENT = frozenset({OperationKind.MANAGE_AGENT, OperationKind.APPROVE_AGENT})
+AGENT_VERSION_RESOURCE_TYPE = "AgentVersion"
 # A read of a knowledge store names its scope as the resource; the policies see the scope and the
 # agent's registered scopes (optional context attributes, absent from every other request).
 KNOWLEDGE_RESOURCE_TYPE = "KnowledgeScope"
@@ -120,7 +125,8 @@ target ``model:sandbox-large`` stops that model."""
 # Operations about someone's work: each must say whose work it is, or the
 # own-request rules would compare against "" (never the requester, so a
 # decision on one's own request would pass, and one's own execution fail).
-_DECISIONS_ON_A_REQUEST = frozenset({OperationKind.OVERRIDE, OperationKind.REVIEW}) | _ON_AN_EXECUTION
+_DECISIONS_ON_A_REQUEST = frozenset({OperationKind.OVERRIDE, OperationKind.REVIEW, OperationKind.APPROVE_AGENT}) \
+    | _ON_AN_EXECUTION
 # Proto int32 bounds; Cedar Longs are i64, so anything larger is a caller bug.
 _MAX_DEPTH_VALUE = 2**31 - 1
 
@@ -580,9 +586,10 @@ def _validate(request: AuthorizationRequest) -> None:
         raise InvalidRequestError.invalid("delegation_depth", "must be between 0 and 2^31-1")
     on_execution = request.operation in _ON_AN_EXECUTION
     on_model = request.operation is OperationKind.USE_MODEL
-    if on_execution or on_model:
+    on_agent = request.operation in _ON_AN_AGENT
+    if on_execution or on_model or on_agent:
         if request.capability_id:
-            what = "an execution" if on_execution else "a model"
+            what = "an execution" if on_execution else "a model" if on_model else "an agent version"
             raise InvalidRequestError.invalid(
                 "capability_id", f"must be empty for {request.operation.name}: {what} is not a capability"
             )
@@ -596,6 +603,10 @@ def _validate(request: AuthorizationRequest) -> None:
     if on_execution and resource.type != EXECUTION_RESOURCE_TYPE:
         raise InvalidRequestError.invalid(
             "resource.type", f"must be {EXECUTION_RESOURCE_TYPE!r} for {request.operation.name}"
+        )
+    if on_agent and resource.type != AGENT_VERSION_RESOURCE_TYPE:
+        raise InvalidRequestError.invalid(
+            "resource.type", f"must be {AGENT_VERSION_RESOURCE_TYPE!r} for {request.operation.name}"
         )
     if on_model and resource.type != MODEL_RESOURCE_TYPE:
         raise InvalidRequestError.invalid("resource.type", f"must be {MODEL_RESOURCE_TYPE!r} for USE_MODEL")
@@ -665,6 +676,8 @@ def _cedar_request(request: AuthorizationRequest) -> JsonObject:
         cedar_resource = uid("Execution", resource.id)
     elif on_model:
         cedar_resource = uid("Model", resource.id)
+    elif request.operation in _ON_AN_AGENT:
+        cedar_resource = uid(AGENT_VERSION_RESOURCE_TYPE, resource.id)
     else:
         cedar_resource = uid("Capability", request.capability_id)
     return {

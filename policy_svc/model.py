@@ -40,6 +40,12 @@ class OperationKind(enum.Enum):
     #: Calling a language model through the model service: the resource is the
     #: model (type ``Model``), which the tenant's data lets the agent use or not.
     USE_MODEL = "USE_MODEL"
+    #: Registering an agent version or moving it along its lifecycle (PRD §57):
+    #: a holder of ``agent.manage`` (operator, admin); resource ``AgentVersion``.
+    MANAGE_AGENT = "MANAGE_AGENT"
+    #: Approving an evaluated agent version: a holder of ``agent.approve`` who
+    #: did not register it (``context.subject_requester_id``).
+    APPROVE_AGENT = "APPROVE_AGENT"
 
 
 class RiskLevel(enum.Enum):

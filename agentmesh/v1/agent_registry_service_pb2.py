@@ -23,9 +23,11 @@ _sym_db = _symbol_database.Default()
 
 
 from agentmesh.v1 import common_pb2 as agentmesh_dot_v1_dot_common__pb2
+from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)agentmesh/v1/agent_registry_service.proto\x12\x0c\x61gentmesh.v1\x1a\x19\x61gentmesh/v1/common.proto\"\x13\n\x11ListAgentsRequest\"C\n\x12ListAgentsResponse\x12-\n\x06\x61gents\x18\x01 \x03(\x0b\x32\x1d.agentmesh.v1.AgentDefinition\"#\n\x0fGetAgentRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\"@\n\x10GetAgentResponse\x12,\n\x05\x61gent\x18\x01 \x01(\x0b\x32\x1d.agentmesh.v1.AgentDefinition\"t\n\x15\x44iscoverAgentsRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x0f\n\x07\x64omains\x18\x02 \x03(\t\x12\x1d\n\x15required_capabilities\x18\x03 \x03(\t\x12\x18\n\x10knowledge_scopes\x18\x04 \x03(\t\"~\n\x16\x44iscoverAgentsResponse\x12\x31\n\ncandidates\x18\x01 \x03(\x0b\x32\x1d.agentmesh.v1.AgentDefinition\x12\x31\n\x06scores\x18\x02 \x03(\x0b\x32!.agentmesh.v1.AgentSelectionScore\"h\n\x15SetAgentStatusRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12-\n\x06status\x18\x02 \x01(\x0e\x32\x1d.agentmesh.v1.LifecycleStatus\x12\x0e\n\x06reason\x18\x03 \x01(\t\"F\n\x16SetAgentStatusResponse\x12,\n\x05\x61gent\x18\x01 \x01(\x0b\x32\x1d.agentmesh.v1.AgentDefinition2\xec\x02\n\x14\x41gentRegistryService\x12O\n\nListAgents\x12\x1f.agentmesh.v1.ListAgentsRequest\x1a .agentmesh.v1.ListAgentsResponse\x12I\n\x08GetAgent\x12\x1d.agentmesh.v1.GetAgentRequest\x1a\x1e.agentmesh.v1.GetAgentResponse\x12[\n\x0e\x44iscoverAgents\x12#.agentmesh.v1.DiscoverAgentsRequest\x1a$.agentmesh.v1.DiscoverAgentsResponse\x12[\n\x0eSetAgentStatus\x12#.agentmesh.v1.SetAgentStatusRequest\x1a$.agentmesh.v1.SetAgentStatusResponseB\x96\x01\n\x12local.agentmesh.v1B\x19\x41gentRegistryServiceProtoP\x01Z/agentmesh.local/gen/go/agentmesh/v1;agentmeshv1\xa2\x02\x03\x41VX\xaa\x02\x0c\x41gentmesh.V1\xca\x02\x0c\x41gentmesh\\V1\xea\x02\rAgentmesh::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)agentmesh/v1/agent_registry_service.proto\x12\x0c\x61gentmesh.v1\x1a\x19\x61gentmesh/v1/common.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x13\n\x11ListAgentsRequest\"C\n\x12ListAgentsResponse\x12-\n\x06\x61gents\x18\x01 \x03(\x0b\x32\x1d.agentmesh.v1.AgentDefinition\"#\n\x0fGetAgentRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\"@\n\x10GetAgentResponse\x12,\n\x05\x61gent\x18\x01 \x01(\x0b\x32\x1d.agentmesh.v1.AgentDefinition\"t\n\x15\x44iscoverAgentsRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x0f\n\x07\x64omains\x18\x02 \x03(\t\x12\x1d\n\x15required_capabilities\x18\x03 \x03(\t\x12\x18\n\x10knowledge_scopes\x18\x04 \x03(\t\"~\n\x16\x44iscoverAgentsResponse\x12\x31\n\ncandidates\x18\x01 \x03(\x0b\x32\x1d.agentmesh.v1.AgentDefinition\x12\x31\n\x06scores\x18\x02 \x03(\x0b\x32!.agentmesh.v1.AgentSelectionScore\"h\n\x15SetAgentStatusRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12-\n\x06status\x18\x02 \x01(\x0e\x32\x1d.agentmesh.v1.LifecycleStatus\x12\x0e\n\x06reason\x18\x03 \x01(\t\"F\n\x16SetAgentStatusResponse\x12,\n\x05\x61gent\x18\x01 \x01(\x0b\x32\x1d.agentmesh.v1.AgentDefinition\"\xd2\x01\n\x16\x41gentVersionTransition\x12\x32\n\x0b\x66rom_status\x18\x01 \x01(\x0e\x32\x1d.agentmesh.v1.LifecycleStatus\x12\x30\n\tto_status\x18\x02 \x01(\x0e\x32\x1d.agentmesh.v1.LifecycleStatus\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x12\n\nchanged_by\x18\x04 \x01(\t\x12.\n\nchanged_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x98\x02\n\x0c\x41gentVersion\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12-\n\x06status\x18\x03 \x01(\x0e\x32\x1d.agentmesh.v1.LifecycleStatus\x12\x10\n\x08\x65ndpoint\x18\x04 \x01(\t\x12\x11\n\tspiffe_id\x18\x05 \x01(\t\x12\x15\n\rregistered_by\x18\x06 \x01(\t\x12\x31\n\ndefinition\x18\x07 \x01(\x0b\x32\x1d.agentmesh.v1.AgentDefinition\x12\x35\n\x07history\x18\x08 \x03(\x0b\x32$.agentmesh.v1.AgentVersionTransition\x12\x10\n\x08problems\x18\t \x03(\t\"\x85\x01\n\x1bRegisterAgentVersionRequest\x12\x16\n\x0euser_assertion\x18\x01 \x01(\t\x12)\n\x08manifest\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x10\n\x08\x65ndpoint\x18\x03 \x01(\t\x12\x11\n\tspiffe_id\x18\x04 \x01(\t\"K\n\x1cRegisterAgentVersionResponse\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.agentmesh.v1.AgentVersion\"\x9c\x01\n\x1dTransitionAgentVersionRequest\x12\x16\n\x0euser_assertion\x18\x01 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\x30\n\tto_status\x18\x04 \x01(\x0e\x32\x1d.agentmesh.v1.LifecycleStatus\x12\x0e\n\x06reason\x18\x05 \x01(\t\"\x7f\n\x1eTransitionAgentVersionResponse\x12+\n\x07version\x18\x01 \x01(\x0b\x32\x1a.agentmesh.v1.AgentVersion\x12\x30\n\x0c\x61lso_changed\x18\x02 \x03(\x0b\x32\x1a.agentmesh.v1.AgentVersion\",\n\x18ListAgentVersionsRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\"I\n\x19ListAgentVersionsResponse\x12,\n\x08versions\x18\x01 \x03(\x0b\x32\x1a.agentmesh.v1.AgentVersion2\xb6\x05\n\x14\x41gentRegistryService\x12O\n\nListAgents\x12\x1f.agentmesh.v1.ListAgentsRequest\x1a .agentmesh.v1.ListAgentsResponse\x12I\n\x08GetAgent\x12\x1d.agentmesh.v1.GetAgentRequest\x1a\x1e.agentmesh.v1.GetAgentResponse\x12[\n\x0e\x44iscoverAgents\x12#.agentmesh.v1.DiscoverAgentsRequest\x1a$.agentmesh.v1.DiscoverAgentsResponse\x12[\n\x0eSetAgentStatus\x12#.agentmesh.v1.SetAgentStatusRequest\x1a$.agentmesh.v1.SetAgentStatusResponse\x12m\n\x14RegisterAgentVersion\x12).agentmesh.v1.RegisterAgentVersionRequest\x1a*.agentmesh.v1.RegisterAgentVersionResponse\x12s\n\x16TransitionAgentVersion\x12+.agentmesh.v1.TransitionAgentVersionRequest\x1a,.agentmesh.v1.TransitionAgentVersionResponse\x12\x64\n\x11ListAgentVersions\x12&.agentmesh.v1.ListAgentVersionsRequest\x1a\'.agentmesh.v1.ListAgentVersionsResponseB\x96\x01\n\x12local.agentmesh.v1B\x19\x41gentRegistryServiceProtoP\x01Z/agentmesh.local/gen/go/agentmesh/v1;agentmeshv1\xa2\x02\x03\x41VX\xaa\x02\x0c\x41gentmesh.V1\xca\x02\x0c\x41gentmesh\\V1\xea\x02\rAgentmesh::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,22 +35,38 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agentmesh.v1.agent_registry
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\022local.agentmesh.v1B\031AgentRegistryServiceProtoP\001Z/agentmesh.local/gen/go/agentmesh/v1;agentmeshv1\242\002\003AVX\252\002\014Agentmesh.V1\312\002\014Agentmesh\\V1\352\002\rAgentmesh::V1'
-  _globals['_LISTAGENTSREQUEST']._serialized_start=86
-  _globals['_LISTAGENTSREQUEST']._serialized_end=105
-  _globals['_LISTAGENTSRESPONSE']._serialized_start=107
-  _globals['_LISTAGENTSRESPONSE']._serialized_end=174
-  _globals['_GETAGENTREQUEST']._serialized_start=176
-  _globals['_GETAGENTREQUEST']._serialized_end=211
-  _globals['_GETAGENTRESPONSE']._serialized_start=213
-  _globals['_GETAGENTRESPONSE']._serialized_end=277
-  _globals['_DISCOVERAGENTSREQUEST']._serialized_start=279
-  _globals['_DISCOVERAGENTSREQUEST']._serialized_end=395
-  _globals['_DISCOVERAGENTSRESPONSE']._serialized_start=397
-  _globals['_DISCOVERAGENTSRESPONSE']._serialized_end=523
-  _globals['_SETAGENTSTATUSREQUEST']._serialized_start=525
-  _globals['_SETAGENTSTATUSREQUEST']._serialized_end=629
-  _globals['_SETAGENTSTATUSRESPONSE']._serialized_start=631
-  _globals['_SETAGENTSTATUSRESPONSE']._serialized_end=701
-  _globals['_AGENTREGISTRYSERVICE']._serialized_start=704
-  _globals['_AGENTREGISTRYSERVICE']._serialized_end=1068
+  _globals['_LISTAGENTSREQUEST']._serialized_start=149
+  _globals['_LISTAGENTSREQUEST']._serialized_end=168
+  _globals['_LISTAGENTSRESPONSE']._serialized_start=170
+  _globals['_LISTAGENTSRESPONSE']._serialized_end=237
+  _globals['_GETAGENTREQUEST']._serialized_start=239
+  _globals['_GETAGENTREQUEST']._serialized_end=274
+  _globals['_GETAGENTRESPONSE']._serialized_start=276
+  _globals['_GETAGENTRESPONSE']._serialized_end=340
+  _globals['_DISCOVERAGENTSREQUEST']._serialized_start=342
+  _globals['_DISCOVERAGENTSREQUEST']._serialized_end=458
+  _globals['_DISCOVERAGENTSRESPONSE']._serialized_start=460
+  _globals['_DISCOVERAGENTSRESPONSE']._serialized_end=586
+  _globals['_SETAGENTSTATUSREQUEST']._serialized_start=588
+  _globals['_SETAGENTSTATUSREQUEST']._serialized_end=692
+  _globals['_SETAGENTSTATUSRESPONSE']._serialized_start=694
+  _globals['_SETAGENTSTATUSRESPONSE']._serialized_end=764
+  _globals['_AGENTVERSIONTRANSITION']._serialized_start=767
+  _globals['_AGENTVERSIONTRANSITION']._serialized_end=977
+  _globals['_AGENTVERSION']._serialized_start=980
+  _globals['_AGENTVERSION']._serialized_end=1260
+  _globals['_REGISTERAGENTVERSIONREQUEST']._serialized_start=1263
+  _globals['_REGISTERAGENTVERSIONREQUEST']._serialized_end=1396
+  _globals['_REGISTERAGENTVERSIONRESPONSE']._serialized_start=1398
+  _globals['_REGISTERAGENTVERSIONRESPONSE']._serialized_end=1473
+  _globals['_TRANSITIONAGENTVERSIONREQUEST']._serialized_start=1476
+  _globals['_TRANSITIONAGENTVERSIONREQUEST']._serialized_end=1632
+  _globals['_TRANSITIONAGENTVERSIONRESPONSE']._serialized_start=1634
+  _globals['_TRANSITIONAGENTVERSIONRESPONSE']._serialized_end=1761
+  _globals['_LISTAGENTVERSIONSREQUEST']._serialized_start=1763
+  _globals['_LISTAGENTVERSIONSREQUEST']._serialized_end=1807
+  _globals['_LISTAGENTVERSIONSRESPONSE']._serialized_start=1809
+  _globals['_LISTAGENTVERSIONSRESPONSE']._serialized_end=1882
+  _globals['_AGENTREGISTRYSERVICE']._serialized_start=1885
+  _globals['_AGENTREGISTRYSERVICE']._serialized_end=2579
 # @@protoc_insertion_point(module_scope)

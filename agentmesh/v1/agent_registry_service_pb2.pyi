@@ -1,4 +1,8 @@
+import datetime
+
 from agentmesh.v1 import common_pb2 as _common_pb2
+from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -64,3 +68,91 @@ class SetAgentStatusResponse(_message.Message):
     AGENT_FIELD_NUMBER: _ClassVar[int]
     agent: _common_pb2.AgentDefinition
     def __init__(self, agent: _Optional[_Union[_common_pb2.AgentDefinition, _Mapping]] = ...) -> None: ...
+
+class AgentVersionTransition(_message.Message):
+    __slots__ = ("from_status", "to_status", "reason", "changed_by", "changed_at")
+    FROM_STATUS_FIELD_NUMBER: _ClassVar[int]
+    TO_STATUS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_BY_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_AT_FIELD_NUMBER: _ClassVar[int]
+    from_status: _common_pb2.LifecycleStatus
+    to_status: _common_pb2.LifecycleStatus
+    reason: str
+    changed_by: str
+    changed_at: _timestamp_pb2.Timestamp
+    def __init__(self, from_status: _Optional[_Union[_common_pb2.LifecycleStatus, str]] = ..., to_status: _Optional[_Union[_common_pb2.LifecycleStatus, str]] = ..., reason: _Optional[str] = ..., changed_by: _Optional[str] = ..., changed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class AgentVersion(_message.Message):
+    __slots__ = ("agent_id", "version", "status", "endpoint", "spiffe_id", "registered_by", "definition", "history", "problems")
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    SPIFFE_ID_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_BY_FIELD_NUMBER: _ClassVar[int]
+    DEFINITION_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_FIELD_NUMBER: _ClassVar[int]
+    PROBLEMS_FIELD_NUMBER: _ClassVar[int]
+    agent_id: str
+    version: str
+    status: _common_pb2.LifecycleStatus
+    endpoint: str
+    spiffe_id: str
+    registered_by: str
+    definition: _common_pb2.AgentDefinition
+    history: _containers.RepeatedCompositeFieldContainer[AgentVersionTransition]
+    problems: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, agent_id: _Optional[str] = ..., version: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.LifecycleStatus, str]] = ..., endpoint: _Optional[str] = ..., spiffe_id: _Optional[str] = ..., registered_by: _Optional[str] = ..., definition: _Optional[_Union[_common_pb2.AgentDefinition, _Mapping]] = ..., history: _Optional[_Iterable[_Union[AgentVersionTransition, _Mapping]]] = ..., problems: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RegisterAgentVersionRequest(_message.Message):
+    __slots__ = ("user_assertion", "manifest", "endpoint", "spiffe_id")
+    USER_ASSERTION_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    SPIFFE_ID_FIELD_NUMBER: _ClassVar[int]
+    user_assertion: str
+    manifest: _struct_pb2.Struct
+    endpoint: str
+    spiffe_id: str
+    def __init__(self, user_assertion: _Optional[str] = ..., manifest: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., endpoint: _Optional[str] = ..., spiffe_id: _Optional[str] = ...) -> None: ...
+
+class RegisterAgentVersionResponse(_message.Message):
+    __slots__ = ("version",)
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    version: AgentVersion
+    def __init__(self, version: _Optional[_Union[AgentVersion, _Mapping]] = ...) -> None: ...
+
+class TransitionAgentVersionRequest(_message.Message):
+    __slots__ = ("user_assertion", "agent_id", "version", "to_status", "reason")
+    USER_ASSERTION_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    TO_STATUS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    user_assertion: str
+    agent_id: str
+    version: str
+    to_status: _common_pb2.LifecycleStatus
+    reason: str
+    def __init__(self, user_assertion: _Optional[str] = ..., agent_id: _Optional[str] = ..., version: _Optional[str] = ..., to_status: _Optional[_Union[_common_pb2.LifecycleStatus, str]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class TransitionAgentVersionResponse(_message.Message):
+    __slots__ = ("version", "also_changed")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    ALSO_CHANGED_FIELD_NUMBER: _ClassVar[int]
+    version: AgentVersion
+    also_changed: _containers.RepeatedCompositeFieldContainer[AgentVersion]
+    def __init__(self, version: _Optional[_Union[AgentVersion, _Mapping]] = ..., also_changed: _Optional[_Iterable[_Union[AgentVersion, _Mapping]]] = ...) -> None: ...
+
+class ListAgentVersionsRequest(_message.Message):
+    __slots__ = ("agent_id",)
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    agent_id: str
+    def __init__(self, agent_id: _Optional[str] = ...) -> None: ...
+
+class ListAgentVersionsResponse(_message.Message):
+    __slots__ = ("versions",)
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    versions: _containers.RepeatedCompositeFieldContainer[AgentVersion]
+    def __init__(self, versions: _Optional[_Iterable[_Union[AgentVersion, _Mapping]]] = ...) -> None: ...

@@ -63,6 +63,21 @@ class AgentRegistryServiceStub:
                 request_serializer=agentmesh_dot_v1_dot_agent__registry__service__pb2.SetAgentStatusRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_v1_dot_agent__registry__service__pb2.SetAgentStatusResponse.FromString,
                 _registered_method=True)
+        self.RegisterAgentVersion = channel.unary_unary(
+                '/agentmesh.v1.AgentRegistryService/RegisterAgentVersion',
+                request_serializer=agentmesh_dot_v1_dot_agent__registry__service__pb2.RegisterAgentVersionRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_v1_dot_agent__registry__service__pb2.RegisterAgentVersionResponse.FromString,
+                _registered_method=True)
+        self.TransitionAgentVersion = channel.unary_unary(
+                '/agentmesh.v1.AgentRegistryService/TransitionAgentVersion',
+                request_serializer=agentmesh_dot_v1_dot_agent__registry__service__pb2.TransitionAgentVersionRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_v1_dot_agent__registry__service__pb2.TransitionAgentVersionResponse.FromString,
+                _registered_method=True)
+        self.ListAgentVersions = channel.unary_unary(
+                '/agentmesh.v1.AgentRegistryService/ListAgentVersions',
+                request_serializer=agentmesh_dot_v1_dot_agent__registry__service__pb2.ListAgentVersionsRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_v1_dot_agent__registry__service__pb2.ListAgentVersionsResponse.FromString,
+                _registered_method=True)
 
 
 class AgentRegistryServiceServicer:
@@ -113,6 +128,52 @@ class AgentRegistryServiceServicer:
         `STATUS_INVALID` (status), `REASON_REQUIRED`, `REASON_TOO_LONG` (reason);
         NOT_FOUND `AGENT_NOT_FOUND`; FAILED_PRECONDITION `STATUS_CHANGE_REFUSED`
         (e.g. out of RETIRED).
+        Only the lifecycle's edges are allowed (PRD §57; see
+        TransitionAgentVersion): DRAFT -> ACTIVE is FAILED_PRECONDITION
+        `TRANSITION_NOT_ALLOWED` (field status).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RegisterAgentVersion(self, request, context):
+        """Registers a new version of an agent (manifest, endpoint, SPIFFE id); it
+        enters DRAFT (PRD §57). Operators only, acting as a user the policy
+        engine allows (OPERATION_KIND_MANAGE_AGENT). Audited.
+
+        Errors: INVALID_ARGUMENT `MISSING_FIELD`, `MANIFEST_INVALID` (field names
+        the manifest field, e.g. manifest.risk_profile), `ENDPOINT_INVALID`
+        (endpoint), `SPIFFE_ID_MISMATCH` (spiffe_id); UNAUTHENTICATED
+        `ASSERTION_INVALID`; PERMISSION_DENIED `POLICY_DENIED`; ALREADY_EXISTS
+        `AGENT_VERSION_EXISTS`; UNAVAILABLE `POLICY_UNAVAILABLE`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TransitionAgentVersion(self, request, context):
+        """Moves one agent version along its lifecycle (PRD §57): DRAFT ->
+        VALIDATING -> EVALUATING -> APPROVED -> CANARY -> ACTIVE -> DEPRECATED ->
+        RETIRED, plus rollback (CANARY -> APPROVED; DEPRECATED -> ACTIVE, which
+        deprecates the ACTIVE one) and the kill switch (ACTIVE, CANARY,
+        DEPRECATED -> DISABLED -> back). Entering VALIDATING runs the Release
+        Manager; EVALUATING -> APPROVED needs a passed evaluation and an approver
+        other than the registrant (OPERATION_KIND_APPROVE_AGENT); promoting to
+        ACTIVE deprecates the previous ACTIVE version. Every transition is
+        audited.
+
+        Errors: INVALID_ARGUMENT `MISSING_FIELD`, `STATUS_INVALID` (to_status),
+        `REASON_REQUIRED`; NOT_FOUND `AGENT_VERSION_NOT_FOUND`;
+        FAILED_PRECONDITION `TRANSITION_NOT_ALLOWED` (to_status),
+        `RELEASE_BLOCKED` (every problem in metadata problem_1..n),
+        `EVALUATION_REQUIRED`; PERMISSION_DENIED `POLICY_DENIED`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAgentVersions(self, request, context):
+        """Lists the versions of an agent (or of every agent) with their history.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -140,6 +201,21 @@ def add_AgentRegistryServiceServicer_to_server(servicer, server):
                     servicer.SetAgentStatus,
                     request_deserializer=agentmesh_dot_v1_dot_agent__registry__service__pb2.SetAgentStatusRequest.FromString,
                     response_serializer=agentmesh_dot_v1_dot_agent__registry__service__pb2.SetAgentStatusResponse.SerializeToString,
+            ),
+            'RegisterAgentVersion': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterAgentVersion,
+                    request_deserializer=agentmesh_dot_v1_dot_agent__registry__service__pb2.RegisterAgentVersionRequest.FromString,
+                    response_serializer=agentmesh_dot_v1_dot_agent__registry__service__pb2.RegisterAgentVersionResponse.SerializeToString,
+            ),
+            'TransitionAgentVersion': grpc.unary_unary_rpc_method_handler(
+                    servicer.TransitionAgentVersion,
+                    request_deserializer=agentmesh_dot_v1_dot_agent__registry__service__pb2.TransitionAgentVersionRequest.FromString,
+                    response_serializer=agentmesh_dot_v1_dot_agent__registry__service__pb2.TransitionAgentVersionResponse.SerializeToString,
+            ),
+            'ListAgentVersions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAgentVersions,
+                    request_deserializer=agentmesh_dot_v1_dot_agent__registry__service__pb2.ListAgentVersionsRequest.FromString,
+                    response_serializer=agentmesh_dot_v1_dot_agent__registry__service__pb2.ListAgentVersionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -259,6 +335,87 @@ class AgentRegistryService:
             '/agentmesh.v1.AgentRegistryService/SetAgentStatus',
             agentmesh_dot_v1_dot_agent__registry__service__pb2.SetAgentStatusRequest.SerializeToString,
             agentmesh_dot_v1_dot_agent__registry__service__pb2.SetAgentStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RegisterAgentVersion(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.v1.AgentRegistryService/RegisterAgentVersion',
+            agentmesh_dot_v1_dot_agent__registry__service__pb2.RegisterAgentVersionRequest.SerializeToString,
+            agentmesh_dot_v1_dot_agent__registry__service__pb2.RegisterAgentVersionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TransitionAgentVersion(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.v1.AgentRegistryService/TransitionAgentVersion',
+            agentmesh_dot_v1_dot_agent__registry__service__pb2.TransitionAgentVersionRequest.SerializeToString,
+            agentmesh_dot_v1_dot_agent__registry__service__pb2.TransitionAgentVersionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAgentVersions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.v1.AgentRegistryService/ListAgentVersions',
+            agentmesh_dot_v1_dot_agent__registry__service__pb2.ListAgentVersionsRequest.SerializeToString,
+            agentmesh_dot_v1_dot_agent__registry__service__pb2.ListAgentVersionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -67,7 +67,40 @@ class AgentRegistryServiceStub:
     `STATUS_INVALID` (status), `REASON_REQUIRED`, `REASON_TOO_LONG` (reason);
     NOT_FOUND `AGENT_NOT_FOUND`; FAILED_PRECONDITION `STATUS_CHANGE_REFUSED`
     (e.g. out of RETIRED).
+    Only the lifecycle's edges are allowed (PRD §57; see
+    TransitionAgentVersion): DRAFT -> ACTIVE is FAILED_PRECONDITION
+    `TRANSITION_NOT_ALLOWED` (field status).
     """
+    RegisterAgentVersion: _grpc.UnaryUnaryMultiCallable[_agent_registry_service_pb2.RegisterAgentVersionRequest, _agent_registry_service_pb2.RegisterAgentVersionResponse]
+    """Registers a new version of an agent (manifest, endpoint, SPIFFE id); it
+    enters DRAFT (PRD §57). Operators only, acting as a user the policy
+    engine allows (OPERATION_KIND_MANAGE_AGENT). Audited.
+
+    Errors: INVALID_ARGUMENT `MISSING_FIELD`, `MANIFEST_INVALID` (field names
+    the manifest field, e.g. manifest.risk_profile), `ENDPOINT_INVALID`
+    (endpoint), `SPIFFE_ID_MISMATCH` (spiffe_id); UNAUTHENTICATED
+    `ASSERTION_INVALID`; PERMISSION_DENIED `POLICY_DENIED`; ALREADY_EXISTS
+    `AGENT_VERSION_EXISTS`; UNAVAILABLE `POLICY_UNAVAILABLE`.
+    """
+    TransitionAgentVersion: _grpc.UnaryUnaryMultiCallable[_agent_registry_service_pb2.TransitionAgentVersionRequest, _agent_registry_service_pb2.TransitionAgentVersionResponse]
+    """Moves one agent version along its lifecycle (PRD §57): DRAFT ->
+    VALIDATING -> EVALUATING -> APPROVED -> CANARY -> ACTIVE -> DEPRECATED ->
+    RETIRED, plus rollback (CANARY -> APPROVED; DEPRECATED -> ACTIVE, which
+    deprecates the ACTIVE one) and the kill switch (ACTIVE, CANARY,
+    DEPRECATED -> DISABLED -> back). Entering VALIDATING runs the Release
+    Manager; EVALUATING -> APPROVED needs a passed evaluation and an approver
+    other than the registrant (OPERATION_KIND_APPROVE_AGENT); promoting to
+    ACTIVE deprecates the previous ACTIVE version. Every transition is
+    audited.
+
+    Errors: INVALID_ARGUMENT `MISSING_FIELD`, `STATUS_INVALID` (to_status),
+    `REASON_REQUIRED`; NOT_FOUND `AGENT_VERSION_NOT_FOUND`;
+    FAILED_PRECONDITION `TRANSITION_NOT_ALLOWED` (to_status),
+    `RELEASE_BLOCKED` (every problem in metadata problem_1..n),
+    `EVALUATION_REQUIRED`; PERMISSION_DENIED `POLICY_DENIED`.
+    """
+    ListAgentVersions: _grpc.UnaryUnaryMultiCallable[_agent_registry_service_pb2.ListAgentVersionsRequest, _agent_registry_service_pb2.ListAgentVersionsResponse]
+    """Lists the versions of an agent (or of every agent) with their history."""
 
 @_typing.type_check_only
 class AgentRegistryServiceAsyncStub(AgentRegistryServiceStub):
@@ -106,7 +139,40 @@ class AgentRegistryServiceAsyncStub(AgentRegistryServiceStub):
     `STATUS_INVALID` (status), `REASON_REQUIRED`, `REASON_TOO_LONG` (reason);
     NOT_FOUND `AGENT_NOT_FOUND`; FAILED_PRECONDITION `STATUS_CHANGE_REFUSED`
     (e.g. out of RETIRED).
+    Only the lifecycle's edges are allowed (PRD §57; see
+    TransitionAgentVersion): DRAFT -> ACTIVE is FAILED_PRECONDITION
+    `TRANSITION_NOT_ALLOWED` (field status).
     """
+    RegisterAgentVersion: _aio.UnaryUnaryMultiCallable[_agent_registry_service_pb2.RegisterAgentVersionRequest, _agent_registry_service_pb2.RegisterAgentVersionResponse]  # type: ignore[assignment]
+    """Registers a new version of an agent (manifest, endpoint, SPIFFE id); it
+    enters DRAFT (PRD §57). Operators only, acting as a user the policy
+    engine allows (OPERATION_KIND_MANAGE_AGENT). Audited.
+
+    Errors: INVALID_ARGUMENT `MISSING_FIELD`, `MANIFEST_INVALID` (field names
+    the manifest field, e.g. manifest.risk_profile), `ENDPOINT_INVALID`
+    (endpoint), `SPIFFE_ID_MISMATCH` (spiffe_id); UNAUTHENTICATED
+    `ASSERTION_INVALID`; PERMISSION_DENIED `POLICY_DENIED`; ALREADY_EXISTS
+    `AGENT_VERSION_EXISTS`; UNAVAILABLE `POLICY_UNAVAILABLE`.
+    """
+    TransitionAgentVersion: _aio.UnaryUnaryMultiCallable[_agent_registry_service_pb2.TransitionAgentVersionRequest, _agent_registry_service_pb2.TransitionAgentVersionResponse]  # type: ignore[assignment]
+    """Moves one agent version along its lifecycle (PRD §57): DRAFT ->
+    VALIDATING -> EVALUATING -> APPROVED -> CANARY -> ACTIVE -> DEPRECATED ->
+    RETIRED, plus rollback (CANARY -> APPROVED; DEPRECATED -> ACTIVE, which
+    deprecates the ACTIVE one) and the kill switch (ACTIVE, CANARY,
+    DEPRECATED -> DISABLED -> back). Entering VALIDATING runs the Release
+    Manager; EVALUATING -> APPROVED needs a passed evaluation and an approver
+    other than the registrant (OPERATION_KIND_APPROVE_AGENT); promoting to
+    ACTIVE deprecates the previous ACTIVE version. Every transition is
+    audited.
+
+    Errors: INVALID_ARGUMENT `MISSING_FIELD`, `STATUS_INVALID` (to_status),
+    `REASON_REQUIRED`; NOT_FOUND `AGENT_VERSION_NOT_FOUND`;
+    FAILED_PRECONDITION `TRANSITION_NOT_ALLOWED` (to_status),
+    `RELEASE_BLOCKED` (every problem in metadata problem_1..n),
+    `EVALUATION_REQUIRED`; PERMISSION_DENIED `POLICY_DENIED`.
+    """
+    ListAgentVersions: _aio.UnaryUnaryMultiCallable[_agent_registry_service_pb2.ListAgentVersionsRequest, _agent_registry_service_pb2.ListAgentVersionsResponse]  # type: ignore[assignment]
+    """Lists the versions of an agent (or of every agent) with their history."""
 
 class AgentRegistryServiceServicer(metaclass=_abc_1.ABCMeta):
     """The official list of agents (PRD §8), hosted by the supervisor. Platform
@@ -166,6 +232,57 @@ class AgentRegistryServiceServicer(metaclass=_abc_1.ABCMeta):
         `STATUS_INVALID` (status), `REASON_REQUIRED`, `REASON_TOO_LONG` (reason);
         NOT_FOUND `AGENT_NOT_FOUND`; FAILED_PRECONDITION `STATUS_CHANGE_REFUSED`
         (e.g. out of RETIRED).
+        Only the lifecycle's edges are allowed (PRD §57; see
+        TransitionAgentVersion): DRAFT -> ACTIVE is FAILED_PRECONDITION
+        `TRANSITION_NOT_ALLOWED` (field status).
         """
+
+    @_abc_1.abstractmethod
+    def RegisterAgentVersion(
+        self,
+        request: _agent_registry_service_pb2.RegisterAgentVersionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_registry_service_pb2.RegisterAgentVersionResponse, _abc.Awaitable[_agent_registry_service_pb2.RegisterAgentVersionResponse]]:
+        """Registers a new version of an agent (manifest, endpoint, SPIFFE id); it
+        enters DRAFT (PRD §57). Operators only, acting as a user the policy
+        engine allows (OPERATION_KIND_MANAGE_AGENT). Audited.
+
+        Errors: INVALID_ARGUMENT `MISSING_FIELD`, `MANIFEST_INVALID` (field names
+        the manifest field, e.g. manifest.risk_profile), `ENDPOINT_INVALID`
+        (endpoint), `SPIFFE_ID_MISMATCH` (spiffe_id); UNAUTHENTICATED
+        `ASSERTION_INVALID`; PERMISSION_DENIED `POLICY_DENIED`; ALREADY_EXISTS
+        `AGENT_VERSION_EXISTS`; UNAVAILABLE `POLICY_UNAVAILABLE`.
+        """
+
+    @_abc_1.abstractmethod
+    def TransitionAgentVersion(
+        self,
+        request: _agent_registry_service_pb2.TransitionAgentVersionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_registry_service_pb2.TransitionAgentVersionResponse, _abc.Awaitable[_agent_registry_service_pb2.TransitionAgentVersionResponse]]:
+        """Moves one agent version along its lifecycle (PRD §57): DRAFT ->
+        VALIDATING -> EVALUATING -> APPROVED -> CANARY -> ACTIVE -> DEPRECATED ->
+        RETIRED, plus rollback (CANARY -> APPROVED; DEPRECATED -> ACTIVE, which
+        deprecates the ACTIVE one) and the kill switch (ACTIVE, CANARY,
+        DEPRECATED -> DISABLED -> back). Entering VALIDATING runs the Release
+        Manager; EVALUATING -> APPROVED needs a passed evaluation and an approver
+        other than the registrant (OPERATION_KIND_APPROVE_AGENT); promoting to
+        ACTIVE deprecates the previous ACTIVE version. Every transition is
+        audited.
+
+        Errors: INVALID_ARGUMENT `MISSING_FIELD`, `STATUS_INVALID` (to_status),
+        `REASON_REQUIRED`; NOT_FOUND `AGENT_VERSION_NOT_FOUND`;
+        FAILED_PRECONDITION `TRANSITION_NOT_ALLOWED` (to_status),
+        `RELEASE_BLOCKED` (every problem in metadata problem_1..n),
+        `EVALUATION_REQUIRED`; PERMISSION_DENIED `POLICY_DENIED`.
+        """
+
+    @_abc_1.abstractmethod
+    def ListAgentVersions(
+        self,
+        request: _agent_registry_service_pb2.ListAgentVersionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_registry_service_pb2.ListAgentVersionsResponse, _abc.Awaitable[_agent_registry_service_pb2.ListAgentVersionsResponse]]:
+        """Lists the versions of an agent (or of every agent) with their history."""
 
 def add_AgentRegistryServiceServicer_to_server(servicer: AgentRegistryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -207,6 +207,14 @@ _ALLOWED_BY_OPERATION: dict[OperationKind, dict[str, Any]] = {
     OperationKind.USE_MODEL: {
         "capability": "", "resource_type": "Model", "resource_id": "sandbox-small", "agent_id": "risk-agent",
     },
+    OperationKind.MANAGE_AGENT: {
+        "capability": "", "resource_type": "AgentVersion", "resource_id": "training-agent@1.1.0",
+        "roles": ("agent-operator",),
+    },
+    OperationKind.APPROVE_AGENT: {
+        "capability": "", "resource_type": "AgentVersion", "resource_id": "training-agent@1.1.0",
+        "roles": ("agent-approver",), "subject_requester_id": "olga",
+    },
 }
 
 
