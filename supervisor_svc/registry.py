@@ -54,6 +54,7 @@ from agentmesh import spiffe
 from agentmesh.v1 import common_pb2
 from agentmesh.vocabulary import LifecycleStatus, RiskLevel
 from supervisor_svc._datafile import Document, format_path, load_document, validation_error
+from supervisor_svc.lifecycle import check_transition
 from supervisor_svc.errors import (
     AgentDependencyError,
     AgentManifestError,
@@ -282,6 +283,26 @@ def parse_manifest(path: Path) -> AgentManifest:
     """
     file = str(path)
     doc = load_document(path, error=AgentManifestError)
+    return manifest_from_document(doc, file, file_stem=path.stem, file_name=path.name)
+
+
+def manifest_from_data(data: Any, source: str) -> AgentManifest:
+    """Validate a manifest given as plain data (e.g. from ``RegisterAgentVersion``); ``source`` names it.
+
+    Raises:
+        AgentManifestError: naming the field (``line`` is None).
+    """
+    return manifest_from_document(Document(data), source)
+
+
+def manifest_from_document(
+    doc: Document, file: str, *, file_stem: str | None = None, file_name: str = ""
+) -> AgentManifest:
+    """Validate a loaded manifest document; a file's name must be its agent id.
+
+    Raises:
+        AgentManifestError: naming the file, the field and the line.
+    """
     if not isinstance(doc.data, dict):
         raise AgentManifestError("a manifest must be a mapping", file=file, line=doc.line_of(()))
     try:
@@ -292,8 +313,8 @@ def parse_manifest(path: Path) -> AgentManifest:
     def fail(message: str, *loc: str | int) -> AgentManifestError:
         return AgentManifestError(message, file=file, field=format_path(loc), line=doc.line_of(loc))
 
-    if path.stem != model.agent_id:
-        raise fail(f"agent_id {model.agent_id!r} does not match the file name {path.name!r}", "agent_id")
+    if file_stem is not None and file_stem != model.agent_id:
+        raise fail(f"agent_id {model.agent_id!r} does not match the file name {file_name!r}", "agent_id")
     for name in ("domains", "capabilities", "knowledge_scopes", "allowed_delegations"):
         _unique(list(getattr(model, name)), doc, file, name)
     if model.agent_id in model.allowed_delegations:
@@ -404,7 +425,6 @@ CREATE TABLE IF NOT EXISTS agent_status_history (
 CREATE INDEX IF NOT EXISTS agent_status_history_agent ON agent_status_history (agent_id, seq);
 """
 
-_TERMINAL = frozenset({LifecycleStatus.RETIRED})
 _MAX_REASON_CHARS = 1000
 
 
@@ -582,7 +602,8 @@ class AgentRegistry:
             AgentNotFound: no such agent.
             RequestInvalid: ``STATUS_INVALID`` (field ``status``), ``REASON_REQUIRED`` /
                 ``REASON_TOO_LONG`` (field ``reason``), ``ACTOR_REQUIRED`` (field ``by``).
-            StatusChangeRefused: leaving RETIRED.
+            TransitionNotAllowed: not an edge of the lifecycle (:mod:`supervisor_svc.lifecycle`), e.g.
+                DRAFT -> ACTIVE or leaving RETIRED; ``field`` is ``status``.
             AgentDependencyError: activating an agent whose dependencies are unmet.
         """
         try:
@@ -606,11 +627,12 @@ class AgentRegistry:
         with self._transaction() as db:
             row = db.execute("SELECT status FROM agent_status WHERE agent_id = ?", (agent_id,)).fetchone()
             old = LifecycleStatus(row["status"]) if row is not None else manifest.status
-            if old == new:
-                pass
-            elif old in _TERMINAL:
-                raise StatusChangeRefused(f"agent {agent_id!r} is {old.value}; its status can no longer change")
-            else:
+            if old != new:
+                came = db.execute(
+                    "SELECT old_status FROM agent_status_history WHERE agent_id = ? AND new_status = 'DISABLED' "
+                    "ORDER BY seq DESC LIMIT 1", (agent_id,)).fetchone()
+                check_transition(old, new, field="status", what=f"agent {agent_id!r}",
+                                 disabled_from=LifecycleStatus(came["old_status"]) if came is not None else None)
                 at = _format_time(self._clock())
                 db.execute(
                     "INSERT INTO agent_status (agent_id, status, reason, changed_by, changed_at) "

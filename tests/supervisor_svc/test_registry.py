@@ -103,6 +103,7 @@ def test_setting_the_same_status_records_nothing(registry: AgentRegistry) -> Non
 
 
 def test_retired_is_terminal(registry: AgentRegistry) -> None:
+    registry.set_status("risk-agent", LifecycleStatus.DEPRECATED, "being replaced", "client:ops")
     registry.set_status("risk-agent", LifecycleStatus.RETIRED, "replaced", "client:ops")
     with pytest.raises(AgentNotActive) as err:
         registry.ensure_active("risk-agent")
@@ -240,3 +241,23 @@ def test_output_schemas_accept_a_contract_result(registry: AgentRegistry, agent_
     jsonschema.validate(result, registry.get(agent_id).manifest.output_schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**result, "verdict": "MAYBE"}, registry.get(agent_id).manifest.output_schema)
+
+
+def test_only_lifecycle_edges_are_accepted(registry: AgentRegistry) -> None:
+    # DRAFT -> ACTIVE used to be accepted: an agent skipped validation, evaluation and approval.
+    registry.set_status("risk-agent", LifecycleStatus.DEPRECATED, "to retire", "client:ops")
+    with pytest.raises(StatusChangeRefused) as err:
+        registry.set_status("risk-agent", LifecycleStatus.CANARY, "skip", "client:ops")
+    assert (err.value.reason, err.value.field) == ("TRANSITION_NOT_ALLOWED", "status")
+    assert "DEPRECATED to CANARY" in err.value.message
+    assert registry.get("risk-agent").status is LifecycleStatus.DEPRECATED
+    assert len(registry.history("risk-agent")) == 1
+
+
+def test_a_disabled_agent_returns_only_where_it_came_from(registry: AgentRegistry) -> None:
+    registry.set_status("risk-agent", LifecycleStatus.DEPRECATED, "old", "client:ops")
+    registry.set_status("risk-agent", LifecycleStatus.DISABLED, "incident", "client:ops")
+    with pytest.raises(StatusChangeRefused):
+        registry.set_status("risk-agent", LifecycleStatus.ACTIVE, "sneak back", "client:ops")
+    registry.set_status("risk-agent", LifecycleStatus.DEPRECATED, "incident over", "client:ops")
+    assert registry.get("risk-agent").status is LifecycleStatus.DEPRECATED
