@@ -25,6 +25,8 @@ from supervisor_svc.errors import SupervisorError
 from supervisor_svc.events import EventHandler
 from supervisor_svc.executions import ExecutionStore
 from supervisor_svc.model_intent import IntentCatalogue, IntentClassifier
+from supervisor_svc.onboarding import Onboarding, ReleaseManager
+from supervisor_svc.onboarding_grpc import audit_adapter, capability_facts, policy_adapter
 from supervisor_svc.orchestrator import Orchestrator
 from supervisor_svc.projection import ProjectionConfig, Projector
 from supervisor_svc.registry import AgentRegistry
@@ -111,7 +113,23 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
     ctx.require_peer("policy")
     supervisor_grpc.add_SupervisorServiceServicer_to_server(SupervisorServicer(orchestrator, actions, events), server)
     dc_grpc.add_DecisionCenterServiceServicer_to_server(DecisionCenterServicer(orchestrator, center), server)
-    registry_grpc.add_AgentRegistryServiceServicer_to_server(AgentRegistryServicer(registry, selector, audit), server)
+    cap_channel = ctx.channel("capability")
+
+    def release_manager() -> ReleaseManager:
+        # What the mesh has now: the capability registry at each validation (knowledge and policy
+        # versions are not reported by any service yet, so a declared one is unknown and blocks).
+        try:
+            now = cap_grpc.CapabilityServiceStub(cap_channel).ListCapabilities(
+                cap_pb2.ListCapabilitiesRequest(), timeout=ctx.config.call_timeout_s).capabilities
+        except grpc.RpcError as err:
+            raise errors.from_rpc_error(err) from err
+        return ReleaseManager(capability_facts(now))
+
+    onboarding = Onboarding(ctx.data_dir / "supervisor-lifecycle.db", registry, release_manager,
+                            authorize=policy_adapter(authorize), audit=audit_adapter(audit))
+    ctx.on_stop(onboarding.close)
+    registry_grpc.add_AgentRegistryServiceServicer_to_server(
+        AgentRegistryServicer(registry, selector, audit, onboarding, orchestrator.authenticate), server)
 
 
 def replica_name(replica: int) -> str:

@@ -54,15 +54,14 @@ from agentmesh import spiffe
 from agentmesh.v1 import common_pb2
 from agentmesh.vocabulary import LifecycleStatus, RiskLevel
 from supervisor_svc._datafile import Document, format_path, load_document, validation_error
-from supervisor_svc.lifecycle import check_transition
 from supervisor_svc.errors import (
     AgentDependencyError,
     AgentManifestError,
     AgentNotActive,
     AgentNotFound,
     RequestInvalid,
-    StatusChangeRefused,
 )
+from supervisor_svc.lifecycle import check_transition
 
 __all__ = [
     "AgentEntry",
@@ -466,6 +465,7 @@ class AgentRegistry:
         self._manifests = {m.agent_id: m for m in load_manifests(agents_dir or default_agents_dir())}
         self._checker = dependency_checker
         self._clock = clock
+        self._active_versions: Callable[[], dict[str, AgentManifest]] | None = None
         self._lock = threading.Lock()
         self._db = sqlite3.connect(str(db_path), check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
@@ -498,18 +498,43 @@ class AgentRegistry:
             return AgentEntry(manifest, manifest.status, "", "", "")
         return AgentEntry(manifest, LifecycleStatus(row["status"]), row["reason"], row["changed_by"], row["changed_at"])
 
-    def list(self) -> builtins.list[AgentEntry]:
-        """Every registered agent with its current status, ordered by agent id."""
+    def attach_versions(self, active: Callable[[], dict[str, AgentManifest]]) -> None:
+        """Serve registered versions: ``active()`` maps an agent id to its ACTIVE registered version's manifest.
+
+        Such a version replaces the shipped manifest of its agent (which the promotion
+        deprecated), or adds an agent that ships with no manifest (see
+        :mod:`supervisor_svc.onboarding`).
+        """
+        self._active_versions = active
+
+    def _overlay(self) -> dict[str, AgentManifest]:
+        return self._active_versions() if self._active_versions is not None else {}
+
+    def shipped(self) -> builtins.list[AgentEntry]:
+        """The versions shipped as manifest files, with their status, ordered by agent id."""
         with self._lock:
             rows = {r["agent_id"]: r for r in self._db.execute("SELECT * FROM agent_status").fetchall()}
         return [self._entry(m, rows.get(k)) for k, m in sorted(self._manifests.items())]
 
+    def list(self) -> builtins.list[AgentEntry]:
+        """Every registered agent with its current status, ordered by agent id.
+
+        An agent with an ACTIVE registered version is that version.
+        """
+        entries = {e.agent_id: e for e in self.shipped()}
+        for agent_id, manifest in self._overlay().items():
+            entries[agent_id] = AgentEntry(manifest, LifecycleStatus.ACTIVE, "", "", "")
+        return [entries[k] for k in sorted(entries)]
+
     def get(self, agent_id: str) -> AgentEntry:
-        """One agent with its current status.
+        """One agent with its current status (its ACTIVE registered version, if it has one).
 
         Raises:
             AgentNotFound: no such agent (field ``agent_id``).
         """
+        registered = self._overlay().get(agent_id)
+        if registered is not None:
+            return AgentEntry(registered, LifecycleStatus.ACTIVE, "", "", "")
         manifest = self._manifests.get(agent_id)
         if manifest is None:
             raise AgentNotFound(f"no agent {agent_id!r} is registered", field="agent_id")
@@ -621,7 +646,9 @@ class AgentRegistry:
             )
         if not by.strip():
             raise RequestInvalid("the acting identity is required", reason="ACTOR_REQUIRED", field="by")
-        manifest = self.get(agent_id).manifest
+        manifest = self._manifests.get(agent_id)
+        if manifest is None:
+            raise AgentNotFound(f"no agent {agent_id!r} is shipped with a manifest", field="agent_id")
         if new is LifecycleStatus.ACTIVE:
             self._check_agent(manifest)
         with self._transaction() as db:
@@ -645,4 +672,4 @@ class AgentRegistry:
                     "changed_at) VALUES (?, ?, ?, ?, ?, ?)",
                     (agent_id, old.value, new.value, reason, by, at),
                 )
-        return self.get(agent_id)
+        return self._entry(manifest, self._row(agent_id))

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import grpc
 
-from agentmesh import errors, transport
+from agentmesh import assertion, errors, transport
 from agentmesh.audit_client import AuditRecorder
 from agentmesh.v1 import agent_registry_service_pb2 as reg_pb2
 from agentmesh.v1 import agent_registry_service_pb2_grpc as reg_grpc
@@ -26,12 +26,21 @@ from agentmesh.v1 import specialist_service_pb2 as spec_pb2
 from agentmesh.v1 import specialist_service_pb2_grpc as spec_grpc
 from agentmesh.v1 import supervisor_service_pb2 as pb
 from agentmesh.v1 import supervisor_service_pb2_grpc as pb_grpc
+from agentmesh.vocabulary import LifecycleStatus
 from capability_svc.errors import DependencyError
 from capability_svc.semver import Version, parse_dependency
 from supervisor_svc import errors as sup_errors
+from supervisor_svc import onboarding_grpc
 from supervisor_svc.actions import ReleaseActions
 from supervisor_svc.decision_center import DecisionCenter
 from supervisor_svc.events import EventHandler
+from supervisor_svc.onboarding import Onboarding as _Onboarding
+from supervisor_svc.onboarding import (
+    OnboardingDenied,
+    ReleaseBlocked,
+    VersionExists,
+    VersionNotFound,
+)
 from supervisor_svc.orchestrator import Orchestrator
 from supervisor_svc.registry import AgentRegistry, status_from_proto
 from supervisor_svc.selection import AgentSelector, Requirement
@@ -49,6 +58,9 @@ ERRORS: errors.ErrorTable = [
     (sup_errors.HandoffRejected, errors.PermissionDenied),
     (sup_errors.LimitExceeded, errors.ResourceExhausted),
     (sup_errors.PlanError, errors.InvalidArgument),
+    (VersionNotFound, errors.NotFound),
+    (VersionExists, errors.AlreadyExists),
+    (OnboardingDenied, errors.PermissionDenied),
 ]
 """Supervisor-domain errors and their gRPC statuses."""
 
@@ -256,10 +268,68 @@ class DecisionCenterServicer(dc_grpc.DecisionCenterServiceServicer):
 class AgentRegistryServicer(reg_grpc.AgentRegistryServiceServicer):
     """ListAgents, GetAgent, DiscoverAgents, SetAgentStatus."""
 
-    def __init__(self, registry: AgentRegistry, selector: AgentSelector, audit: AuditRecorder) -> None:
+    def __init__(self, registry: AgentRegistry, selector: AgentSelector, audit: AuditRecorder,
+                 onboarding: _Onboarding | None = None,
+                 authenticate: Callable[[str, str], assertion.UserIdentity] | None = None) -> None:
         self._registry = registry
         self._selector = selector
         self._audit = audit
+        self._onboarding = onboarding
+        self._authenticate = authenticate
+
+    def _onboard(self, context: grpc.ServicerContext) -> tuple[_Onboarding, Callable[[str], assertion.UserIdentity]]:
+        if self._onboarding is None or self._authenticate is None:
+            raise errors.Unimplemented("onboarding is not configured", reason="ONBOARDING_UNAVAILABLE")
+        caller = transport.caller_id(context)
+        auth = self._authenticate
+        return self._onboarding, lambda token: auth(token, caller)
+
+    def RegisterAgentVersion(
+        self, request: reg_pb2.RegisterAgentVersionRequest, context: grpc.ServicerContext
+    ) -> reg_pb2.RegisterAgentVersionResponse:
+        onboarding, authenticate = self._onboard(context)
+        user = authenticate(request.user_assertion)
+        try:
+            record = onboarding.register(user, onboarding_grpc.manifest_dict(request.manifest), request.endpoint,
+                                         request.spiffe_id)
+        except sup_errors.SupervisorError as err:
+            raise self._onboarding_error(err) from err
+        return reg_pb2.RegisterAgentVersionResponse(version=onboarding_grpc.to_proto(record))
+
+    def TransitionAgentVersion(
+        self, request: reg_pb2.TransitionAgentVersionRequest, context: grpc.ServicerContext
+    ) -> reg_pb2.TransitionAgentVersionResponse:
+        onboarding, authenticate = self._onboard(context)
+        user = authenticate(request.user_assertion)
+        if request.to_status == common_pb2.LIFECYCLE_STATUS_UNSPECIFIED:
+            raise errors.InvalidArgument("to_status is required", reason="MISSING_FIELD",
+                                         metadata={"field": "to_status"})
+        try:
+            to = LifecycleStatus.from_proto(request.to_status)
+            record, also = onboarding.transition(user, request.agent_id, request.version, to, request.reason)
+        except ValueError:
+            raise errors.InvalidArgument("to_status must be a lifecycle status", reason="STATUS_INVALID",
+                                         metadata={"field": "to_status"}) from None
+        except sup_errors.SupervisorError as err:
+            raise self._onboarding_error(err) from err
+        return reg_pb2.TransitionAgentVersionResponse(version=onboarding_grpc.to_proto(record),
+                                                      also_changed=[onboarding_grpc.to_proto(r) for r in also])
+
+    def ListAgentVersions(
+        self, request: reg_pb2.ListAgentVersionsRequest, context: grpc.ServicerContext
+    ) -> reg_pb2.ListAgentVersionsResponse:
+        onboarding, _ = self._onboard(context)
+        return reg_pb2.ListAgentVersionsResponse(
+            versions=[onboarding_grpc.to_proto(r) for r in onboarding.list(request.agent_id)])
+
+    @staticmethod
+    def _onboarding_error(err: sup_errors.SupervisorError) -> errors.MeshError:
+        if isinstance(err, ReleaseBlocked):
+            metadata = {"field": "to_status", **{f"problem_{i}": p[:500] for i, p in enumerate(err.problems, 1)}}
+            return errors.FailedPrecondition(err.message, reason=err.reason, metadata=metadata)
+        mesh = mesh_error(err)
+        # The onboarding recorded the policy refusal with its real cause.
+        return errors.recorded(mesh) if isinstance(err, OnboardingDenied) else mesh
 
     def ListAgents(
         self, request: reg_pb2.ListAgentsRequest, context: grpc.ServicerContext
@@ -297,8 +367,13 @@ class AgentRegistryServicer(reg_grpc.AgentRegistryServiceServicer):
         if request.status == common_pb2.LIFECYCLE_STATUS_UNSPECIFIED:
             raise errors.InvalidArgument("status is required", reason="MISSING_FIELD", metadata={"field": "status"})
         try:
-            entry = self._registry.set_status(request.agent_id, status_from_proto(request.status),
-                                              request.reason, operator)
+            status = status_from_proto(request.status)
+            served = self._onboarding is not None and request.agent_id in self._onboarding.active_manifests()
+            if served and self._onboarding is not None:
+                self._onboarding.set_agent_status(request.agent_id, status, request.reason, operator)
+            else:
+                self._registry.set_status(request.agent_id, status, request.reason, operator)
+            entry = self._registry.get(request.agent_id)
         except sup_errors.SupervisorError as err:
             raise mesh_error(err) from err
         # The status is in force (a safety stop must not wait for audit); its record

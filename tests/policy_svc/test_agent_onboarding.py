@@ -55,7 +55,8 @@ def test_an_approval_is_by_an_admin_who_did_not_register(validating_engine: Poli
 
 def test_an_approval_must_name_the_registrant(engine: PolicyEngine, make_request: Any) -> None:
     with pytest.raises(InvalidRequestError, match="subject_requester_id"):
-        engine.authorize(make_request(**{**APPROVE, "subject_requester_id": ""}, roles=("agent-approver",)), kill_switches=())
+        engine.authorize(make_request(**{**APPROVE, "subject_requester_id": ""}, roles=("agent-approver",)),
+                         kill_switches=())
 
 
 def test_a_system_actor_never_onboards(engine: PolicyEngine, make_request: Any) -> None:
