@@ -1114,10 +1114,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", help="world file; format in capability_svc/WORLD_FORMAT.md")
     p.set_defaults(handler=cmd_data_load)
 
-    from agentmesh import cli_audit, cli_reviews
+    from agentmesh import cli_agents, cli_audit, cli_reviews
     from agentmesh.cli_events import register as register_events
 
     cli_reviews.register(sub, common, out)
+    cli_agents.register(sub, common, out)
     register_events(sub, common, out)
     cli_audit.register(sub, common, out)
     return parser
