@@ -59,6 +59,8 @@ CALLERS: dict[str, spiffe.SpiffeId] = {
     "agentmesh.v1.DecisionCenterService": PLATFORM_CLI,
     "agentmesh.v1.AgentRegistryService": PLATFORM_CLI,
     "agentmesh.v1.AgentRegistryService.SetAgentStatus": OPERATOR,
+    "agentmesh.v1.AgentRegistryService.RegisterAgentVersion": OPERATOR,
+    "agentmesh.v1.AgentRegistryService.TransitionAgentVersion": OPERATOR,
     "agentmesh.v1.PolicyService": OPERATOR,
     "agentmesh.v1.CapabilityService.InvokeCapability": SUPERVISOR,
     "agentmesh.v1.CapabilityService.ListCapabilities": PLATFORM_CLI,
