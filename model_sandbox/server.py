@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from agentmesh.background_http import BackgroundHttpServer
 from model_sandbox.faults import HOSTILE_TEXT, Fault, FaultMode, FaultTable
 from model_sandbox.skills import ParsedPrompt, answer, count_tokens, parse_messages
 
@@ -252,8 +253,12 @@ class _Handler(BaseHTTPRequestHandler):
         return False
 
 
-class ModelSandbox:
+class ModelSandbox(BackgroundHttpServer):
     """The sandbox model server; start it in a thread or serve in the foreground."""
+
+    thread_name = "model-sandbox"
+    url_path = "/v1"
+    """``http://host:port/v1``: what an OpenAI-compatible client takes as its base URL."""
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, models: Sequence[str] = DEFAULT_MODELS,
                  admin_token: str | None = None, api_key: str | None = None, latency_ms: int = 0) -> None:
@@ -271,13 +276,11 @@ class ModelSandbox:
         self.admin_token: str = admin_token or secrets.token_urlsafe(32)
         self.api_key = api_key
         self.latency_s = latency_ms / 1000.0
-        self.stopping = threading.Event()
         self._calls: Counter[str] = Counter()
         self._calls_lock = threading.Lock()
-        self._server = _Server((host, port), _Handler)
-        self._server.sandbox = self
-        self._thread: threading.Thread | None = None
-        self._serving = False
+        server = _Server((host, port), _Handler)
+        server.sandbox = self
+        super().__init__(server)
 
     def count(self, model: str) -> None:
         """Counts one answered completion of ``model``."""
@@ -288,44 +291,3 @@ class ModelSandbox:
         """Completions answered so far, per model."""
         with self._calls_lock:
             return dict(self._calls)
-
-    @property
-    def address(self) -> tuple[str, int]:
-        """The bound (host, port)."""
-        host, port = self._server.server_address[:2]
-        return str(host), int(port)
-
-    @property
-    def base_url(self) -> str:
-        """``http://host:port/v1``: what an OpenAI-compatible client takes as its base URL."""
-        host, port = self.address
-        if ":" in host:
-            host = f"[{host}]"
-        return f"http://{host}:{port}/v1"
-
-    def start(self) -> ModelSandbox:
-        """Serve in a daemon thread; returns ``self``."""
-        self._serving = True
-        self._thread = threading.Thread(target=self.serve_forever, name="model-sandbox", daemon=True)
-        self._thread.start()
-        return self
-
-    def serve_forever(self) -> None:
-        """Serve in the calling thread until :meth:`stop` is called from another."""
-        self._serving = True
-        self._server.serve_forever(poll_interval=0.05)
-
-    def stop(self) -> None:
-        """Stop serving, release hanging requests and close the socket."""
-        self.stopping.set()
-        if self._serving:
-            self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> ModelSandbox:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
