@@ -18,8 +18,8 @@ from agentmesh.v1 import capability_service_pb2_grpc as cap_grpc
 from agentmesh.v1 import decision_center_service_pb2_grpc as dc_grpc
 from agentmesh.v1 import supervisor_service_pb2_grpc as supervisor_grpc
 from supervisor_svc.actions import ReleaseActions
-from supervisor_svc.aggregation import EvidencePolicy
 from supervisor_svc.decision_center import DecisionCenter
+from supervisor_svc.definitions import DomainCatalog, projection_config
 from supervisor_svc.dispatch import TaskDispatcher
 from supervisor_svc.errors import SupervisorError
 from supervisor_svc.events import EventHandler
@@ -59,9 +59,16 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
     try:
         registry = AgentRegistry(ctx.data_dir / "supervisor-agents.db", dependency_checker=dependency_checker(caps))
         tenants = TenantDirectory.load()
-        tenants.check_agents({e.agent_id for e in registry.list()})
-        projector = Projector(ProjectionConfig.load())
-        evidence = EvidencePolicy.load()
+        known = {e.agent_id for e in registry.list()}
+        tenants.check_agents(known)
+        # Every domain definition, validated completely before anything runs (errors name file:line:field).
+        platform_projections = ProjectionConfig.load()
+        domains = DomainCatalog.load(sensitive_fields=platform_projections.sensitive_fields)
+        unknown = sorted(domains.agents() - known)
+        if unknown:
+            raise SupervisorError(f"the domain definitions name agents the registry does not know: "
+                                  f"{', '.join(unknown)}", reason="CONFIG_REFERENCE_INVALID")
+        projector = Projector(projection_config(domains, platform_projections))
     except SupervisorError as err:
         raise StartupError(f"{err.reason}: {err.message}") from err
     url = ctx.config.database_url
@@ -80,15 +87,15 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
                                 resources=projector.resource_rules)
     actions = ReleaseActions(store=store, dispatcher=dispatcher, authorize=authorize,
                              capabilities={c.capability_id: c for c in caps},
-                             confirmation_ttl_s=ctx.config.confirmation_ttl_s)
+                             confirmation_ttl_s=ctx.config.confirmation_ttl_s, domains=domains)
     orchestrator = Orchestrator(
         identity=ctx.identity, registry=registry, selector=selector, tenants=tenants, projector=projector,
-        evidence=evidence, store=store, signer=signer, specialists=specialists, audit=audit,
+        store=store, signer=signer, specialists=specialists, audit=audit,
         verify_assertion=functools.partial(assertion.verify, key=idp_key), authorize=authorize,
-        task_timeout_s=ctx.config.task_timeout_s, actions=actions, revoker=specialists)
+        task_timeout_s=ctx.config.task_timeout_s, actions=actions, revoker=specialists, domains=domains)
     center = DecisionCenter(store=store, actions=actions, authorize=authorize, dispatcher=dispatcher,
-                            visible=orchestrator.visible, snapshot=orchestrator.snapshot)
-    events = EventHandler(store=store, dispatcher=dispatcher, tenants=tenants)
+                            visible=orchestrator.visible, snapshot=orchestrator.snapshot, domains=domains)
+    events = EventHandler(store=store, dispatcher=dispatcher, tenants=tenants, domains=domains)
     orchestrator.end_interrupted()
     ctx.on_stop(orchestrator.close)
     ctx.on_stop(store.close)

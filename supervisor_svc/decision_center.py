@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from agentmesh import assertion, errors, telemetry
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
@@ -47,8 +48,9 @@ from agentmesh.v1 import common_pb2
 from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
 from agentmesh.v1 import policy_service_pb2 as policy_pb2
 from agentmesh.v1 import supervisor_service_pb2 as pb
-from supervisor_svc.actions import RELEASE_CAPABILITY, ApprovalNotCounted, Authorizer, ReleaseActions
+from supervisor_svc.actions import ApprovalNotCounted, Authorizer, ReleaseActions
 from supervisor_svc.aggregation import missing_item
+from supervisor_svc.definitions import DomainCatalog, default_catalog
 from supervisor_svc.dispatch import TaskDispatcher, now_ts
 from supervisor_svc.executions import ExecutionStore
 
@@ -75,11 +77,15 @@ class DecisionCenter:
 
     def __init__(self, *, store: ExecutionStore, actions: ReleaseActions, authorize: Authorizer,
                  dispatcher: TaskDispatcher, visible: Callable[[assertion.UserIdentity, str], pb.Execution],
-                 snapshot: Callable[[assertion.UserIdentity, str], pb.Execution] | None = None) -> None:
+                 snapshot: Callable[[assertion.UserIdentity, str], pb.Execution] | None = None,
+                 domains: DomainCatalog | None = None) -> None:
         """Args:
         visible: The execution if the policy engine lets the user read it (PERMISSION_DENIED otherwise).
         snapshot: The execution as the user may see it, without asking again (after ``visible`` allowed it).
+        domains: The domain definitions (what a review is about; the shipped ones by default).
         """
+        self._domains = domains or default_catalog()
+        self._queue_capability = _queue_capability(self._domains)
         self._store = store
         self._actions = actions
         self._authorize = authorize
@@ -90,8 +96,8 @@ class DecisionCenter:
     # -- authority ---------------------------------------------------------------
 
     def _check(self, user: assertion.UserIdentity, *, operation: int, resource: str, requester: str = "",
-               capability_id: str = RELEASE_CAPABILITY, reason: str = "", execution_id: str = "",
-               review_id: str = "") -> common_pb2.PolicyDecision:
+               capability_id: str = "", reason: str = "", execution_id: str = "",
+               review_id: str = "", resource_type: str = "") -> common_pb2.PolicyDecision:
         """The policy engine's decision on a review operation; PERMISSION_DENIED (audited) unless ALLOW."""
         request = policy_pb2.AuthorizeRequest(
             user=user.to_context(),
@@ -99,8 +105,9 @@ class DecisionCenter:
             agent=common_pb2.AgentPrincipal(agent_id="supervisor", execution_id=execution_id,
                                             delegation_chain=[f"user:{user.tenant_id}/{user.user_id}",
                                                               "svc:supervisor"]),
-            delegation_depth=1, capability_id=capability_id,
-            resource=policy_pb2.ResourceRef(type="WorkPermit", id=resource or "-", tenant_id=user.tenant_id),
+            delegation_depth=1, capability_id=capability_id or self._queue_capability,
+            resource=policy_pb2.ResourceRef(type=resource_type or "ReviewQueue", id=resource or "-",
+                                            tenant_id=user.tenant_id),
             # Reading the queue decides nothing about anyone's request: "-" names no requester.
             context=policy_pb2.OperationContext(subject_requester_id=requester or "-", override_reason=reason),
             operation=operation)  # type: ignore[arg-type]
@@ -195,10 +202,11 @@ class DecisionCenter:
                 f"review {item.review_id} is already {dc_pb2.ReviewStatus.Name(item.status)}",
                 reason="REVIEW_CLOSED", field="review_id")
         override = decision == dc_pb2.REVIEW_DECISION_OVERRIDE
+        about = _about(ex, self._domains)
         policy_decision = self._check(
             user, operation=policy_pb2.OPERATION_KIND_OVERRIDE if override else policy_pb2.OPERATION_KIND_REVIEW,
-            resource=item.action.resource_id or _permit_of(ex), requester=item.requester,
-            capability_id=item.action.capability_id or RELEASE_CAPABILITY,
+            resource=item.action.resource_id or about.resource_id, requester=item.requester,
+            capability_id=item.action.capability_id or about.capability_id, resource_type=about.resource_type,
             reason=req.reason if override else "", execution_id=ex.execution_id, review_id=item.review_id)
         approve = decision == dc_pb2.REVIEW_DECISION_APPROVE or (
             override and req.override_decision == common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE)
@@ -343,9 +351,42 @@ def _stop_waiting(ex: pb.Execution) -> None:
         ex.status = pb.EXECUTION_STATUS_SUCCEEDED
 
 
-def _permit_of(ex: pb.Execution) -> str:
-    """The permit an execution is about (from its intent's first task input)."""
-    for node in ex.graph.nodes:
-        if "permit_id" in node.input.fields:
-            return node.input.fields["permit_id"].string_value
+@dataclass(frozen=True)
+class _About:
+    """What a review of an execution is asked of the policy engine about."""
+
+    capability_id: str
+    resource_type: str
+    resource_id: str
+
+
+def _queue_capability(domains: DomainCatalog) -> str:
+    """The capability Decision Center reads (the queue, one review) are asked about: the first action's of the
+    catalogue (domains in priority order), else the first task's first capability."""
+    for d in domains.domains:
+        for a in d.actions.values():
+            return a.capability
+    for d in domains.domains:
+        for plan in d.plans.values():
+            for t in plan.tasks:
+                if t.requirement.required_capabilities:
+                    return t.requirement.required_capabilities[0]
     return "-"
+
+
+def _about(ex: pb.Execution, domains: DomainCatalog) -> _About:
+    """What an execution's review is about: its intent's action (capability and resource) when it has one,
+    else its first task's first capability and the intent's first subject (from the domain definition)."""
+    from supervisor_svc.intent import parse_intent
+
+    parsed = parse_intent(ex.request_text, catalog=domains) if ex.request_text.strip() else None
+    if parsed is None or parsed.domain is None or parsed.definition is None:
+        return _About("", "", "-")
+    domain, intent, subjects = parsed.domain, parsed.definition, parsed.subjects
+    action = domain.actions.get(intent.action) if intent.action else None
+    if action is not None:
+        return _About(action.capability, action.policy_resource_type, subjects.get(action.subject, "-"))
+    first = ex.graph.nodes[0].required_capabilities[0] if ex.graph.nodes and \
+        ex.graph.nodes[0].required_capabilities else ""
+    subject = intent.subjects[0]
+    return _About(first, subject.capitalize(), subjects.get(subject, "-"))

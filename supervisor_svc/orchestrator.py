@@ -1,11 +1,14 @@
 """The supervisor's executor: one governed, parallel, evidence-first analysis.
 
 ``start`` verifies the request and plans it (intent → discovery/selection →
-task graph, all persisted); ``run`` executes the plan stage by stage — the
-work-permit task first, then the other specialists in parallel — each task
-with a freshly signed grant (naming the resources of its projected input), its
-context projection and a deadline; then it aggregates the results into a
-decision. Every step is audited, every state change persisted, and watchers
+task graph from the domain definition's template, all persisted); ``run``
+executes the plan stage by stage — in the work-permit domain the work-permit
+task first, then the other specialists in parallel — each task with a freshly
+signed grant (naming the resources of its projected input), its context
+projection and a deadline; a task whose incoming edge's condition does not
+hold is skipped; then it aggregates the results into a decision (or a report)
+with the domain's evidence rules and decision mapping. Nothing here knows a
+domain (supervisor_svc.definitions). Every step is audited, every state change persisted, and watchers
 are told as it happens. Audit fails closed (supervisor_svc.recording): an
 execution is accepted, and a task delegated, only once its record is durable.
 Executions are private (supervisor_svc.privacy): reading or cancelling one is
@@ -65,27 +68,25 @@ from supervisor_svc import errors as sup_errors
 from supervisor_svc.actions import ReleaseActions
 from supervisor_svc.aggregation import (
     Assessment,
-    EvidencePolicy,
     TaskOutcome,
     TaskState,
     aggregate,
     missing_item,
-    summarize_status,
+    report,
 )
-from supervisor_svc.contract import Analysis, condition_holds, permit_context
+from supervisor_svc.contract import context_of
+from supervisor_svc.definitions import DomainCatalog, default_catalog, execution_intent
 from supervisor_svc.dispatch import Actor, close_stored_delegations, delegate, delegated_unfinished
 from supervisor_svc.executions import ClaimLost, ExecutionStore, LeaseLost, ResumeInfo
-from supervisor_svc.intent import IntentKind, check_tenant, parse_intent
+from supervisor_svc.intent import Classifier, Intent, check_tenant, parse_intent
 from supervisor_svc.limits import ExecutionBudget, LimitAction
 from supervisor_svc.planner import (
-    ANALYSIS_ROLES,
-    STATUS_ROLE,
     HandoffRequest,
     NotRun,
     Plan,
-    TaskSpec,
     admit_handoff,
     build_plan,
+    restore_plan,
 )
 from supervisor_svc.privacy import CANCEL, READ, Authorizer, ExecutionGuard, not_found
 from supervisor_svc.projection import Projector, to_struct
@@ -100,12 +101,6 @@ LEASE_RENEW_S = 1.0
 """How often a replica renews its executions' leases and looks for expired ones to take over."""
 FOLLOW_POLL_S = 0.5
 """How often Watch on a replica that does not run the execution reads the shared store."""
-
-EXECUTION_INTENTS: dict[IntentKind, pb.ExecutionIntent] = {
-    IntentKind.ANALYZE_PERMIT: pb.EXECUTION_INTENT_ANALYZE_PERMIT,
-    IntentKind.PERMIT_STATUS: pb.EXECUTION_INTENT_PERMIT_STATUS,
-}
-"""``Execution.intent`` of each actionable intent kind."""
 
 DEFAULT_TASK_TIMEOUT_S = 10.0
 _meter = metrics.get_meter("agentmesh.supervisor")
@@ -169,6 +164,15 @@ def request_digest(request: pb.AnalyzeRequest) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
+def _first_resource(intent: Intent) -> str:
+    """The record an execution is about, for its EXECUTION_STARTED record: the intent's first subject as
+    ``name:value`` (``permit:WP-10231``; subjects are named after the resource types they are)."""
+    if intent.definition is None:
+        return ""
+    name = intent.definition.subjects[0]
+    return f"{name}:{intent.subjects.get(name, '')}"
+
+
 def _ts(moment: dt.datetime | None = None) -> Timestamp:
     ts = Timestamp()
     ts.FromDatetime(moment or dt.datetime.now(dt.UTC))
@@ -191,7 +195,8 @@ class _Live:
     done: threading.Event = field(default_factory=threading.Event)
     lock: threading.RLock = field(default_factory=threading.RLock)
     release_requested: bool = False
-    """The user asked for the release too (phase two): proposed once the analysis is decided."""
+    """The user asked for the intent's action too (the release, phase two): proposed once the analysis is
+    decided."""
     confirmation_ttl_s: int = 0
     delegated_before: set[str] = field(default_factory=set)
     """Tasks a previous supervisor process may have delegated (TASK_DELEGATED on the record) without
@@ -209,7 +214,6 @@ class Orchestrator:
         selector: AgentSelector,
         tenants: TenantDirectory,
         projector: Projector,
-        evidence: EvidencePolicy,
         store: ExecutionStore,
         signer: grants.GrantSigner,
         specialists: SpecialistPort,
@@ -220,15 +224,20 @@ class Orchestrator:
         max_parallel: int = 16,
         actions: ReleaseActions | None = None,
         revoker: Revoker | None = None,
+        domains: DomainCatalog | None = None,
+        classifier: Classifier | None = None,
     ) -> None:
         """``revoker`` stops an execution's work at the capability service; by default the
-        specialists port, when it can (``GrpcSpecialists`` reaches the capability service too)."""
+        specialists port, when it can (``GrpcSpecialists`` reaches the capability service too).
+        ``domains``: the domain definitions served (the shipped ones by default); ``classifier``:
+        asked about a request no rule of theirs understands (see supervisor_svc.intent)."""
         self._id = identity
         self._registry = registry
         self._selector = selector
         self._tenants = tenants
         self._projector = projector
-        self._evidence = evidence
+        self._domains = domains or default_catalog()
+        self._classifier = classifier
         self._store = store
         self._signer = signer
         self._specialists = specialists
@@ -339,13 +348,13 @@ class Orchestrator:
         if not request.request_text.strip():
             raise errors.InvalidArgument("request_text is required", reason="MISSING_FIELD",
                                          metadata={"field": "request_text"})
-        intent = parse_intent(request.request_text)
+        intent = self.parse(request.request_text)
         try:
             check_tenant(intent, user.tenant_id)
         except sup_errors.TenantMismatch as err:
             raise self._refuse(errors.PermissionDenied(err.message, reason=err.reason,
                                                        metadata={"field": "request_text"}), user) from err
-        if not intent.actionable:  # an unknown request, or no permit named
+        if not intent.actionable:  # an unknown request, or a subject it needs is not named
             raise errors.InvalidArgument(intent.message, reason="UNKNOWN_INTENT", metadata={"field": "request_text"})
 
         execution_id = f"exe-{uuid.uuid4().hex[:16]}"
@@ -387,6 +396,10 @@ class Orchestrator:
                 self._accepting.discard(execution_id)
         return Accepted(execution_id, user)
 
+    def parse(self, request_text: str) -> Intent:
+        """The intent of a request, from the domain definitions (and the classifier, if any)."""
+        return parse_intent(request_text, catalog=self._domains, classifier=self._classifier)
+
     def _claimed_by_a_dead_process(self, user: assertion.UserIdentity, crid: str, execution_id: str) -> bool:
         """Whether a client request's execution can never come to exist: on a store of one supervisor
         (not shared), one this process is not accepting and that is not stored was claimed by a
@@ -408,14 +421,14 @@ class Orchestrator:
                                          "retry", reason="EXECUTION_STARTING", metadata={"field": "client_request_id"})
             time.sleep(0.02)
 
-    def _begin(self, request: pb.AnalyzeRequest, user: assertion.UserIdentity, intent: Any, caller: str,
+    def _begin(self, request: pb.AnalyzeRequest, user: assertion.UserIdentity, intent: Intent, caller: str,
                execution_id: str) -> None:
         correlation_id = request.correlation_id or f"corr-{uuid.uuid4().hex[:12]}"
         with telemetry.mesh_ids(execution_id=execution_id, correlation_id=correlation_id):
             ids = telemetry.current_ids()
             execution = pb.Execution(
                 execution_id=execution_id, status=pb.EXECUTION_STATUS_RUNNING, request_text=request.request_text,
-                intent=EXECUTION_INTENTS[intent.kind], intent_rule=intent.rule, tenant_id=user.tenant_id,
+                intent=execution_intent(intent.kind), intent_rule=intent.rule, tenant_id=user.tenant_id,
                 user_id=user.user_id, actor_type=common_pb2.ACTOR_TYPE_USER, user_roles=user.roles,
                 trace=common_pb2.TraceContext(trace_id=ids.get("trace_id", ""), correlation_id=correlation_id,
                                               execution_id=execution_id),
@@ -428,14 +441,15 @@ class Orchestrator:
                 raise errors.InvalidArgument(err.message, reason=err.reason,
                                              metadata={"field": err.field or "budget"}) from err
             live = _Live(execution, None, user, budget, intent.language if intent.language != "unknown" else "en",
-                         release_requested=(intent.release_requested or request.request_release)
-                         and intent.kind is IntentKind.ANALYZE_PERMIT,
+                         release_requested=(intent.action_requested or request.request_release)
+                         and intent.action is not None,
                          confirmation_ttl_s=max(0, request.confirmation_ttl_seconds))
             governing(self._audit, audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_STARTED,
                       outcome=audit_pb2.AUDIT_OUTCOME_PENDING, execution_id=execution_id,
                       correlation_id=correlation_id, tenant_id=user.tenant_id, user_id=user.user_id,
-                      reason_codes=[f"intent={intent.kind.value}", f"rule={intent.rule}", f"caller={caller}"],
-                      resource=f"permit:{intent.permit_id}")
+                      reason_codes=[f"intent={intent.kind}", f"rule={intent.rule}", f"caller={caller}",
+                                    f"domain={intent.domain_id}"],
+                      resource=_first_resource(intent))
             with telemetry.tracer().start_as_current_span("AgentSelection") as span:
                 try:
                     plan = build_plan(intent, execution_id=execution_id, user=user_ctx,
@@ -474,7 +488,7 @@ class Orchestrator:
         # What a restarted supervisor needs to resume it, then the execution: both before any task runs.
         self._store.save_resume(execution_id, ResumeInfo(
             user_ctx, request.budget if request.HasField("budget") else None, live.release_requested,
-            live.confirmation_ttl_s, live.language, tuple((n.analysis.value, n.reason) for n in plan.not_run)))
+            live.confirmation_ttl_s, live.language, tuple((n.analysis, n.reason) for n in plan.not_run)))
         self._store.save(execution)
         self._register(live)
 
@@ -543,8 +557,12 @@ class Orchestrator:
         if ex.status not in (pb.EXECUTION_STATUS_SUCCEEDED, pb.EXECUTION_STATUS_PARTIAL,
                              pb.EXECUTION_STATUS_AWAITING_REVIEW):
             return
+        intent = live.plan.intent
+        action = intent.domain.actions.get(intent.action) if intent.domain is not None and intent.action else None
+        if action is None:
+            return
         with live.lock, self._actions.lock:
-            self._actions.propose(ex, live.user, live.plan.intent.permit_id or "", live.confirmation_ttl_s)
+            self._actions.propose(ex, live.user, action, intent.subjects, live.confirmation_ttl_s)
             if ex.HasField("action"):
                 for conflict in ex.conflicts:
                     if conflict.review_id:
@@ -579,12 +597,11 @@ class Orchestrator:
                     if done.result is not None:
                         results[task_id] = done.result
                     continue
-                skip = next((e for e in plan.incoming(task_id)
-                             if not condition_holds(e.condition, plan.specs[e.from_task_id].analysis,
-                                                    results.get(e.from_task_id))), None)
+                skip = next((e for e in plan.incoming(task_id) if not plan.edge_holds(e, results)), None)
                 if skip is not None:
                     outcomes[task_id] = self._outcome(plan, task_id, TaskState.SKIPPED,
-                                                      error_reason=f"CONDITION_NOT_MET: {skip.condition}")
+                                                      error_reason=f"CONDITION_NOT_MET: {skip.condition or 'done'}",
+                                                      off_path=plan.branch_not_taken(skip, results))
                     self._close_delegation(live, task_id, TaskState.SKIPPED, f"CONDITION_NOT_MET: {skip.condition}")
                     self._set_status(live, task_id, common_pb2.TASK_STATUS_SKIPPED)
                 elif live.cancelled.is_set():
@@ -617,15 +634,19 @@ class Orchestrator:
         return self._outcome(plan, task_id, TaskState.COMPLETED, result=result)
 
     def _context_for_stage(self, plan: Plan, results: dict[str, common_pb2.AgentResult]) -> dict[str, Any] | None:
-        for task_id, spec in plan.specs.items():
-            if spec.analysis == Analysis.WORK_PERMIT and task_id in results:
-                return permit_context(results[task_id])
-        return None
+        """What later tasks are projected from: the ``context`` fields of the planned tasks' results so far."""
+        found = [(results[task_id], spec.template.contract, spec.template.context)
+                 for task_id, spec in plan.specs.items()
+                 if task_id in results and spec.template is not None and spec.template.context]
+        return context_of(found) or None
 
     def _outcome(self, plan: Plan, task_id: str, state: TaskState, *, result: common_pb2.AgentResult | None = None,
-                 error_reason: str = "") -> TaskOutcome:
+                 error_reason: str = "", off_path: bool = False) -> TaskOutcome:
         spec = plan.specs[task_id]
-        return TaskOutcome(spec.analysis, state, task_id, spec.agent.agent_id, result, error_reason)
+        template = spec.template
+        return TaskOutcome(spec.analysis, state, task_id, spec.agent.agent_id, result, error_reason,
+                           contract=template.contract if template else None,
+                           template_task=template.task_id if template else "", off_path=off_path)
 
     def _elapsed_ms(self, live: _Live) -> int:
         return int((time.monotonic() - live.started) * 1000)
@@ -845,13 +866,20 @@ class Orchestrator:
         ex = live.execution
         all_outcomes = list(outcomes.values()) + [
             TaskOutcome(n.analysis, TaskState.NOT_RUN, error_reason=n.reason) for n in plan.not_run]
+        domain = plan.intent.domain
+        template = plan.template
+        assert domain is not None and template is not None
+        conditions = tuple(template.conditions.values())
         with telemetry.tracer().start_as_current_span("Aggregation"):
-            permit_id = plan.intent.permit_id or ""
-            if plan.intent.kind is IntentKind.PERMIT_STATUS:
-                assessment: Assessment = summarize_status(all_outcomes[0], permit_id=permit_id, language=live.language)
+            if template.report is not None:
+                first = template.tasks[0]
+                assessment: Assessment = report(
+                    all_outcomes[0], template.report, decisions=domain.outcomes, conditions=conditions,
+                    context=first.context, subjects=plan.intent.subjects, language=live.language)
             else:
-                assessment = aggregate(all_outcomes, expected=plan.expected, policy=self._evidence,
-                                       permit_id=permit_id, language=live.language)
+                assessment = aggregate(all_outcomes, expected=plan.expected, policy=domain.evidence,
+                                       decisions=domain.outcomes, conditions=conditions,
+                                       subjects=plan.intent.subjects, language=live.language)
         with live.lock:
             handoff_notes = list(ex.missing)
             assessment.apply_to(ex)
@@ -1161,27 +1189,24 @@ class Orchestrator:
         if info is None:
             return None
         try:
-            intent = parse_intent(ex.request_text)
+            intent = self.parse(ex.request_text)
+            if ex.intent != execution_intent(intent.kind) or ex.intent_rule != intent.rule:
+                raise sup_errors.PlanError(f"the request now reads as {intent.kind}:{intent.rule}, not "
+                                           f"{pb.ExecutionIntent.Name(ex.intent)}:{ex.intent_rule}",
+                                           reason="PLAN_MISMATCH", field="intent")
             requester = info.requester
             user = assertion.UserIdentity(requester.tenant_id, requester.user_id, tuple(requester.roles),
                                           requester.session_id, requester.conversation_id, requester.assertion_digest)
             budget = ExecutionBudget(self._tenants.get(user.tenant_id).limit_policy, info.budget)
-            roles = (STATUS_ROLE,) if intent.kind is IntentKind.PERMIT_STATUS else ANALYSIS_ROLES
             graph = common_pb2.AgentTaskGraph()
             graph.CopyFrom(ex.graph)
             # Handoff tasks run inside their parent's task; one unfinished at the crash is not re-run.
             handoffs = [n for n in ex.graph.nodes if n.parent_task_id]
             del graph.nodes[:]
             graph.nodes.extend(n for n in ex.graph.nodes if not n.parent_task_id)
-            specs: dict[str, TaskSpec] = {}
-            for node in graph.nodes:
-                role = STATUS_ROLE if intent.kind is IntentKind.PERMIT_STATUS else next(
-                    r for r in ANALYSIS_ROLES
-                    if tuple(r.requirement.required_capabilities) == tuple(node.required_capabilities))
-                specs[node.task_id] = TaskSpec(node.task_id, role.analysis, role.purpose,
-                                               self._registry.get(node.target_agent_id))
-            plan = Plan(intent, ex.execution_id, graph, specs, {}, tuple(r.analysis for r in roles),
-                        [NotRun(Analysis(a), reason) for a, reason in info.not_run])
+            plan = restore_plan(intent, ex.execution_id, graph, [NotRun(a, reason) for a, reason in info.not_run],
+                                self._registry.get)
+            specs = plan.specs
             with contextlib.suppress(sup_errors.LimitExceeded):  # admitted when it was planned
                 budget.admit_plan([(n.depth, specs[n.task_id].agent.manifest.cost) for n in graph.nodes])
         except Exception:  # noqa: BLE001 - what cannot be rebuilt ends truthfully instead

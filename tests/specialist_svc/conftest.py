@@ -34,20 +34,18 @@ from capability_svc.world import load_world
 from lms_sandbox import Fault, LmsSandbox, load_lms_data
 from specialist_svc.agent import SpecialistAgent
 from specialist_svc.rules import plain
-from supervisor_svc.contract import Analysis, ParsedResult, check_result
-from supervisor_svc.projection import ProjectionConfig, Projector
+from supervisor_svc.contract import ParsedResult, ResultContract, check_result
+from supervisor_svc.definitions import default_catalog, projection_config
+from supervisor_svc.projection import Projector
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_WORLD = REPO / "agentmesh" / "data" / "demo_world.yaml"
 NOW = dt.datetime(2026, 11, 30, 9, 0, tzinfo=dt.UTC)
 """'Today' of the demo world."""
 
-ANALYSIS = {
-    "work-permit-agent": Analysis.WORK_PERMIT,
-    "training-agent": Analysis.TRAINING,
-    "risk-agent": Analysis.RISK,
-    "compliance-agent": Analysis.COMPLIANCE,
-}
+_WP_PLAN = default_catalog().domain("work-permit").plans["analysis"]
+CONTRACT: dict[str, ResultContract] = {"work-permit-agent": _WP_PLAN.task("permit").contract}
+"""The result contract of each agent's task in the work-permit analysis (others: verdict and subjects only)."""
 PURPOSE = {
     "work-permit-agent": "permit.assess",
     "training-agent": "training.verify",
@@ -183,7 +181,7 @@ def lms_fault(world: World) -> Iterator[Callable[..., None]]:
 
 @pytest.fixture(scope="session")
 def projector() -> Projector:
-    return Projector(ProjectionConfig.load())
+    return Projector(projection_config(default_catalog()))
 
 
 @pytest.fixture()
@@ -218,12 +216,12 @@ def run_agent() -> Callable[..., common_pb2.AgentResult]:
 def checked() -> Callable[..., ParsedResult]:
     """``checked(result, agent_id, analysis=None)``: the contract check plus what the aggregator relies on.
 
-    ``analysis`` defaults to the agent's permit analysis; a result of another
-    operation (e.g. the work-permit agent's ``affected_by_training``, which has
-    no single permit) is checked as ``analysis``.
+    Checked against the contract of the agent's task in the work-permit analysis; a
+    result of another operation (``analysis`` given, e.g. the work-permit agent's
+    ``affected_by_training``, which has no single permit) against the common one.
     """
     def check(result: common_pb2.AgentResult, agent_id: str, analysis: str | None = None) -> ParsedResult:
-        parsed = check_result(result, analysis or ANALYSIS[agent_id])
+        parsed = check_result(result, None if analysis else CONTRACT.get(agent_id))
         facts = {s.subject for s in result.statements
                  if s.kind == common_pb2.STATEMENT_KIND_FACT and s.evidence_indexes}
         for subject, verdict in parsed.subjects.items():

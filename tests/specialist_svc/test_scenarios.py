@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor_svc.aggregation import Decision, EvidencePolicy, TaskOutcome, TaskState, aggregate
-from supervisor_svc.contract import Analysis, permit_context
+from supervisor_svc.aggregation import Decision, TaskOutcome, TaskState, aggregate
+from supervisor_svc.contract import context_of
+from supervisor_svc.definitions import default_catalog
 
-AGENTS = {"work-permit-agent": Analysis.WORK_PERMIT, "training-agent": Analysis.TRAINING,
-          "risk-agent": Analysis.RISK, "compliance-agent": Analysis.COMPLIANCE}
+DOMAIN = default_catalog().domain("work-permit")
+PLAN = DOMAIN.plans["analysis"]
+AGENTS = {"work-permit-agent": "work-permit", "training-agent": "training", "risk-agent": "risk",
+          "compliance-agent": "compliance"}
 
 
 @pytest.mark.parametrize(("permit_id", "decision"), [
@@ -33,16 +36,19 @@ AGENTS = {"work-permit-agent": Analysis.WORK_PERMIT, "training-agent": Analysis.
 ])
 def test_demo_scenario(permit_id, decision, local, run_agent, projector) -> None:
     first = run_agent("work-permit-agent", {"permit_id": permit_id}, local("work-permit-agent"))
-    outcomes = [TaskOutcome(Analysis.WORK_PERMIT, TaskState.COMPLETED, "task-1", "work-permit-agent", first)]
-    context = permit_context(first)
-    if context is not None:
+    contract = PLAN.task("permit").contract
+    outcomes = [TaskOutcome("work-permit", TaskState.COMPLETED, "task-1", "work-permit-agent", first,
+                            contract=contract, template_task="permit")]
+    context = context_of([(first, contract, "permit")])
+    if context:
         for agent_id, purpose in (("training-agent", "training.verify"), ("risk-agent", "risk.assess"),
                                   ("compliance-agent", "compliance.check")):
             projected, _ = projector.project(context, agent_id, purpose)
             result = run_agent(agent_id, projected, local(agent_id))
             outcomes.append(TaskOutcome(AGENTS[agent_id], TaskState.COMPLETED, "task-1", agent_id, result))
-    assessment = aggregate(outcomes, expected=list(AGENTS.values()), policy=EvidencePolicy.load(),
-                           permit_id=permit_id)
+    assessment = aggregate(outcomes, expected=list(AGENTS.values()), policy=DOMAIN.evidence,
+                           decisions=DOMAIN.outcomes, conditions=tuple(PLAN.conditions.values()),
+                           subjects={"permit": permit_id})
     assert assessment.decision is decision, assessment.summary
     if permit_id == "WP-20001":
         assert assessment.reason == "PERMIT_NOT_FOUND" and len(outcomes) == 1

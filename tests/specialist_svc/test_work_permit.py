@@ -21,10 +21,10 @@ def test_found_permit_is_returned_without_medical_notes_or_provenance(local, run
     result = run_agent(AGENT, {"permit_id": "WP-10231"}, local(AGENT))
     parsed = checked(result, AGENT)
     assert result.status == c.RESULT_STATUS_SUCCESS
-    assert parsed.permit_found is True and parsed.verdict.value == "PASS"
+    assert parsed.values.get("permit_found") is True and parsed.verdict.value == "PASS"
     assert subjects(parsed) == {"permit:WP-10231/status": "PASS", "permit:WP-10231/validity": "PASS",
                                 "permit:WP-10231/workers": "PASS"}
-    permit = parsed.permit
+    permit = parsed.values.get("permit")
     assert permit is not None
     assert permit["permit_id"] == "WP-10231" and permit["required_trainings"] == ["NR-10", "NR-35"]
     assert [w["worker_id"] for w in permit["workers"]] == ["W-1001", "W-1002"]
@@ -40,7 +40,7 @@ def test_another_tenants_permit_is_simply_not_found(local, run_agent, checked) -
     result = run_agent(AGENT, {"permit_id": "WP-20001"}, local(AGENT, "acme"))
     parsed = checked(result, AGENT)
     assert result.status == c.RESULT_STATUS_SUCCESS
-    assert parsed.permit_found is False and parsed.verdict.value == "UNKNOWN" and parsed.subjects == {}
+    assert parsed.values.get("permit_found") is False and parsed.verdict.value == "UNKNOWN" and parsed.subjects == {}
     assert not result.evidence
     text = str(result).lower()
     assert "globex" not in text and "tank" not in text and "tenant" not in text
@@ -53,7 +53,7 @@ def test_another_tenants_permit_is_simply_not_found(local, run_agent, checked) -
 
 def test_the_owner_tenant_finds_it(local, run_agent, checked) -> None:
     result = run_agent(AGENT, {"permit_id": "WP-20001"}, local(AGENT, "globex"))
-    assert checked(result, AGENT).permit_found is True
+    assert checked(result, AGENT).values.get("permit_found") is True
 
 
 @pytest.mark.parametrize(("permit_id", "code"), [("WP-10242", "PERMIT_ALREADY_RELEASED"),
@@ -61,7 +61,7 @@ def test_the_owner_tenant_finds_it(local, run_agent, checked) -> None:
 def test_a_permit_not_pending_release_fails(permit_id, code, local, run_agent, checked) -> None:
     result = run_agent(AGENT, {"permit_id": permit_id}, local(AGENT))
     parsed = checked(result, AGENT)
-    assert parsed.permit_found is True
+    assert parsed.values.get("permit_found") is True
     assert subjects(parsed)[f"permit:{permit_id}/status"] == "FAIL"
     assert [s.code for s in result.statements if s.subject == f"permit:{permit_id}/status"] == [code]
 

@@ -86,7 +86,7 @@ def test_a_release_read_back_as_released_succeeds(fake, run_agent, checked) -> N
     assert [name for name, _ in fake.calls] == ["workPermit.release", "workPermit.get"]
     assert fake.calls[0][1] == {"permit_id": "WP-1", "reason": "all checks passed"}
     assert fake.idempotency_keys == ["exec-1:release:WP-1", None]
-    assert parsed.permit is not None and parsed.permit["status"] == "RELEASED"
+    assert parsed.values.get("permit") is not None and parsed.values.get("permit")["status"] == "RELEASED"
     assert "asthma" not in str(result)
     assert result.versions.capability_version == "workPermit.get@1.0.0,workPermit.release@1.0.0"
 

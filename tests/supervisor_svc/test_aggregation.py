@@ -15,10 +15,23 @@ from supervisor_svc.aggregation import (
     TaskOutcome,
     TaskState,
     aggregate,
-    summarize_status,
+    report,
 )
-from supervisor_svc.contract import Analysis, ContractViolation, check_result
+from supervisor_svc.contract import ContractViolation, check_result
+from supervisor_svc.definitions import default_catalog
 from supervisor_svc.errors import ConfigError
+
+WP_DOMAIN = default_catalog().domain("work-permit")
+ANALYSIS_PLAN, STATUS_PLAN = WP_DOMAIN.plans["analysis"], WP_DOMAIN.plans["status"]
+CONDITIONS = tuple(ANALYSIS_PLAN.conditions.values())
+WP_CONTRACT = ANALYSIS_PLAN.task("permit").contract
+
+
+class Analysis:
+    """The analyses of the work-permit domain's analysis plan."""
+
+    WORK_PERMIT, TRAINING, RISK, COMPLIANCE = ANALYSIS_PLAN.expected
+
 
 EXPECTED = (Analysis.WORK_PERMIT, Analysis.TRAINING, Analysis.RISK, Analysis.COMPLIANCE)
 AGENTS = {Analysis.WORK_PERMIT: "work-permit-agent", Analysis.TRAINING: "training-agent",
@@ -30,11 +43,16 @@ Fact = tuple[str, str, str]  # subject, code, authority
 
 @pytest.fixture(scope="module")
 def policy() -> EvidencePolicy:
-    return EvidencePolicy.load()
+    return WP_DOMAIN.evidence
+
+
+def _aggregate(outcomes: list[TaskOutcome], *, permit_id: str = "", **kw: Any) -> Any:
+    return aggregate(outcomes, decisions=WP_DOMAIN.outcomes, conditions=CONDITIONS,
+                     subjects={"permit": permit_id} if permit_id else {}, **kw)
 
 
 def _result(
-    analysis: Analysis,
+    analysis: str,
     subjects: dict[str, str],
     facts: list[Fact],
     *,
@@ -62,8 +80,10 @@ def _result(
     return r
 
 
-def _done(analysis: Analysis, result: common_pb2.AgentResult) -> TaskOutcome:
-    return TaskOutcome(analysis, TaskState.COMPLETED, f"t-{analysis}", AGENTS[analysis], result)
+def _done(analysis: str, result: common_pb2.AgentResult) -> TaskOutcome:
+    wp = analysis == Analysis.WORK_PERMIT
+    return TaskOutcome(analysis, TaskState.COMPLETED, f"t-{analysis}", AGENTS[analysis], result,
+                       contract=WP_CONTRACT if wp else None, template_task="permit" if wp else analysis)
 
 
 PERMIT = {"permit_id": "WP-10231", "status": "PENDING_RELEASE", "valid_from": "2026-11-25",
@@ -94,13 +114,13 @@ def _compliance_pass() -> TaskOutcome:
                                               [("checklist:CL-1/I-1", "CHECKLIST_ITEM_PASSED", "OFFICIAL_RECORD")]))
 
 
-def _all_pass() -> dict[Analysis, TaskOutcome]:
+def _all_pass() -> dict[str, TaskOutcome]:
     return {Analysis.WORK_PERMIT: _work_permit_pass(), Analysis.TRAINING: _training_pass(),
             Analysis.RISK: _risk_pass(), Analysis.COMPLIANCE: _compliance_pass()}
 
 
-def _run(policy: EvidencePolicy, outcomes: dict[Analysis, TaskOutcome], **kw: Any) -> Any:
-    return aggregate(list(outcomes.values()), expected=EXPECTED, policy=policy, permit_id="WP-10231", **kw)
+def _run(policy: EvidencePolicy, outcomes: dict[str, TaskOutcome], **kw: Any) -> Any:
+    return _aggregate(list(outcomes.values()), expected=EXPECTED, policy=policy, permit_id="WP-10231", **kw)
 
 
 def test_all_pass_is_recommended(policy: EvidencePolicy) -> None:
@@ -306,7 +326,7 @@ def test_contract_violation_is_missing_never_repaired(policy: EvidencePolicy, mu
                      [("worker:W-1002/NR-10", "TRAINING_EXPIRED", "VERIFIED_INTEGRATION")])
     mutate(result)
     with pytest.raises(ContractViolation) as err:
-        check_result(result, Analysis.TRAINING)
+        check_result(result)
     assert err.value.field == field
     outcomes = _all_pass()
     outcomes[Analysis.TRAINING] = _done(Analysis.TRAINING, result)
@@ -325,13 +345,13 @@ def test_result_for_another_task_is_rejected(policy: EvidencePolicy) -> None:
 
 def test_permit_not_found_stops_with_a_clear_answer(policy: EvidencePolicy) -> None:
     wp = _done(Analysis.WORK_PERMIT, _result(Analysis.WORK_PERMIT, {}, [], extra={"permit_found": False}))
-    skipped = [TaskOutcome(x, TaskState.SKIPPED, f"t-{x}", AGENTS[x], error_reason="permit_found is false")
-               for x in EXPECTED[1:]]
-    a = aggregate([wp, *skipped], expected=EXPECTED, policy=policy, permit_id="WP-20001")
+    skipped = [TaskOutcome(x, TaskState.SKIPPED, f"t-{x}", AGENTS[x], error_reason="permit_found is false",
+                           off_path=True) for x in EXPECTED[1:]]
+    a = _aggregate([wp, *skipped], expected=EXPECTED, policy=policy, permit_id="WP-20001")
     assert (a.decision, a.status, a.reason) == (Decision.INSUFFICIENT_EVIDENCE, OutcomeStatus.SUCCEEDED,
                                                 "PERMIT_NOT_FOUND")
     assert a.summary == "Permit WP-20001 was not found." and a.missing == ()
-    pt = aggregate([wp, *skipped], expected=EXPECTED, policy=policy, permit_id="WP-20001", language="pt")
+    pt = _aggregate([wp, *skipped], expected=EXPECTED, policy=policy, permit_id="WP-20001", language="pt")
     assert pt.summary == "A permissão WP-20001 não foi encontrada."
 
 
@@ -339,7 +359,7 @@ def test_failed_first_stage_means_nothing_completed(policy: EvidencePolicy) -> N
     wp = TaskOutcome(Analysis.WORK_PERMIT, TaskState.FAILED, "t-wp", "work-permit-agent", error_reason="UNAVAILABLE")
     skipped = [TaskOutcome(x, TaskState.SKIPPED, f"t-{x}", AGENTS[x], error_reason="work-permit analysis failed")
                for x in EXPECTED[1:]]
-    a = aggregate([wp, *skipped], expected=EXPECTED, policy=policy)
+    a = _aggregate([wp, *skipped], expected=EXPECTED, policy=policy)
     assert (a.decision, a.status, a.reason) == (Decision.INSUFFICIENT_EVIDENCE, OutcomeStatus.FAILED,
                                                 "NO_ANALYSIS_COMPLETED")
     assert len(a.missing) == 4
@@ -351,7 +371,7 @@ def test_expected_analysis_without_outcome_or_with_two_is_missing(policy: Eviden
     a = _run(policy, outcomes)
     assert a.missing[0].analysis == "compliance" and a.missing[0].code == "TASK_NOT_RUN"
     both = [*_all_pass().values(), _risk_pass()]
-    a = aggregate(both, expected=EXPECTED, policy=policy)
+    a = _aggregate(both, expected=EXPECTED, policy=policy)
     assert a.missing[0].code == "RESULT_AMBIGUOUS" and a.decision is Decision.INSUFFICIENT_EVIDENCE
 
 
@@ -374,19 +394,30 @@ def test_summary_in_portuguese(policy: EvidencePolicy) -> None:
     assert _run(policy, _all_pass(), language="pt").summary.startswith("Permissão WP-10231: liberação recomendada.")
 
 
+def _status(outcome: TaskOutcome, permit_id: str = "", language: str = "en") -> Any:
+    assert STATUS_PLAN.report is not None
+    return report(outcome, STATUS_PLAN.report, decisions=WP_DOMAIN.outcomes,
+                  conditions=tuple(STATUS_PLAN.conditions.values()), context="permit",
+                  subjects={"permit": permit_id} if permit_id else {}, language=language)
+
+
 def test_status_question_summary() -> None:
-    a = summarize_status(_work_permit_pass(), permit_id="WP-10231")
+    a = _status(_work_permit_pass(), permit_id="WP-10231")
     assert a.decision is Decision.UNSPECIFIED and a.status is OutcomeStatus.SUCCEEDED
     assert a.summary == "Permit WP-10231: status PENDING_RELEASE, valid 2026-11-25 to 2026-12-20."
-    failed = summarize_status(TaskOutcome(Analysis.WORK_PERMIT, TaskState.TIMED_OUT, "t", "work-permit-agent"))
+    assert _status(_work_permit_pass(), "WP-10231", "pt").summary == (
+        "Permissão WP-10231: status PENDING_RELEASE, válida de 2026-11-25 a 2026-12-20.")
+    failed = _status(TaskOutcome(Analysis.WORK_PERMIT, TaskState.TIMED_OUT, "t", "work-permit-agent",
+                                 contract=WP_CONTRACT, template_task="permit"))
     assert failed.status is OutcomeStatus.FAILED and failed.missing[0].code == "TASK_TIMED_OUT"
     not_found = _done(Analysis.WORK_PERMIT, _result(Analysis.WORK_PERMIT, {}, [], extra={"permit_found": False}))
-    assert summarize_status(not_found, permit_id="WP-9").reason == "PERMIT_NOT_FOUND"
+    assert _status(not_found, permit_id="WP-9").reason == "PERMIT_NOT_FOUND"
+    assert _status(not_found, permit_id="WP-9").summary == "Permit WP-9 was not found."
 
 
 # --- the evidence policy file ----------------------------------------------------------------------------
 
-def test_shipped_policy(policy: EvidencePolicy) -> None:
+def test_shipped_policy(policy: EvidencePolicy) -> None:  # the work-permit definition's evidence rules
     assert policy.hierarchy("training")[0] == "GOVERNMENT_SOURCE"
     assert policy.hierarchy("unknown-domain") == policy.hierarchy("default")
     assert policy.is_decisive("training", "VERIFIED_INTEGRATION")

@@ -19,10 +19,10 @@ from agentmesh.v1 import common_pb2
 from agentmesh.v1 import policy_service_pb2 as policy_pb2
 from agentmesh.v1 import specialist_service_pb2 as spec_pb2
 from agentmesh.v1 import supervisor_service_pb2 as pb
-from supervisor_svc.aggregation import EvidencePolicy
+from supervisor_svc.definitions import default_catalog, projection_config
 from supervisor_svc.executions import ExecutionStore
 from supervisor_svc.orchestrator import Orchestrator
-from supervisor_svc.projection import ProjectionConfig, Projector
+from supervisor_svc.projection import Projector
 from supervisor_svc.registry import AgentRegistry
 from supervisor_svc.selection import AgentSelector
 from supervisor_svc.tenants import TenantDirectory
@@ -142,7 +142,7 @@ def world(tmp_path: Path, idp: Ed25519PrivateKey) -> Any:
     specialists, audit = Specialists(), Audit()
     orch = Orchestrator(
         identity=spiffe.service("supervisor"), registry=registry, selector=AgentSelector(registry, tenants),
-        tenants=tenants, projector=Projector(ProjectionConfig.load()), evidence=EvidencePolicy.load(),
+        tenants=tenants, projector=Projector(projection_config(default_catalog())),
         store=ExecutionStore(tmp_path / "supervisor.db"), signer=signer, specialists=specialists, audit=audit,
         verify_assertion=functools.partial(assertion.verify, key=idp.public_key()), authorize=Policy())
     token = assertion.issue(idp, tenant_id="acme", user_id="alice", roles=["analyst"])
