@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -19,7 +19,8 @@ from agentmesh import spiffe
 from agentmesh.home import MeshHome
 
 ROLES = ("audit", "policy", "capability", "supervisor")
-DEFAULT_AGENTS = ("work-permit-agent", "training-agent", "risk-agent", "compliance-agent")
+DEFAULT_AGENTS = ("work-permit-agent", "training-agent", "risk-agent", "compliance-agent", "employee-agent",
+                  "medical-agent")
 DEFAULT_PORTS: dict[str, int] = {
     "supervisor": 7401,
     "policy": 7402,
@@ -29,6 +30,8 @@ DEFAULT_PORTS: dict[str, int] = {
     "training-agent": 7412,
     "risk-agent": 7413,
     "compliance-agent": 7414,
+    "employee-agent": 7415,
+    "medical-agent": 7416,
     "lms": 7480,
 }
 DEFAULT_OPERATORS = ("spiffe://agentmesh.local/client/operator",)
@@ -76,6 +79,9 @@ class MeshConfig(BaseModel):
     """How many supervisor processes ``up`` starts; more than one needs a PostgreSQL ``database_url``."""
     leaf_validity_s: int = Field(default=86_400, ge=10, le=30 * 86_400)
     """How long each workload and CLI certificate is issued for; the supervising loop renews it at half."""
+    log_levels: dict[str, Literal["DEBUG", "INFO", "WARNING", "ERROR"]] = Field(default_factory=dict)
+    """Log level per process name (the others log at INFO, or ``$AGENTMESH_LOG_LEVEL``). At DEBUG a specialist
+    logs every task input and capability answer it receives: what it saw, to check its least context."""
 
     @field_validator("ports")
     @classmethod

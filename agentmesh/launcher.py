@@ -705,6 +705,8 @@ def start(config: MeshConfig, *, progress: bool = True, supervisor: Supervisor |
     if config.specialist_delay_ms:
         for agent in config.agents:
             extra[agent] = ("--fixed-delay-ms", str(config.specialist_delay_ms))
+    for name, level in config.log_levels.items():
+        extra[name] = (*extra.get(name, ()), "--log-level", level)
     try:
         lms_url = config.lms_url
         if lms_url is None:

@@ -19,7 +19,15 @@ Format (full reference with every field: ``capability_svc/WORLD_FORMAT.md``)::
             name: Ana Souza
             job_title: Electrician
             company: ACME
+            employment_status: ACTIVE  # ACTIVE|INACTIVE|ON_LEAVE|TERMINATED (default ACTIVE)
             medical_notes: null        # sensitive; optional
+            medical:                   # the occupational exam; sensitive, optional
+              exam_date: 2026-03-10
+              valid_until: 2027-03-10
+              fit_for: [ELECTRICAL]    # work types
+              unfit_for: []
+              diagnosis: null          # never served by any capability
+              clinical_notes: null     # never served by any capability
         permits:
           - id: WP-10231
             title: Substation maintenance
@@ -87,6 +95,7 @@ if TYPE_CHECKING:
     from capability_svc.internal_runtime import InternalStore
 
 __all__ = [
+    "EMPLOYMENT_STATUSES",
     "FAULT_MODES",
     "PERMIT_STATUSES",
     "SIMULATED_FAILURES",
@@ -137,14 +146,32 @@ class _Model(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
+WorkType = Annotated[str, pydantic.Field(pattern=r"^[A-Z][A-Z0-9_]{0,39}$")]
+EMPLOYMENT_STATUSES = ("ACTIVE", "INACTIVE", "ON_LEAVE", "TERMINATED")
+
+
+class MedicalSpec(_Model):
+    """A worker's occupational-health record (the fitness exam). Sensitive: only the eligibility derived from
+    it is ever served (``medical.getEligibility``); ``diagnosis`` and ``clinical_notes`` never leave the store."""
+
+    exam_date: IsoDate
+    valid_until: IsoDate
+    fit_for: list[WorkType] = []
+    unfit_for: list[WorkType] = []
+    diagnosis: LongText | None = None
+    clinical_notes: LongText | None = None
+
+
 class WorkerSpec(_Model):
-    """A worker of a tenant. ``medical_notes`` is sensitive health data."""
+    """A worker of a tenant. ``medical_notes`` and ``medical`` are sensitive health data."""
 
     id: Id
     name: Text
     job_title: Text
     company: Text
+    employment_status: Literal["ACTIVE", "INACTIVE", "ON_LEAVE", "TERMINATED"] = "ACTIVE"
     medical_notes: LongText | None = None
+    medical: MedicalSpec | None = None
 
 
 class PermitWorkerSpec(_Model):
@@ -221,7 +248,7 @@ class PermitSpec(_Model):
     title: Text
     description: LongText = ""
     site: Text
-    work_type: Annotated[str, pydantic.Field(pattern=r"^[A-Z][A-Z0-9_]{0,39}$")]
+    work_type: WorkType
     status: Literal["DRAFT", "PENDING_RELEASE", "RELEASED", "SUSPENDED", "CLOSED", "CANCELLED"]
     valid_from: IsoDate
     valid_until: IsoDate
@@ -415,6 +442,16 @@ def _check_semantics(world: World, doc: LinedDocument, name: str) -> None:
     for ti, tenant in enumerate(world.tenants):
         t = ("tenants", ti)
         duplicates([w.id for w in tenant.workers], "worker", *t, "workers")
+        for wi, worker in enumerate(tenant.workers):
+            medical = worker.medical
+            if medical is None:
+                continue
+            m = (*t, "workers", wi, "medical")
+            if medical.valid_until < medical.exam_date:
+                add("WORLD_FIELD_INVALID", "valid_until is before exam_date", *m, "valid_until")
+            for ui, work_type in enumerate(medical.unfit_for):
+                if work_type in medical.fit_for:
+                    add("WORLD_FIELD_INVALID", f"{work_type} is both in fit_for and unfit_for", *m, "unfit_for", ui)
         duplicates([p.id for p in tenant.permits], "permit", *t, "permits")
         worker_ids = {w.id for w in tenant.workers}
         # Risk and checklist ids are keys of tenant-wide tables, so they must be

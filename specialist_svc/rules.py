@@ -142,6 +142,8 @@ _SYSTEMS = {
     "workPermit.release": "PERMIT_REGISTRY",
     "risk.evaluate": "RISK_REGISTER",
     "compliance.getChecklist": "COMPLIANCE_REGISTRY",
+    "employee.get": "HR_REGISTRY",
+    "medical.getEligibility": "OCCUPATIONAL_HEALTH",
 }
 _MALFORMED_REASONS = frozenset({
     "EXTERNAL_MALFORMED", "EXTERNAL_MALFORMED_JSON", "EXTERNAL_CONTENT_TYPE", "EXTERNAL_SCHEMA_INVALID",

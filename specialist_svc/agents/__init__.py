@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specialist_svc.agents import compliance, risk, training, work_permit
+from specialist_svc.agents import compliance, employee, medical, risk, training, work_permit
 from specialist_svc.rules import RuleFn
 
 __all__ = ["RULES", "AgentRules"]
@@ -25,6 +25,6 @@ class AgentRules:
 
 RULES: dict[str, AgentRules] = {
     m.AGENT_ID: AgentRules(m.AGENT_ID, m.CAPABILITIES, m.run)
-    for m in (work_permit, training, risk, compliance)
+    for m in (work_permit, training, risk, compliance, employee, medical)
 }
 """Agent id → its rules."""

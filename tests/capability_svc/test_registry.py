@@ -32,6 +32,8 @@ EXPECTED_IDS = {
     "risk.evaluate",
     "compliance.getChecklist",
     "worker.get",
+    "employee.get",
+    "medical.getEligibility",
 }
 
 MINIMAL = """\

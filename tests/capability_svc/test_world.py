@@ -59,8 +59,8 @@ def test_demo_world_loads(store: InternalStore, demo_world: Path) -> None:
     summary = load_world(demo_world, store)  # loading again replaces, it does not duplicate
     assert summary.tenants == ("acme", "globex")
     assert summary.permits == 15
-    assert summary.workers == 18
-    assert summary.lms_workers == 17
+    assert summary.workers == 21
+    assert summary.lms_workers == 20
     scope = store.scope("acme")
     permit = scope.get_permit("WP-10231")
     assert permit is not None and permit.status == "PENDING_RELEASE"
@@ -177,6 +177,16 @@ def test_schema_1_file_is_migrated(tmp_path: Path, demo_world: Path) -> None:
         ("        name: Ana\n", "        name: Ana\n        name: Bia\n",
          "tenants[0].workers[0].name", 8, "WORLD_SYNTAX_INVALID"),
         ("work_type: ELECTRICAL", "work_type: [ELECTRICAL", None, None, "WORLD_SYNTAX_INVALID"),
+        ("        company: ACME\n", "        company: ACME\n        employment_status: FIRED\n",
+         "tenants[0].workers[0].employment_status", 10, "WORLD_FIELD_INVALID"),
+        ("        company: ACME\n", "        company: ACME\n        medical: {exam_date: 2026-05-01,"
+         " valid_until: 2026-04-01}\n", "tenants[0].workers[0].medical.valid_until", 10, "WORLD_FIELD_INVALID"),
+        ("        company: ACME\n", "        company: ACME\n        medical:\n          exam_date: 2026-05-01\n"
+         "          valid_until: 2027-05-01\n          fit_for: [ELECTRICAL]\n          unfit_for: [ELECTRICAL]\n",
+         "tenants[0].workers[0].medical.unfit_for[0]", 14, "WORLD_FIELD_INVALID"),
+        ("        company: ACME\n", "        company: ACME\n        medical: {exam_date: 2026-05-01,"
+         " valid_until: 2027-04-01, fit_for: [electrical]}\n", "tenants[0].workers[0].medical.fit_for[0]", 10,
+         "WORLD_FIELD_INVALID"),
     ],
 )
 def test_malformed_world_names_line_and_field_and_loads_nothing(

@@ -54,11 +54,14 @@ def write_config(home: Path, **fields: object) -> None:
 @pytest.fixture(scope="session")
 def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MeshConfig]:
     """``agentmesh up --detach --ports-auto`` in a fresh home; ``down`` afterwards (PostgreSQL: see
-    :data:`MESH_ON_POSTGRESQL`)."""
+    :data:`MESH_ON_POSTGRESQL`). The medical agent logs what it receives (DEBUG), so a test can read what
+    the agent process itself was given (tests/integration/test_worker_assignment.py)."""
     home = tmp_path_factory.mktemp("mesh")
+    fields: dict[str, object] = {"log_levels": {"medical-agent": "DEBUG"}}
     if MESH_ON_POSTGRESQL:
         assert PG_URL, "AGENTMESH_TEST_MESH_DB=postgresql needs AGENTMESH_TEST_DATABASE_URL"
-        write_config(home, database_url=fresh_database())
+        fields["database_url"] = fresh_database()
+    write_config(home, **fields)
     with launched_mesh(home) as cfg:
         yield cfg
 

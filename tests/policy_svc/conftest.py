@@ -32,6 +32,8 @@ ALL_CAPABILITIES = (
     "training.external.getStatus",
     "training.external.update",
     "risk.evaluate",
+    "employee.get",
+    "medical.getEligibility",
     "compliance.getChecklist",
     "worker.get",
 )

@@ -148,7 +148,9 @@ def test_shipped_tenants(tenants: TenantDirectory) -> None:
     assert tenants.get("globex").limit_policy.limits.max_tasks == 20
     unknown = tenants.get("initech")
     assert unknown.allowed_agents == frozenset() and unknown.limit_policy.limits == Limits()
-    tenants.check_agents({"work-permit-agent", "training-agent", "risk-agent", "compliance-agent"})
+    from supervisor_svc.registry import default_agents_dir, load_manifests
+
+    tenants.check_agents({m.agent_id for m in load_manifests(default_agents_dir())})
 
 
 def test_tenant_limits_override_defaults_field_by_field(tmp_path: Path) -> None:

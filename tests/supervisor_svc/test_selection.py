@@ -19,7 +19,7 @@ from supervisor_svc.selection import (
 )
 from supervisor_svc.tenants import TenantDirectory
 
-ALL = {"work-permit-agent", "training-agent", "risk-agent", "compliance-agent"}
+ALL = {"work-permit-agent", "training-agent", "risk-agent", "compliance-agent", "employee-agent", "medical-agent"}
 
 
 @pytest.mark.parametrize(
@@ -28,11 +28,12 @@ ALL = {"work-permit-agent", "training-agent", "risk-agent", "compliance-agent"}
         (Requirement(domains=("training",)), ["training-agent"]),
         (Requirement(required_capabilities=("training.getStatus",)), ["training-agent"]),
         (Requirement(required_capabilities=("workPermit.get",)),
-         ["compliance-agent", "risk-agent", "work-permit-agent"]),  # fewest extra capabilities first
+         ["compliance-agent", "employee-agent", "risk-agent", "work-permit-agent"]),  # fewest extra capabilities first
         (Requirement(domains=("risk",), required_capabilities=("workPermit.get",)), ["risk-agent"]),
         (Requirement(domains=("compliance",), knowledge_scopes=("compliance.nr",)), ["compliance-agent"]),
         (Requirement(domains=("compliance",), knowledge_scopes=("training.nr",)), []),
-        (Requirement(domains=("medical",)), []),
+        (Requirement(domains=("medical",)), ["medical-agent"]),
+        (Requirement(domains=("payroll",)), []),
     ],
 )
 def test_discovery_filters(registry: AgentRegistry, requirement: Requirement, candidates: list[str]) -> None:
@@ -49,7 +50,8 @@ def test_exclusion_reasons_explain_each_agent(registry: AgentRegistry) -> None:
                                  required_capabilities=("training.getStatus",)))
     reasons = {x.agent_id: x.reason for x in found.excluded}
     assert reasons == {"compliance-agent": "TENANT_NOT_ALLOWED", "risk-agent": "NOT_ACTIVE",
-                       "work-permit-agent": "CAPABILITY_MISSING"}
+                       "work-permit-agent": "CAPABILITY_MISSING", "employee-agent": "DOMAIN_MISMATCH",
+                       "medical-agent": "DOMAIN_MISMATCH"}
     assert [c.agent_id for c in found.candidates] == ["training-agent"]
 
 

@@ -1,0 +1,114 @@
+"""Medical agent: is the worker medically fit for the permit's work type? (PRD §23)
+
+The least context of the whole mesh. Input (projection ``assignment.medical``):
+``worker_id`` and ``permit_id`` only; one ``medical.getEligibility`` call, whose
+answer is the eligibility status (and the work type and exam validity it is
+for) — the occupational-health record's diagnosis and clinical notes never
+leave the capability runtime, so they never reach this agent. One subject,
+``worker:<id>/medical``:
+
+=====================  =======  ================================================================
+status                 verdict  statements
+=====================  =======  ================================================================
+``FIT``                PASS     FACT ``MEDICALLY_FIT`` (the work type, the exam's validity)
+``UNFIT``              FAIL     FACT ``MEDICALLY_UNFIT``, RECOMMENDATION ``DO_NOT_ASSIGN``
+``EXAM_EXPIRED``       FAIL     FACT ``MEDICAL_EXAM_EXPIRED`` (valid until before the permit ends)
+``NOT_EVALUATED``      FAIL     FACT ``MEDICAL_EXAM_MISSING``: no exam covers the work type; nobody
+                                works without one
+worker or permit       UNKNOWN  UNCERTAINTY ``MEDICAL_RECORD_NOT_FOUND``
+not found
+no answer              UNKNOWN  UNCERTAINTY ``OCCUPATIONAL_HEALTH_TIMEOUT`` / ``_UNAVAILABLE`` / ...
+=====================  =======  ================================================================
+
+No statement repeats anything but the status, the work type and dates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from agentmesh.v1 import common_pb2
+from specialist_svc.rules import (
+    CallFailure,
+    CapabilityClient,
+    ResultBuilder,
+    TaskInputInvalid,
+    call_or_failure,
+    is_id,
+    iso_date,
+    require_str,
+    run_guarded,
+    token,
+)
+from supervisor_svc.contract import Verdict
+
+__all__ = ["AGENT_ID", "CAPABILITIES", "run"]
+
+AGENT_ID = "medical-agent"
+CAPABILITY = "medical.getEligibility"
+CAPABILITIES = (CAPABILITY,)
+"""Capabilities these rules call (each must be among the agent's registered ones)."""
+
+_FAILING = {
+    "UNFIT": ("MEDICALLY_UNFIT", "Worker {w} is medically unfit for {t} work"),
+    "EXAM_EXPIRED": ("MEDICAL_EXAM_EXPIRED", "The occupational exam of worker {w} for {t} work is valid until {d}, "
+                                             "before permit {p} ends"),
+    "NOT_EVALUATED": ("MEDICAL_EXAM_MISSING", "No occupational exam covers {t} work for worker {w}"),
+}
+
+
+def _id(data: Mapping[str, Any], name: str) -> str:
+    value = require_str(data, name)
+    if not is_id(value):
+        raise TaskInputInvalid("not a record id", field=name)
+    return value
+
+
+def run(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentResult:
+    """The worker's fitness for the permit's work type (see the module docstring).
+
+    Raises:
+        TaskInputInvalid: ``worker_id`` or ``permit_id`` missing or not an id.
+    """
+    worker_id, permit_id = _id(data, "worker_id"), _id(data, "permit_id")
+
+    def rules() -> common_pb2.AgentResult:
+        subject = f"worker:{worker_id}/medical"
+        out = ResultBuilder()
+        answer = call_or_failure(client, CAPABILITY, {"worker_id": worker_id, "permit_id": permit_id})
+        if isinstance(answer, CallFailure):
+            if answer.kind == "not_found":
+                out.judge(subject, Verdict.UNKNOWN)
+                out.uncertainty("MEDICAL_RECORD_NOT_FOUND", f"No eligibility could be read for worker {worker_id} "
+                                f"on permit {permit_id}", subject=subject)
+            else:
+                out.unanswered(answer, [subject], f"The medical eligibility of worker {worker_id}")
+            return out.build()
+        output, refs = answer
+        status, work_type = output.get("status"), token(output.get("work_type"), "unrecognised")
+        valid_until = iso_date(output.get("valid_until"))
+        if not refs or output.get("worker_id") != worker_id or output.get("permit_id") != permit_id or \
+                status not in ("FIT", *_FAILING):
+            code = "EVIDENCE_MISSING" if not refs else "OCCUPATIONAL_HEALTH_MALFORMED"
+            out.unanswered(CallFailure("uncertain", code, f"{CAPABILITY}: unusable answer"), [subject],
+                           f"The medical eligibility of worker {worker_id}")
+            return out.build()
+        # The evidence carries the status only, as the capability answered it.
+        ev = out.evidence(refs[0], data={"worker_id": worker_id, "permit_id": permit_id, "work_type": work_type,
+                                         "status": status, "valid_until": str(valid_until) if valid_until else None})
+        if status == "FIT":
+            out.judge(subject, Verdict.PASS)
+            until = f" (exam valid until {valid_until})" if valid_until else ""
+            out.fact("MEDICALLY_FIT", f"Worker {worker_id} is medically fit for {work_type} work{until}",
+                     subject=subject, evidence=[ev])
+        else:
+            code, text = _FAILING[str(status)]
+            out.judge(subject, Verdict.FAIL)
+            out.fact(code, text.format(w=worker_id, t=work_type, d=valid_until or "?", p=permit_id), subject=subject,
+                     evidence=[ev])
+            out.recommendation("DO_NOT_ASSIGN", f"Worker {worker_id} should not work on permit {permit_id} until "
+                               "the occupational physician clears them")
+        return out.build()
+
+    return run_guarded(rules)
