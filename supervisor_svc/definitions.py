@@ -1255,11 +1255,11 @@ class DomainCatalog:
 
 def execution_intent(kind: str) -> supervisor_service_pb2.ExecutionIntent:
     """``Execution.intent`` of an intent (or event) kind: ``EXECUTION_INTENT_<KIND>`` where the contract names
-    one, else UNSPECIFIED."""
+    one, else ``EXECUTION_INTENT_DOMAIN`` (``Execution.intent_kind`` names it)."""
     names = supervisor_service_pb2.ExecutionIntent.keys()
     name = f"EXECUTION_INTENT_{kind}"
     value: supervisor_service_pb2.ExecutionIntent = getattr(
-        supervisor_service_pb2, name if name in names else "EXECUTION_INTENT_UNSPECIFIED")
+        supervisor_service_pb2, name if name in names else "EXECUTION_INTENT_DOMAIN")
     return value
 
 

@@ -125,7 +125,8 @@ class EventHandler:
             ex = pb.Execution(
                 execution_id=execution_id, status=pb.EXECUTION_STATUS_RUNNING,
                 request_text=definition.request_text.render(values),
-                intent=execution_intent(definition.kind.upper()), tenant_id=req.tenant_id,
+                intent=execution_intent(definition.kind.upper()), intent_kind=definition.kind.upper(),
+                domain=definition.domain, tenant_id=req.tenant_id,
                 actor_type=common_pb2.ACTOR_TYPE_SYSTEM, system_actor=definition.system_actor, started_at=now_ts(),
                 trace=common_pb2.TraceContext(trace_id=ids.get("trace_id", ""), correlation_id=correlation_id,
                                               execution_id=execution_id))

@@ -428,7 +428,8 @@ class Orchestrator:
             ids = telemetry.current_ids()
             execution = pb.Execution(
                 execution_id=execution_id, status=pb.EXECUTION_STATUS_RUNNING, request_text=request.request_text,
-                intent=execution_intent(intent.kind), intent_rule=intent.rule, tenant_id=user.tenant_id,
+                intent=execution_intent(intent.kind), intent_kind=intent.kind, domain=intent.domain_id,
+                intent_rule=intent.rule, tenant_id=user.tenant_id,
                 user_id=user.user_id, actor_type=common_pb2.ACTOR_TYPE_USER, user_roles=user.roles,
                 trace=common_pb2.TraceContext(trace_id=ids.get("trace_id", ""), correlation_id=correlation_id,
                                               execution_id=execution_id),
@@ -1193,9 +1194,10 @@ class Orchestrator:
             return None
         try:
             intent = self.parse(ex.request_text)
-            if ex.intent != execution_intent(intent.kind) or ex.intent_rule != intent.rule:
+            stored_kind = ex.intent_kind or pb.ExecutionIntent.Name(ex.intent).removeprefix("EXECUTION_INTENT_")
+            if stored_kind != intent.kind or ex.intent_rule != intent.rule:
                 raise sup_errors.PlanError(f"the request now reads as {intent.kind}:{intent.rule}, not "
-                                           f"{pb.ExecutionIntent.Name(ex.intent)}:{ex.intent_rule}",
+                                           f"{stored_kind}:{ex.intent_rule}",
                                            reason="PLAN_MISMATCH", field="intent")
             requester = info.requester
             user = assertion.UserIdentity(requester.tenant_id, requester.user_id, tuple(requester.roles),

@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentmesh.v1 import common_pb2
+from specialist_svc.phrases import say
 from specialist_svc.rules import (
     AgentFailed,
     CallFailure,
@@ -63,6 +64,7 @@ CAPABILITIES = (EMPLOYEE, PERMIT)
 """Capabilities these rules call (each must be among the agent's registered ones)."""
 
 ACTIVE = "ACTIVE"
+"""The one employment status that lets a worker be assigned."""
 
 
 def _id(data: Mapping[str, Any], name: str) -> str:
@@ -106,16 +108,17 @@ def run(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentRe
             active = status == ACTIVE
             if active:
                 out.judge(employment, Verdict.PASS)
-                out.fact("WORKER_ACTIVE", f"Worker {worker_id} is {ACTIVE}", subject=employment,
-                         evidence=[worker_ev])
+                out.fact("WORKER_ACTIVE", say("Worker {worker_id} is ACTIVE", worker_id=worker_id),
+                         subject=employment, evidence=[worker_ev])
             else:
                 out.judge(employment, Verdict.FAIL)
-                out.fact("WORKER_NOT_ACTIVE", f"Worker {worker_id} is {token(status, 'unrecognised')}, not "
-                         f"{ACTIVE}", subject=employment, evidence=[worker_ev])
+                out.fact("WORKER_NOT_ACTIVE", say("Worker {worker_id} is {status}, not ACTIVE", worker_id=worker_id,
+                                                  status=token(status, say("unrecognised"))),
+                         subject=employment, evidence=[worker_ev])
         else:
             out.judge(in_tenant, Verdict.FAIL)
-            out.fact("WORKER_NOT_IN_TENANT", f"Worker {worker_id} is not a worker of this tenant, the permit's",
-                     subject=in_tenant)
+            out.fact("WORKER_NOT_IN_TENANT", say("Worker {worker_id} is not a worker of this tenant, the "
+                                                 "permit's", worker_id=worker_id), subject=in_tenant)
         assignment: dict[str, Any] | None = None
         if not isinstance(permit, CallFailure):
             output, refs = permit
@@ -138,18 +141,22 @@ def run(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentRe
             }
             permit_ev = out.evidence(refs[0], data={k: v for k, v in assignment.items() if k != "workers"})
             if worker_id in on_permit:
-                out.inference("ALREADY_ASSIGNED", f"Worker {worker_id} is already on permit {permit_id}",
+                out.inference("ALREADY_ASSIGNED", say("Worker {worker_id} is already on permit {permit_id}",
+                                                      worker_id=worker_id, permit_id=permit_id),
                               subject=in_tenant, evidence=[permit_ev])
         else:
             out.judge(permit_subject, Verdict.FAIL)
-            out.fact("PERMIT_NOT_FOUND", f"Permit {permit_id} is not a permit of this tenant", subject=permit_subject)
+            out.fact("PERMIT_NOT_FOUND", say("Permit {permit_id} is not a permit of this tenant", permit_id=permit_id),
+                     subject=permit_subject)
         if found_worker and found_permit:
             out.judge(in_tenant, Verdict.PASS)
-            out.fact("WORKER_IN_PERMIT_TENANT", f"Worker {worker_id} and permit {permit_id} are records of the "
-                     "same tenant", subject=in_tenant, evidence=[worker_ev, permit_ev])
+            out.fact("WORKER_IN_PERMIT_TENANT", say("Worker {worker_id} and permit {permit_id} are records of the "
+                                                    "same tenant", worker_id=worker_id, permit_id=permit_id),
+                     subject=in_tenant, evidence=[worker_ev, permit_ev])
         assignable = found_worker and found_permit and active
         if not assignable:
-            out.recommendation("DO_NOT_ASSIGN", f"Worker {worker_id} cannot be assigned to permit {permit_id}")
+            out.recommendation("DO_NOT_ASSIGN", say("Worker {worker_id} cannot be assigned to permit {permit_id}",
+                                                    worker_id=worker_id, permit_id=permit_id))
         extra: dict[str, Any] = {"assignable": assignable}
         if assignable and assignment is not None:
             extra["assignment"] = assignment

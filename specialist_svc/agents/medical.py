@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentmesh.v1 import common_pb2
+from specialist_svc.phrases import say
 from specialist_svc.rules import (
     CallFailure,
     CapabilityClient,
@@ -50,12 +51,20 @@ CAPABILITY = "medical.getEligibility"
 CAPABILITIES = (CAPABILITY,)
 """Capabilities these rules call (each must be among the agent's registered ones)."""
 
-_FAILING = {
-    "UNFIT": ("MEDICALLY_UNFIT", "Worker {w} is medically unfit for {t} work"),
-    "EXAM_EXPIRED": ("MEDICAL_EXAM_EXPIRED", "The occupational exam of worker {w} for {t} work is valid until {d}, "
-                                             "before permit {p} ends"),
-    "NOT_EVALUATED": ("MEDICAL_EXAM_MISSING", "No occupational exam covers {t} work for worker {w}"),
-}
+_FAILING = {"UNFIT": "MEDICALLY_UNFIT", "EXAM_EXPIRED": "MEDICAL_EXAM_EXPIRED", "NOT_EVALUATED": "MEDICAL_EXAM_MISSING"}
+"""Status -> the FACT code of a FAIL."""
+
+
+def _why(status: str, worker_id: str, work_type: str, valid_until: str, permit_id: str) -> str:
+    if status == "UNFIT":
+        return say("Worker {worker_id} is medically unfit for {work_type} work", worker_id=worker_id,
+                   work_type=work_type)
+    if status == "EXAM_EXPIRED":
+        return say("The occupational exam of worker {worker_id} for {work_type} work is valid until {valid_until}, "
+                   "before permit {permit_id} ends", worker_id=worker_id, work_type=work_type,
+                   valid_until=valid_until, permit_id=permit_id)
+    return say("No occupational exam covers {work_type} work for worker {worker_id}", worker_id=worker_id,
+               work_type=work_type)
 
 
 def _id(data: Mapping[str, Any], name: str) -> str:
@@ -80,35 +89,42 @@ def run(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentRe
         if isinstance(answer, CallFailure):
             if answer.kind == "not_found":
                 out.judge(subject, Verdict.UNKNOWN)
-                out.uncertainty("MEDICAL_RECORD_NOT_FOUND", f"No eligibility could be read for worker {worker_id} "
-                                f"on permit {permit_id}", subject=subject)
+                out.uncertainty("MEDICAL_RECORD_NOT_FOUND", say("No eligibility could be read for worker {worker_id} "
+                                                                "on permit {permit_id}", worker_id=worker_id,
+                                                                permit_id=permit_id), subject=subject)
             else:
-                out.unanswered(answer, [subject], f"The medical eligibility of worker {worker_id}")
+                out.unanswered(answer, [subject], say("The medical eligibility of worker {worker_id}",
+                                                      worker_id=worker_id))
             return out.build()
         output, refs = answer
-        status, work_type = output.get("status"), token(output.get("work_type"), "unrecognised")
+        status, work_type = output.get("status"), token(output.get("work_type"), say("unrecognised"))
         valid_until = iso_date(output.get("valid_until"))
         if not refs or output.get("worker_id") != worker_id or output.get("permit_id") != permit_id or \
                 status not in ("FIT", *_FAILING):
             code = "EVIDENCE_MISSING" if not refs else "OCCUPATIONAL_HEALTH_MALFORMED"
             out.unanswered(CallFailure("uncertain", code, f"{CAPABILITY}: unusable answer"), [subject],
-                           f"The medical eligibility of worker {worker_id}")
+                           say("The medical eligibility of worker {worker_id}", worker_id=worker_id))
             return out.build()
         # The evidence carries the status only, as the capability answered it.
         ev = out.evidence(refs[0], data={"worker_id": worker_id, "permit_id": permit_id, "work_type": work_type,
                                          "status": status, "valid_until": str(valid_until) if valid_until else None})
         if status == "FIT":
             out.judge(subject, Verdict.PASS)
-            until = f" (exam valid until {valid_until})" if valid_until else ""
-            out.fact("MEDICALLY_FIT", f"Worker {worker_id} is medically fit for {work_type} work{until}",
-                     subject=subject, evidence=[ev])
+            if valid_until:
+                text = say("Worker {worker_id} is medically fit for {work_type} work (exam valid until "
+                           "{valid_until})", worker_id=worker_id, work_type=work_type, valid_until=str(valid_until))
+            else:
+                text = say("Worker {worker_id} is medically fit for {work_type} work", worker_id=worker_id,
+                           work_type=work_type)
+            out.fact("MEDICALLY_FIT", text, subject=subject, evidence=[ev])
         else:
-            code, text = _FAILING[str(status)]
             out.judge(subject, Verdict.FAIL)
-            out.fact(code, text.format(w=worker_id, t=work_type, d=valid_until or "?", p=permit_id), subject=subject,
-                     evidence=[ev])
-            out.recommendation("DO_NOT_ASSIGN", f"Worker {worker_id} should not work on permit {permit_id} until "
-                               "the occupational physician clears them")
+            out.fact(_FAILING[str(status)], _why(str(status), worker_id, work_type,
+                                                 str(valid_until) if valid_until else "?", permit_id),
+                     subject=subject, evidence=[ev])
+            out.recommendation("DO_NOT_ASSIGN", say("Worker {worker_id} should not work on permit {permit_id} until "
+                                                    "the occupational physician clears them", worker_id=worker_id,
+                                                    permit_id=permit_id))
         return out.build()
 
     return run_guarded(rules)

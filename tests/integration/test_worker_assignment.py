@@ -45,7 +45,8 @@ def test_an_active_trained_fit_worker_can_be_assigned(mesh: MeshConfig) -> None:
     ex = analyze(mesh, EN.format(w="W-1001", p="WP-10232"))
     assert (ex.status, decision(ex), ex.reason) == (pb.EXECUTION_STATUS_SUCCEEDED, "RECOMMENDED_FOR_RELEASE",
                                                     "ALL_ANALYSES_PASS"), ex.summary
-    assert ex.intent == "ASSIGN_WORKER:ASSIGNMENT"
+    assert (ex.intent, ex.intent_kind, ex.intent_rule, ex.domain) == (
+        pb.EXECUTION_INTENT_DOMAIN, "ASSIGN_WORKER", "ASSIGNMENT", "worker-assignment")
     assert ex.summary.startswith("Worker W-1001 can be assigned to permit WP-10232.")
     by_agent = tasks(ex)
     assert list(by_agent) == ["employee-agent", "training-agent", "medical-agent"]
@@ -125,7 +126,8 @@ def test_choosing_the_medical_agent_grants_it_nothing_the_user_cannot(mesh: Mesh
     # engine on the viewer's authority, and the answer says what is missing instead of guessing.
     ex = analyze(mesh, EN.format(w="W-1001", p="WP-10232"), assertion=token(mesh, user="vera", roles=("viewer",)))
     assert (decision(ex), ex.status) == ("INSUFFICIENT_EVIDENCE", pb.EXECUTION_STATUS_PARTIAL), ex.summary
-    assert any(m.startswith("medical analysis (medical-agent): RESULT_FAILED — NOT_AUTHORISED") for m in ex.missing)
+    assert any(m.text.startswith("medical analysis (medical-agent): RESULT_FAILED — NOT_AUTHORISED")
+               for m in ex.missing)
     denied = [r for r in audit_records(mesh, execution_id=ex.execution_id)
               if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_POLICY_DECISION and r.agent_id == "medical-agent"]
     assert denied and all(r.outcome == audit_pb2.AUDIT_OUTCOME_DENIED for r in denied)

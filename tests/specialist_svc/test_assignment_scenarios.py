@@ -21,17 +21,20 @@ PLAN = DOMAIN.plans["assignment"]
 AGENTS = {"employee": "employee-agent", "training": "training-agent", "medical": "medical-agent"}
 
 
-def _run(agent_id: str, data: dict[str, Any], client: Any, tenant_id: str) -> common_pb2.AgentResult:
-    task = task_for(agent_id, data)
+def _run(agent_id: str, data: dict[str, Any], client: Any, tenant_id: str, locale: str = "") -> common_pb2.AgentResult:
+    task = task_for(agent_id, data, locale=locale)
     task.tenant_id = tenant_id
     return load_agent(agent_id).run(task, client)
 
 
-def assess(worker: str, permit: str, local: Any, projector: Projector, tenant_id: str = "acme") -> Any:
+def assess(worker: str, permit: str, local: Any, projector: Projector, tenant_id: str = "acme",
+           locale: str = "") -> Any:
+    results = []
     first = PLAN.task("employee")
     employee = _run("employee-agent", {k: v.render({"worker": worker, "permit": permit})
                                        for k, v in (first.input or {}).items()},
-                    local("employee-agent", tenant_id), tenant_id)
+                    local("employee-agent", tenant_id), tenant_id, locale)
+    results.append(employee)
     outcomes = [TaskOutcome("employee", TaskState.COMPLETED, "task-1", "employee-agent", employee,
                             contract=first.contract, template_task="employee")]
     context = context_of([(employee, first.contract, "assignment")])
@@ -40,14 +43,18 @@ def assess(worker: str, permit: str, local: Any, projector: Projector, tenant_id
         for t in PLAN.tasks[1:]:
             projected, _ = projector.project(context, AGENTS[t.task_id], t.purpose)
             received[t.task_id] = projected
-            result = _run(AGENTS[t.task_id], projected, local(AGENTS[t.task_id], tenant_id), tenant_id)
+            result = _run(AGENTS[t.task_id], projected, local(AGENTS[t.task_id], tenant_id), tenant_id, locale)
+            results.append(result)
             outcomes.append(TaskOutcome(t.analysis, TaskState.COMPLETED, "task-1", AGENTS[t.task_id], result,
                                         contract=t.contract, template_task=t.task_id))
     else:
         outcomes += [TaskOutcome(t.analysis, TaskState.SKIPPED, "", AGENTS[t.task_id], off_path=True)
                      for t in PLAN.tasks[1:]]
     assessment = aggregate(outcomes, expected=PLAN.expected, policy=DOMAIN.evidence, decisions=DOMAIN.outcomes,
-                           conditions=tuple(PLAN.conditions.values()), subjects={"worker": worker, "permit": permit})
+                           conditions=tuple(PLAN.conditions.values()), subjects={"worker": worker, "permit": permit},
+                           language="pt" if locale.startswith("pt") else "en")
+    if locale:
+        return assessment, received, results
     return assessment, received
 
 
@@ -112,3 +119,22 @@ def test_no_diagnosis_or_clinical_note_reaches_any_agent_or_the_answer(local: An
         # none of it on.
         passed_on = json.dumps([received, assessment.summary]) + answers["medical-agent"] + answers["training-agent"]
         assert not [n for n in notes if n in passed_on] and "medical_notes" not in passed_on
+
+
+@pytest.mark.parametrize(("worker", "permit"), [("W-1001", "WP-10232"), ("W-1003", "WP-10231"), ("W-1017", "WP-10231"),
+                                                ("W-1016", "WP-10231"), ("W-2001", "WP-10231")])
+def test_a_portuguese_request_gets_every_statement_in_portuguese(worker: str, permit: str, local: Any,
+                                                                 projector: Projector) -> None:
+    from specialist_svc import phrases
+
+    _, _, english = assess(worker, permit, local, projector, locale="en")
+    before = phrases.untranslated()
+    assessment, _, portuguese = assess(worker, permit, local, projector, locale="pt-BR")
+    assert phrases.untranslated() == before, "templates the Portuguese catalog lacks"
+    assert assessment.summary.startswith(f"O trabalhador {worker}")
+    for en, pt in zip(english, portuguese, strict=True):
+        assert [(s.kind, s.code, s.subject) for s in pt.statements] == [(s.kind, s.code, s.subject)
+                                                                         for s in en.statements]
+        assert pt.result == en.result
+        for s_en, s_pt in zip(en.statements, pt.statements, strict=True):
+            assert s_pt.text != s_en.text, s_en.text

@@ -118,6 +118,9 @@ def test_the_shipped_assignment_takes_each_branch(tmp_path: Path, idp: Ed25519Pr
         assert (ex.decision, ex.reason) == (common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE,
                                             "ALL_ANALYSES_PASS"), ex.summary
         assert set(_statuses(ex).values()) == {DONE}
+        # The contract has no value for a domain's own intent: intent_kind names it.
+        assert (ex.intent, ex.intent_kind, ex.intent_rule, ex.domain) == (
+            pb.EXECUTION_INTENT_DOMAIN, "ASSIGN_WORKER", "ASSIGNMENT", "worker-assignment")
         medical = next(r.task for r in specialists.requests if r.task.target_agent_id == "medical-agent")
         assert dict(medical.input) == {"worker_id": "W-1001", "permit_id": "WP-10232"}
 
@@ -137,8 +140,8 @@ def test_the_shipped_assignment_takes_each_branch(tmp_path: Path, idp: Ed25519Pr
         ex = _run(orch, idp, REQUEST)
         assert ex.decision == common_pb2.ANALYSIS_DECISION_INSUFFICIENT_EVIDENCE
         assert _statuses(ex) == {"employee-agent": DONE, "training-agent": SKIPPED, "medical-agent": SKIPPED}
-        assert any(m.startswith("training analysis (training-agent): TASK_SKIPPED") for m in ex.missing)
-        assert any("HR_REGISTRY_TIMEOUT" in m for m in ex.missing)
+        assert any(m.text.startswith("training analysis (training-agent): TASK_SKIPPED") for m in ex.missing)
+        assert any("HR_REGISTRY_TIMEOUT" in m.text for m in ex.missing)
     finally:
         orch.close()
         registry.close()
@@ -165,7 +168,7 @@ def test_a_false_branch_with_a_task_runs_it_and_only_it(tmp_path: Path, idp: Ed2
         assert _statuses(ex) == {"employee-agent": DONE, "training-agent": SKIPPED, "medical-agent": SKIPPED,
                                  "work-permit-agent": DONE}
         # The skipped true branch is off the path, not missing; the decision rests on what ran.
-        assert not any("training" in m or "medical" in m for m in ex.missing)
+        assert not any("training" in m.text or "medical" in m.text for m in ex.missing)
         assert ex.decision == common_pb2.ANALYSIS_DECISION_NOT_RECOMMENDED, ex.summary
 
         specialists.assignable = True

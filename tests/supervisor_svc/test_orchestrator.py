@@ -705,6 +705,7 @@ def test_a_user_request_is_a_user_execution_with_its_intent_as_an_enum(world: An
     assert ex.actor_type == common_pb2.ACTOR_TYPE_USER and ex.user_id == "alice" and not ex.system_actor
     assert list(ex.user_roles) == ["analyst"]
     assert (ex.intent, ex.intent_rule) == (pb.EXECUTION_INTENT_ANALYZE_PERMIT, "ANALYSIS")
+    assert (ex.intent_kind, ex.domain) == ("ANALYZE_PERMIT", "work-permit")
     status = _analyze(orch, token, "What is the status of WP-10231?")
     assert (status.intent, status.intent_rule) == (pb.EXECUTION_INTENT_PERMIT_STATUS, "STATUS")
 
