@@ -8,6 +8,7 @@ process with one line naming the source and the field.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,9 @@ class MeshConfig(BaseModel):
     """How many supervisor processes ``up`` starts; more than one needs a PostgreSQL ``database_url``."""
     leaf_validity_s: int = Field(default=86_400, ge=10, le=30 * 86_400)
     """How long each workload and CLI certificate is issued for; the supervising loop renews it at half."""
+    today: dt.date | None = None
+    """The mesh's date for business rules (e.g. whether a permit's window has ended), ``YYYY-MM-DD``; unset:
+    the host's UTC date. For demos and tests whose data is dated; security clocks always use the real time."""
 
     @field_validator("ports")
     @classmethod
@@ -129,7 +133,7 @@ class MeshConfig(BaseModel):
 _ENV_FIELDS = {"host": str, "call_timeout_s": float, "lms_url": str, "access_file": Path,
                "startup_timeout_s": float, "specialist_delay_ms": int, "task_timeout_s": float,
                "database_url": str, "supervisor_replicas": int,
-               "confirmation_ttl_s": int, "leaf_validity_s": int}
+               "confirmation_ttl_s": int, "leaf_validity_s": int, "today": str}
 
 
 def load(

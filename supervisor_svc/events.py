@@ -31,9 +31,9 @@ from agentmesh.v1 import common_pb2
 from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
 from agentmesh.v1 import supervisor_service_pb2 as pb
 from supervisor_svc.dispatch import Actor, TaskDispatcher, now_ts
-from supervisor_svc.errors import SupervisorError
+from supervisor_svc.errors import TenantNotConfigured
 from supervisor_svc.executions import ExecutionStore
-from supervisor_svc.tenants import TenantDirectory
+from supervisor_svc.tenants import TenantSource
 
 SYSTEM_ACTOR = "TrainingExpirationScanner"
 TRAINING_AGENT = "training-agent"
@@ -49,7 +49,7 @@ def _verdict(result: common_pb2.AgentResult | None) -> str:
 class EventHandler:
     """Runs event-triggered executions (see the module docstring)."""
 
-    def __init__(self, *, store: ExecutionStore, dispatcher: TaskDispatcher, tenants: TenantDirectory) -> None:
+    def __init__(self, *, store: ExecutionStore, dispatcher: TaskDispatcher, tenants: TenantSource) -> None:
         self._store = store
         self._dispatch = dispatcher
         self._tenants = tenants
@@ -62,9 +62,8 @@ class EventHandler:
             raise errors.InvalidArgument("tenant_id is required", reason="MISSING_FIELD", field="tenant_id")
         try:
             self._tenants.get(req.tenant_id)
-        except SupervisorError as err:
-            raise errors.InvalidArgument(f"unknown tenant {req.tenant_id!r}", reason="UNKNOWN_TENANT",
-                                         field="tenant_id") from err
+        except TenantNotConfigured as err:
+            raise errors.FailedPrecondition(err.message, reason=err.reason, field="tenant_id") from err
         if req.WhichOneof("event") != "training_expired":
             raise errors.InvalidArgument("the event is required (training_expired)", reason="MISSING_FIELD",
                                          field="training_expired")

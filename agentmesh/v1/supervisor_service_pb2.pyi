@@ -39,6 +39,7 @@ class ExecutionEvent(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EXECUTION_EVENT_TASK_FINISHED: _ClassVar[ExecutionEvent]
     EXECUTION_EVENT_EXECUTION_UPDATED: _ClassVar[ExecutionEvent]
     EXECUTION_EVENT_EXECUTION_FINISHED: _ClassVar[ExecutionEvent]
+    EXECUTION_EVENT_TASK_WAITING: _ClassVar[ExecutionEvent]
 
 class MissingKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -88,6 +89,7 @@ EXECUTION_EVENT_TASK_STARTED: ExecutionEvent
 EXECUTION_EVENT_TASK_FINISHED: ExecutionEvent
 EXECUTION_EVENT_EXECUTION_UPDATED: ExecutionEvent
 EXECUTION_EVENT_EXECUTION_FINISHED: ExecutionEvent
+EXECUTION_EVENT_TASK_WAITING: ExecutionEvent
 MISSING_KIND_UNSPECIFIED: MissingKind
 MISSING_KIND_TASK_FAILED: MissingKind
 MISSING_KIND_TASK_TIMED_OUT: MissingKind
@@ -182,7 +184,7 @@ class Conflict(_message.Message):
     def __init__(self, subject: _Optional[str] = ..., agent_a: _Optional[str] = ..., agent_b: _Optional[str] = ..., evidence_a: _Optional[_Iterable[_Union[_common_pb2.EvidenceReference, _Mapping]]] = ..., evidence_b: _Optional[_Iterable[_Union[_common_pb2.EvidenceReference, _Mapping]]] = ..., applicable_rules: _Optional[_Iterable[str]] = ..., resolution: _Optional[str] = ..., review_id: _Optional[str] = ...) -> None: ...
 
 class Execution(_message.Message):
-    __slots__ = ("execution_id", "status", "decision", "request_text", "tenant_id", "user_id", "graph", "results", "selection_scores", "conflicts", "reason", "trace", "started_at", "finished_at", "summary", "action", "actor_type", "system_actor", "recommended_resources", "client_request_id", "intent", "intent_rule", "missing", "user_roles")
+    __slots__ = ("execution_id", "status", "decision", "request_text", "tenant_id", "user_id", "graph", "results", "selection_scores", "conflicts", "reason", "trace", "started_at", "finished_at", "summary", "action", "actor_type", "system_actor", "recommended_resources", "client_request_id", "intent", "intent_rule", "missing", "user_roles", "waived_limits")
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     DECISION_FIELD_NUMBER: _ClassVar[int]
@@ -207,6 +209,7 @@ class Execution(_message.Message):
     INTENT_RULE_FIELD_NUMBER: _ClassVar[int]
     MISSING_FIELD_NUMBER: _ClassVar[int]
     USER_ROLES_FIELD_NUMBER: _ClassVar[int]
+    WAIVED_LIMITS_FIELD_NUMBER: _ClassVar[int]
     execution_id: str
     status: ExecutionStatus
     decision: _common_pb2.AnalysisDecision
@@ -231,7 +234,8 @@ class Execution(_message.Message):
     intent_rule: str
     missing: _containers.RepeatedCompositeFieldContainer[MissingItem]
     user_roles: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, execution_id: _Optional[str] = ..., status: _Optional[_Union[ExecutionStatus, str]] = ..., decision: _Optional[_Union[_common_pb2.AnalysisDecision, str]] = ..., request_text: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., graph: _Optional[_Union[_common_pb2.AgentTaskGraph, _Mapping]] = ..., results: _Optional[_Iterable[_Union[_common_pb2.AgentResult, _Mapping]]] = ..., selection_scores: _Optional[_Iterable[_Union[_common_pb2.AgentSelectionScore, _Mapping]]] = ..., conflicts: _Optional[_Iterable[_Union[Conflict, _Mapping]]] = ..., reason: _Optional[str] = ..., trace: _Optional[_Union[_common_pb2.TraceContext, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., summary: _Optional[str] = ..., action: _Optional[_Union[ProposedAction, _Mapping]] = ..., actor_type: _Optional[_Union[_common_pb2.ActorType, str]] = ..., system_actor: _Optional[str] = ..., recommended_resources: _Optional[_Iterable[str]] = ..., client_request_id: _Optional[str] = ..., intent: _Optional[_Union[ExecutionIntent, str]] = ..., intent_rule: _Optional[str] = ..., missing: _Optional[_Iterable[_Union[MissingItem, _Mapping]]] = ..., user_roles: _Optional[_Iterable[str]] = ...) -> None: ...
+    waived_limits: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, execution_id: _Optional[str] = ..., status: _Optional[_Union[ExecutionStatus, str]] = ..., decision: _Optional[_Union[_common_pb2.AnalysisDecision, str]] = ..., request_text: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., graph: _Optional[_Union[_common_pb2.AgentTaskGraph, _Mapping]] = ..., results: _Optional[_Iterable[_Union[_common_pb2.AgentResult, _Mapping]]] = ..., selection_scores: _Optional[_Iterable[_Union[_common_pb2.AgentSelectionScore, _Mapping]]] = ..., conflicts: _Optional[_Iterable[_Union[Conflict, _Mapping]]] = ..., reason: _Optional[str] = ..., trace: _Optional[_Union[_common_pb2.TraceContext, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., summary: _Optional[str] = ..., action: _Optional[_Union[ProposedAction, _Mapping]] = ..., actor_type: _Optional[_Union[_common_pb2.ActorType, str]] = ..., system_actor: _Optional[str] = ..., recommended_resources: _Optional[_Iterable[str]] = ..., client_request_id: _Optional[str] = ..., intent: _Optional[_Union[ExecutionIntent, str]] = ..., intent_rule: _Optional[str] = ..., missing: _Optional[_Iterable[_Union[MissingItem, _Mapping]]] = ..., user_roles: _Optional[_Iterable[str]] = ..., waived_limits: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class AnalyzeRequest(_message.Message):
     __slots__ = ("user_assertion", "request_text", "tenant_id", "correlation_id", "budget", "detach", "request_release", "confirmation_ttl_seconds", "client_request_id")

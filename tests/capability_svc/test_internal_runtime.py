@@ -14,7 +14,7 @@ from capability_svc.invocation import InvocationContext
 from capability_svc.registry import CapabilityRegistry
 
 DEMO_PERMITS = {
-    "acme": [f"WP-{n}" for n in range(10231, 10245)],
+    "acme": [f"WP-{n}" for n in range(10231, 10251)],
     "globex": ["WP-20001"],
 }
 

@@ -58,9 +58,9 @@ def test_demo_world_loads(store: InternalStore, demo_world: Path) -> None:
     assert store.tenants() == ["acme", "globex"]
     summary = load_world(demo_world, store)  # loading again replaces, it does not duplicate
     assert summary.tenants == ("acme", "globex")
-    assert summary.permits == 15
-    assert summary.workers == 18
-    assert summary.lms_workers == 17
+    assert summary.permits == 21
+    assert summary.workers == 24
+    assert summary.lms_workers == 22
     scope = store.scope("acme")
     permit = scope.get_permit("WP-10231")
     assert permit is not None and permit.status == "PENDING_RELEASE"
