@@ -429,8 +429,13 @@ def action_outcome(action: sup_pb2.ProposedAction) -> str:
     if state == sup_pb2.ACTION_STATE_SUCCEEDED:
         return f"{_released(action)} and verified" if action.verified else f"{_released(action)}, NOT verified"
     if state == sup_pb2.ACTION_STATE_FAILED:
-        restored = ("compensated: previous state restored" if action.compensated
-                    else "NOT compensated: the previous state could not be restored")
+        restored = {
+            sup_pb2.ACTION_EFFECT_NONE: "nothing was written: the permit is as it was",
+            sup_pb2.ACTION_EFFECT_COMPENSATED: "compensated: previous state restored",
+            sup_pb2.ACTION_EFFECT_NOT_RESTORED: "NOT compensated: the previous state could not be restored",
+            sup_pb2.ACTION_EFFECT_UNKNOWN: "whether anything was written is not known: read it before any retry",
+        }.get(action.effect) or ("compensated: previous state restored" if action.compensated
+                                 else "not verified, and whether the previous state is back is not known")
         return f"FAILED{reason or ': no reason given'} ({restored})"
     if state == sup_pb2.ACTION_STATE_NOT_ELIGIBLE:
         return f"not {_released(action)}: not eligible{reason}"
@@ -473,8 +478,9 @@ def print_action(action: sup_pb2.ProposedAction, out: TextIO | None = None) -> N
         by = f", approved by {action.approved_by}" if action.approved_by else ""
         print(f"  approval      review {action.approval_review_id}{by}", file=out)
     if action.state in (sup_pb2.ACTION_STATE_SUCCEEDED, sup_pb2.ACTION_STATE_FAILED):
+        effect = _name(sup_pb2.ActionEffect, action.effect, "ACTION_EFFECT_") if action.effect else "-"
         print(f"  verified      {'yes' if action.verified else 'no'}"
-              f"   compensated {'yes' if action.compensated else 'no'}", file=out)
+              f"   compensated {'yes' if action.compensated else 'no'}   effect {effect}", file=out)
 
 
 def print_execution(ex: Any) -> None:

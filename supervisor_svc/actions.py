@@ -136,6 +136,25 @@ def _ts(moment: dt.datetime) -> Timestamp:
     return ts
 
 
+_NOTHING_WRITTEN = ("RELEASE_REFUSED", "NOT_AUTHORISED", "PERMIT_NOT_FOUND", "GOVERNANCE_UNAVAILABLE",
+                    "CAPABILITY_REJECTED", "CAPABILITY_REFUSED", "AGENT_DISABLED", "AGENT_RETIRED", "AGENT_NOT_ACTIVE",
+                    "AGENT_NOT_FOUND")
+"""Error codes of a failed release that was refused before anything was written (the work-permit agent's
+``error_reason`` codes, or why the task was never dispatched)."""
+
+
+def release_effect(done: Dispatched, why: str, compensated: bool) -> pb.ActionEffect:
+    """What a failed release did to the permit: never "could not be restored" for one that wrote nothing."""
+    code = why.split(":", 1)[0].split(" ", 1)[0]
+    if done.result is None:
+        return pb.ACTION_EFFECT_UNKNOWN if done.started else pb.ACTION_EFFECT_NONE
+    if code == "RELEASE_VERIFICATION_FAILED":
+        return pb.ACTION_EFFECT_COMPENSATED if compensated else pb.ACTION_EFFECT_NOT_RESTORED
+    if code in _NOTHING_WRITTEN:
+        return pb.ACTION_EFFECT_NONE
+    return pb.ACTION_EFFECT_UNKNOWN
+
+
 class ReleaseActions:
     """Proposes, gates, confirms and executes the release of a permit (see the module docstring)."""
 
@@ -584,6 +603,7 @@ class ReleaseActions:
             release = json_format.MessageToDict(result.result.fields["release"].struct_value)
         if result is not None and result.status != common_pb2.RESULT_STATUS_FAILED and release.get("verified") is True:
             action.verified = True
+            action.effect = pb.ACTION_EFFECT_APPLIED
             self._set(ex, pb.ACTION_STATE_SUCCEEDED,
                       f"RELEASED: permit {action.resource_id} is RELEASED, verified by reading it back")
             ex.status = pb.EXECUTION_STATUS_SUCCEEDED
@@ -592,13 +612,18 @@ class ReleaseActions:
             return
         why = done.failure if result is None else (result.error_reason or "the release was not verified")
         action.compensated = bool(release.get("compensated") is True or "compensated: true" in why)
+        action.effect = release_effect(done, why, action.compensated)
         if done.timed_out:
             why = f"{why}; the outcome of the release is unknown (timeout): check the permit before retrying"
         self._set(ex, pb.ACTION_STATE_FAILED, why)
         ex.status = pb.EXECUTION_STATUS_FAILED
         ex.reason = f"RELEASE_FAILED: {why}"
-        ex.summary = (f"{ex.summary}\nThe release of permit {action.resource_id} FAILED: {why}"
-                      + (" The permit was restored to its previous state." if action.compensated else "")).strip()
+        said = {pb.ACTION_EFFECT_COMPENSATED: " The permit was restored to its previous state.",
+                pb.ACTION_EFFECT_NONE: " Nothing was written: the permit is as it was.",
+                pb.ACTION_EFFECT_NOT_RESTORED: " The permit could NOT be restored to its previous state: check it.",
+                pb.ACTION_EFFECT_UNKNOWN: " Whether anything was written is not known: read the permit before any "
+                                          "retry."}.get(action.effect, "")
+        ex.summary = f"{ex.summary}\nThe release of permit {action.resource_id} FAILED: {why}{said}".strip()
         self._finish(ex, "ACTION_FAILED")
 
     def _finish(self, ex: pb.Execution, code: str) -> None:

@@ -70,6 +70,15 @@ class ActionState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ACTION_STATE_DECLINED: _ClassVar[ActionState]
     ACTION_STATE_EXPIRED: _ClassVar[ActionState]
     ACTION_STATE_REJECTED: _ClassVar[ActionState]
+
+class ActionEffect(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ACTION_EFFECT_UNSPECIFIED: _ClassVar[ActionEffect]
+    ACTION_EFFECT_NONE: _ClassVar[ActionEffect]
+    ACTION_EFFECT_APPLIED: _ClassVar[ActionEffect]
+    ACTION_EFFECT_COMPENSATED: _ClassVar[ActionEffect]
+    ACTION_EFFECT_NOT_RESTORED: _ClassVar[ActionEffect]
+    ACTION_EFFECT_UNKNOWN: _ClassVar[ActionEffect]
 EXECUTION_STATUS_UNSPECIFIED: ExecutionStatus
 EXECUTION_STATUS_RUNNING: ExecutionStatus
 EXECUTION_STATUS_SUCCEEDED: ExecutionStatus
@@ -114,6 +123,12 @@ ACTION_STATE_FAILED: ActionState
 ACTION_STATE_DECLINED: ActionState
 ACTION_STATE_EXPIRED: ActionState
 ACTION_STATE_REJECTED: ActionState
+ACTION_EFFECT_UNSPECIFIED: ActionEffect
+ACTION_EFFECT_NONE: ActionEffect
+ACTION_EFFECT_APPLIED: ActionEffect
+ACTION_EFFECT_COMPENSATED: ActionEffect
+ACTION_EFFECT_NOT_RESTORED: ActionEffect
+ACTION_EFFECT_UNKNOWN: ActionEffect
 
 class MissingItem(_message.Message):
     __slots__ = ("kind", "analysis", "agent_id", "detail", "text")
@@ -130,7 +145,7 @@ class MissingItem(_message.Message):
     def __init__(self, kind: _Optional[_Union[MissingKind, str]] = ..., analysis: _Optional[str] = ..., agent_id: _Optional[str] = ..., detail: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
 
 class ProposedAction(_message.Message):
-    __slots__ = ("action_id", "capability_id", "resource_id", "arguments", "action_digest", "state", "confirmation_token", "confirmation_expires_at", "policy_decision", "approval_review_id", "approved_by", "reason", "verified", "compensated", "updated_at")
+    __slots__ = ("action_id", "capability_id", "resource_id", "arguments", "action_digest", "state", "confirmation_token", "confirmation_expires_at", "policy_decision", "approval_review_id", "approved_by", "reason", "verified", "compensated", "updated_at", "effect")
     ACTION_ID_FIELD_NUMBER: _ClassVar[int]
     CAPABILITY_ID_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -146,6 +161,7 @@ class ProposedAction(_message.Message):
     VERIFIED_FIELD_NUMBER: _ClassVar[int]
     COMPENSATED_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    EFFECT_FIELD_NUMBER: _ClassVar[int]
     action_id: str
     capability_id: str
     resource_id: str
@@ -161,7 +177,8 @@ class ProposedAction(_message.Message):
     verified: bool
     compensated: bool
     updated_at: _timestamp_pb2.Timestamp
-    def __init__(self, action_id: _Optional[str] = ..., capability_id: _Optional[str] = ..., resource_id: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., action_digest: _Optional[str] = ..., state: _Optional[_Union[ActionState, str]] = ..., confirmation_token: _Optional[str] = ..., confirmation_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., policy_decision: _Optional[_Union[_common_pb2.PolicyDecision, _Mapping]] = ..., approval_review_id: _Optional[str] = ..., approved_by: _Optional[str] = ..., reason: _Optional[str] = ..., verified: _Optional[bool] = ..., compensated: _Optional[bool] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    effect: ActionEffect
+    def __init__(self, action_id: _Optional[str] = ..., capability_id: _Optional[str] = ..., resource_id: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., action_digest: _Optional[str] = ..., state: _Optional[_Union[ActionState, str]] = ..., confirmation_token: _Optional[str] = ..., confirmation_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., policy_decision: _Optional[_Union[_common_pb2.PolicyDecision, _Mapping]] = ..., approval_review_id: _Optional[str] = ..., approved_by: _Optional[str] = ..., reason: _Optional[str] = ..., verified: _Optional[bool] = ..., compensated: _Optional[bool] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., effect: _Optional[_Union[ActionEffect, str]] = ...) -> None: ...
 
 class Conflict(_message.Message):
     __slots__ = ("subject", "agent_a", "agent_b", "evidence_a", "evidence_b", "applicable_rules", "resolution", "review_id")
