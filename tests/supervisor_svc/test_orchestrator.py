@@ -968,3 +968,52 @@ def test_watch_reports_typed_events_from_snapshot_to_finished(world: Any) -> Non
     user = orch.authenticate(token, "spiffe://agentmesh.local/client/test")
     events = [e.event for e in orch.watch(user, ex.execution_id, lambda: True)]
     assert events == [pb.EXECUTION_EVENT_SNAPSHOT, pb.EXECUTION_EVENT_EXECUTION_FINISHED]
+
+
+def test_a_task_waiting_for_its_handoff_when_the_process_dies_runs_again_and_leaves_no_delegation_open(
+        world: Any) -> None:
+    orch, specialists, audit, token, _ = world
+    orch._revoker = Revocations()
+    specialists.handoffs["work-permit-agent"] = [handoff_to("training-agent")]
+    execution_id = orch.start(pb.AnalyzeRequest(user_assertion=token, tenant_id="acme",
+                                                request_text="Analyze permit WP-10231 and tell me if it can be "
+                                                             "released"), "x")
+    live = orch._live[execution_id]
+    assert live.plan is not None
+    first = live.plan.stages()[0][0]
+    crash: dict[str, Any] = {}
+    start = specialists.start
+
+    def dies_while_the_handoff_runs(agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float) -> Call:
+        if request.task.parent_task_id and not crash:
+            # What is stored and recorded at this moment is all a process killed now leaves behind.
+            crash["stored"], crash["records"] = orch._store.get(execution_id), len(audit.records)
+        return start(agent_id, request, timeout_s)
+
+    specialists.start = dies_while_the_handoff_runs
+    orch._run_task(live, first, None)
+    stored = crash["stored"]
+    orch._store.save(stored)
+    del audit.records[crash["records"]:]
+    orch._live.clear()
+    statuses = {n.task_id: n.status for n in stored.graph.nodes}
+    (old_handoff,) = [n for n in stored.graph.nodes if n.parent_task_id]
+    assert statuses[first] == common_pb2.TASK_STATUS_WAITING
+    assert statuses[old_handoff.task_id] == common_pb2.TASK_STATUS_RUNNING
+    specialists.start = start
+    calls_before = len(specialists.requests)
+
+    assert orch.resume_interrupted(background=False) == [execution_id]
+    ex = orch._store.get(execution_id)
+    assert ex is not None and ex.decision == common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE, ex.summary
+    # The waiting task ran again from its start (first call without outcomes), with a new handoff.
+    again = [r for r in specialists.requests[calls_before:] if r.task.task_id == first]
+    assert [len(r.handoff_outcomes) for r in again] == [0, 1]
+    handoffs = [n for n in ex.graph.nodes if n.parent_task_id]
+    assert [n.task_id for n in handoffs][0] == old_handoff.task_id and len({n.task_id for n in handoffs}) == 2
+    assert [n.status for n in handoffs] == [common_pb2.TASK_STATUS_CANCELLED, common_pb2.TASK_STATUS_COMPLETED]
+    # The dead process's handoff delegation is closed on the record; no delegation is left open.
+    closed = [r for r in audit.records + audit.outbox if r.task_id == old_handoff.task_id
+              and r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED]
+    assert closed and "DELEGATED_BEFORE_RESTART" in closed[-1].reason_codes
+    _every_delegation_closed(audit)
