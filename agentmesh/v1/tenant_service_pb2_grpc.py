@@ -33,6 +33,14 @@ class TenantServiceStub:
     execution the supervisor accepts, persisted, and every change is in the
     audit log. A tenant that is not here is not configured: nothing of it is
     allowed.
+
+    Errors carry a google.rpc.ErrorInfo (domain "agentmesh.local") in
+    grpc-status-details-bin; besides the reasons listed per RPC, every RPC may
+    answer UNAUTHENTICATED `NO_PEER_IDENTITY`, PERMISSION_DENIED
+    `CALLER_NOT_ALLOWED` (ApplyTenants: operators; GetTenant and ListTenants:
+    the supervisor and operators) and the input-limit refusals INVALID_ARGUMENT
+    `REQUEST_UNDECODABLE`, `ENUM_VALUE_UNKNOWN`, `FIELD_TOO_LONG`,
+    `FIELD_INVALID_CHARACTERS`, `FIELD_OUT_OF_RANGE` (see SupervisorService).
     """
 
     def __init__(self, channel):
@@ -66,19 +74,36 @@ class TenantServiceServicer:
     execution the supervisor accepts, persisted, and every change is in the
     audit log. A tenant that is not here is not configured: nothing of it is
     allowed.
+
+    Errors carry a google.rpc.ErrorInfo (domain "agentmesh.local") in
+    grpc-status-details-bin; besides the reasons listed per RPC, every RPC may
+    answer UNAUTHENTICATED `NO_PEER_IDENTITY`, PERMISSION_DENIED
+    `CALLER_NOT_ALLOWED` (ApplyTenants: operators; GetTenant and ListTenants:
+    the supervisor and operators) and the input-limit refusals INVALID_ARGUMENT
+    `REQUEST_UNDECODABLE`, `ENUM_VALUE_UNKNOWN`, `FIELD_TOO_LONG`,
+    `FIELD_INVALID_CHARACTERS`, `FIELD_OUT_OF_RANGE` (see SupervisorService).
     """
 
     def ApplyTenants(self, request, context):
         """Creates or replaces tenants, all or nothing. Operators only; the policy
         engine decides (tenant administration) and the change is audited before it
         takes effect.
+
+        Errors: INVALID_ARGUMENT `MISSING_FIELD`, `INVALID_FIELD` (metadata
+        "field" names it, e.g. "tenants[1].roles.reviewer.capabilities[0]");
+        PERMISSION_DENIED `POLICY_DENIED` (metadata decision_id, reason_codes);
+        UNAVAILABLE `AUDIT_UNAVAILABLE` (the change could not be recorded, so
+        nothing changed).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetTenant(self, request, context):
-        """One tenant as in force now; NOT_FOUND TENANT_NOT_CONFIGURED if there is none.
+        """One tenant as in force now.
+
+        Errors: INVALID_ARGUMENT `MISSING_FIELD` (tenant_id); NOT_FOUND
+        `TENANT_NOT_CONFIGURED` (tenant_id: there is no definition).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -125,6 +150,14 @@ class TenantService:
     execution the supervisor accepts, persisted, and every change is in the
     audit log. A tenant that is not here is not configured: nothing of it is
     allowed.
+
+    Errors carry a google.rpc.ErrorInfo (domain "agentmesh.local") in
+    grpc-status-details-bin; besides the reasons listed per RPC, every RPC may
+    answer UNAUTHENTICATED `NO_PEER_IDENTITY`, PERMISSION_DENIED
+    `CALLER_NOT_ALLOWED` (ApplyTenants: operators; GetTenant and ListTenants:
+    the supervisor and operators) and the input-limit refusals INVALID_ARGUMENT
+    `REQUEST_UNDECODABLE`, `ENUM_VALUE_UNKNOWN`, `FIELD_TOO_LONG`,
+    `FIELD_INVALID_CHARACTERS`, `FIELD_OUT_OF_RANGE` (see SupervisorService).
     """
 
     @staticmethod
