@@ -479,30 +479,38 @@ class _Judge:
         if Verdict.UNKNOWN in verdicts:
             out.judge(subject, Verdict.UNKNOWN)
             out.uncertainty("CONFLICTING_CERTIFICATES",
-                            f"The LMS records {ids} of one {course} certificate of {token(wid)} contradict each "
-                            f"other and one of them cannot be judged; the certificate's status cannot be established",
+                            say("The LMS records {ids} of one {course} certificate of {worker} contradict each other "
+                                "and one of them cannot be judged; the certificate's status cannot be established",
+                                ids=ids, course=course, worker=token(wid)),
                             subject=subject, evidence=evidence)
-            out.recommendation("CONFIRM_WITH_ISSUER", f"Confirm the {course} certificate of {token(wid)} with its "
-                               "issuer", subject=subject)
+            out.recommendation("CONFIRM_WITH_ISSUER", say("Confirm the {course} certificate of {worker} with its "
+                                                          "issuer", course=course, worker=token(wid)),
+                               subject=subject)
             return _Finding("CONFLICT")
         if len(verdicts) == 1:
             verdict = verdicts.pop()
             out.judge(subject, verdict)
             out.inference("CONFLICTING_CERTIFICATES",
-                          f"The LMS records {ids} of one {course} certificate of {token(wid)} disagree, but each "
-                          f"of them alone gives {verdict.value}", subject=subject, evidence=evidence)
+                          say("The LMS records {ids} of one {course} certificate of {worker} disagree, but each of "
+                              "them alone gives {verdict}", ids=ids, course=course, worker=token(wid),
+                              verdict=verdict.value),
+                          subject=subject, evidence=evidence)
             if verdict is Verdict.FAIL:
-                out.inference("REQUIREMENT_NOT_MET", f"{token(wid)} does not meet the {course} requirement "
-                              f"{self.window.requirement}", subject=subject)
+                out.inference("REQUIREMENT_NOT_MET",
+                              say("{worker} does not meet the {course} requirement {requirement}", worker=token(wid),
+                                  course=course, requirement=self.window.requirement),
+                              subject=subject)
                 return _Finding("CONFLICT")
             return _Finding("VALID")
         out.judge(subject, Verdict.UNKNOWN)
         out.inference("CONFLICTING_CERTIFICATES",
-                      f"The LMS records {ids} of one {course} certificate of {token(wid)} contradict each other: "
-                      f"one would pass, another fail; a data conflict for their issuers' authority to decide",
+                      say("The LMS records {ids} of one {course} certificate of {worker} contradict each other: one "
+                          "would pass, another fail; a data conflict for their issuers' authority to decide",
+                          ids=ids, course=course, worker=token(wid)),
                       subject=subject, evidence=evidence)
-        out.recommendation("CONFIRM_WITH_ISSUER", f"Confirm the {course} certificate of {token(wid)} with its "
-                           "issuer", subject=subject)
+        out.recommendation("CONFIRM_WITH_ISSUER", say("Confirm the {course} certificate of {worker} with its "
+                                                      "issuer", course=course, worker=token(wid)),
+                           subject=subject)
         def issuer(rec: _Record) -> str | None:
             value = rec.fields.get("issuer_id")
             return value if is_id(value) else None
@@ -669,15 +677,18 @@ def _assignment(out: ResultBuilder, permit_id: str, unknown: list[str],
         for subject in [s for s in out.subjects if s.startswith(f"worker:{wid}/")]:
             if failure:
                 out.uncertainty("WORKER_ASSIGNMENT_UNCONFIRMED",
-                                f"Whether {token(wid)} is on permit {token(permit_id)} was not confirmed ({failure})",
+                                say("Whether {worker} is on permit {permit_id} was not confirmed ({failure})",
+                                    worker=token(wid), permit_id=token(permit_id), failure=failure),
                                 subject=subject)
             elif wid in crew:
                 out.inference("WORKER_ASSIGNMENT_CONFIRMED",
-                              f"The work-permit agent confirms {token(wid)} is on permit {token(permit_id)}; the LMS "
-                              "holds no record of them", subject=subject)
+                              say("The work-permit agent confirms {worker} is on permit {permit_id}; the LMS holds "
+                                  "no record of them", worker=token(wid), permit_id=token(permit_id)),
+                              subject=subject)
             else:
                 out.inference("WORKER_NOT_ON_PERMIT",
-                              f"The work-permit agent does not find {token(wid)} on permit {token(permit_id)}",
+                              say("The work-permit agent does not find {worker} on permit {permit_id}",
+                                  worker=token(wid), permit_id=token(permit_id)),
                               subject=subject)
 
 

@@ -261,8 +261,10 @@ def _judge_added(out: ResultBuilder, permit_id: str, added: list[str],
         if parsed is None or outcome is None:
             out.judge(subject, Verdict.UNKNOWN)
             out.uncertainty("ADDED_WORKER_UNVERIFIED",
-                            f"Worker {wid} was added to permit {permit_id} after its crew was planned; their "
-                            f"trainings could not be verified ({failure})", subject=subject)
+                            say("Worker {worker} was added to permit {permit_id} after its crew was planned; their "
+                                "trainings could not be verified ({failure})",
+                                worker=token(wid), permit_id=permit_id, failure=failure),
+                            subject=subject)
             continue
         result = outcome.result
         mine = {k: v for k, v in parsed.subjects.items() if k.startswith(f"worker:{wid}/")}
@@ -276,8 +278,10 @@ def _judge_added(out: ResultBuilder, permit_id: str, added: list[str],
                             if st.kind == common_pb2.STATEMENT_KIND_UNCERTAINTY and st.subject in mine})
             out.judge(subject, Verdict.UNKNOWN)
             out.uncertainty("ADDED_WORKER_UNVERIFIED",
-                            f"Worker {wid} was added to permit {permit_id} after its crew was planned; the "
-                            f"training agent could not establish their trainings ({', '.join(codes) or 'no answer'})",
+                            say("Worker {worker} was added to permit {permit_id} after its crew was planned; the "
+                                "training agent could not establish their trainings ({codes})",
+                                worker=token(wid), permit_id=permit_id,
+                                codes=", ".join(codes) or say("no answer")),
                             subject=subject)
             continue
         # The training agent's evidence, as it cited it, for the subjects this verdict rests on.
@@ -287,14 +291,17 @@ def _judge_added(out: ResultBuilder, permit_id: str, added: list[str],
         if wanted is Verdict.FAIL:
             out.judge(subject, Verdict.FAIL)
             out.fact("ADDED_WORKER_NOT_QUALIFIED",
-                     f"Worker {wid}, added to permit {permit_id} after its crew was planned, does not hold what the "
-                     f"permit requires: {'; '.join(dict.fromkeys(failing))} ({TRAINING_AGENT})",
+                     say("Worker {worker}, added to permit {permit_id} after its crew was planned, does not hold what "
+                         "the permit requires: {failing} ({agent})", worker=token(wid), permit_id=permit_id,
+                         failing="; ".join(dict.fromkeys(failing)), agent=TRAINING_AGENT),
                      subject=subject, evidence=cited)
         else:
             out.judge(subject, Verdict.PASS)
             out.fact("ADDED_WORKER_QUALIFIED",
-                     f"Worker {wid}, added to permit {permit_id} after its crew was planned, holds every training "
-                     f"the permit requires for its window ({TRAINING_AGENT})", subject=subject, evidence=cited)
+                     say("Worker {worker}, added to permit {permit_id} after its crew was planned, holds every "
+                         "training the permit requires for its window ({agent})", worker=token(wid),
+                         permit_id=permit_id, agent=TRAINING_AGENT),
+                     subject=subject, evidence=cited)
 
 
 def _assess(data: Mapping[str, Any], client: CapabilityClient, context: TaskContext) -> common_pb2.AgentResult:

@@ -219,12 +219,12 @@ def refused(action: common_pb2.RequestedAction, reason: str = "HANDOFF_NOT_ALLOW
 
 @pytest.fixture()
 def run_agent() -> Callable[..., common_pb2.AgentResult]:
-    """``run_agent(agent_id, data, client, handoffs=None, locale="")``: the agent's full run (schema checks,
+    """``run_agent(agent_id, data, client, locale="", handoffs=None)``: the agent's full run (schema checks,
     stamping) on one task. A WAITING answer is answered as the supervisor would: with ``handoffs(action)`` for
     each handoff asked for (default: refused), and the agent is called again."""
-    def run(agent_id: str, data: Mapping[str, Any], client: Any,
+    def run(agent_id: str, data: Mapping[str, Any], client: Any, locale: str = "",
             handoffs: Callable[[common_pb2.RequestedAction], common_pb2.HandoffOutcome] | None = None,
-            locale: str = "") -> common_pb2.AgentResult:
+            ) -> common_pb2.AgentResult:
         agent, task = load_agent(agent_id), task_for(agent_id, data, locale=locale)
         result = agent.run(task, client)
         if result.status == common_pb2.RESULT_STATUS_WAITING:
