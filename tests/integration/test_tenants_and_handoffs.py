@@ -331,7 +331,7 @@ def test_a_handoff_back_to_the_agent_that_asked_is_refused_as_a_loop(mesh: MeshC
     training = next(r for r in ex.results if r.task_id == handoff.task_id)
     (why,) = [s for s in training.statements if s.code == "WORKER_ASSIGNMENT_UNCONFIRMED"]
     assert "HANDOFF_REFUSED: HANDOFF_LOOP" in why.text
-    assert any("ADDED_WORKER_UNVERIFIED on permit:WP-10247/added_worker:W-1018" in m for m in ex.missing)
+    assert any("ADDED_WORKER_UNVERIFIED on permit:WP-10247/added_worker:W-1018" in m.text for m in ex.missing)
     assert not [n for n in ex.graph.nodes if n.parent_task_id == handoff.task_id]
 
 
@@ -341,7 +341,7 @@ def test_a_handoff_outside_the_allowed_delegations_is_refused(mesh: MeshConfig) 
     records = trail(mesh, ex.execution_id)
     assert any(r.event_type == audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED and "HANDOFF_NOT_ALLOWED" in r.reason_codes
                and r.agent_id == "training-agent" for r in records)
-    assert any("training-agent -> work-permit-agent: HANDOFF_NOT_ALLOWED" in m for m in ex.missing)
+    assert any("training-agent -> work-permit-agent: HANDOFF_NOT_ALLOWED" in m.text for m in ex.missing)
     assert not [n for n in ex.graph.nodes if n.parent_task_id]
 
 
@@ -381,7 +381,7 @@ def test_a_data_conflict_is_decided_by_issuer_authority_or_reviewed_never_missin
         mesh: MeshConfig, permit_id: str, expected: str) -> None:
     ex = analyze(mesh, ANALYZE.format(permit_id))
     assert decision(ex) == expected, ex.summary
-    assert not any("ANALYSIS_INCOMPLETE" in m for m in ex.missing), list(ex.missing)
+    assert not any("ANALYSIS_INCOMPLETE" in m.text for m in ex.missing), list(ex.missing)
     (conflict,) = [c for c in ex.conflicts if c.agent_a == c.agent_b == "training-agent"]
     assert conflict.evidence_a and conflict.evidence_b
     if expected == "REQUIRES_REVIEW":
