@@ -737,12 +737,7 @@ class Orchestrator:
                         "RESULT_WAITING_WITHOUT_HANDOFF: the agent answered WAITING but asked for no handoff")
                     break
                 if live.limit is not None or live.cancelled.is_set():
-                    why = "CANCELLED" if live.cancelled.is_set() else f"{live.limit.reason}: the limit was reached" \
-                        if live.limit else ""
-                    self._set_status(live, task_id, common_pb2.TASK_STATUS_CANCELLED, finished=True)
-                    self._notify(live, pb.EXECUTION_EVENT_TASK_FINISHED, task_id=task_id, agent_id=agent_id,
-                                 task_status=common_pb2.TASK_STATUS_CANCELLED)
-                    return self._outcome(plan, task_id, TaskState.CANCELLED, error_reason=why)
+                    return self._waiting_cut_short(live, task_id, agent_id)
                 if rounds > MAX_HANDOFF_ROUNDS:
                     state, result, reason = TaskState.FAILED, None, (
                         f"HANDOFF_ROUNDS_EXCEEDED: {agent_id} was still WAITING after {MAX_HANDOFF_ROUNDS} rounds "
@@ -756,12 +751,7 @@ class Orchestrator:
                              task_status=common_pb2.TASK_STATUS_WAITING)
                 handoffs = self._run_handoffs(live, task_id, result)
                 if live.limit is not None or live.cancelled.is_set():
-                    why = "CANCELLED" if live.cancelled.is_set() else \
-                        f"{live.limit.reason}: the limit was reached" if live.limit else ""
-                    self._set_status(live, task_id, common_pb2.TASK_STATUS_CANCELLED, finished=True)
-                    self._notify(live, pb.EXECUTION_EVENT_TASK_FINISHED, task_id=task_id, agent_id=agent_id,
-                                 task_status=common_pb2.TASK_STATUS_CANCELLED)
-                    return self._outcome(plan, task_id, TaskState.CANCELLED, error_reason=why)
+                    return self._waiting_cut_short(live, task_id, agent_id)
             status = _TASK_STATUS.get(state, common_pb2.TASK_STATUS_FAILED)
             with live.lock:
                 if result is not None:
@@ -771,6 +761,18 @@ class Orchestrator:
             if result is not None:
                 self._ignored_handoffs(live, task_id, result)
             return self._outcome(plan, task_id, state, result=result, error_reason=reason)
+
+    def _waiting_cut_short(self, live: _Live, task_id: str, agent_id: str) -> TaskOutcome:
+        """A WAITING task the execution's cancellation or a reached limit ends before it is called again:
+        CANCELLED (its delegations are already closed: each RunTask's TASK_FINISHED is on the record)."""
+        plan = live.plan
+        assert plan is not None
+        why = "CANCELLED" if live.cancelled.is_set() else \
+            f"{live.limit.reason}: the limit was reached" if live.limit else ""
+        self._set_status(live, task_id, common_pb2.TASK_STATUS_CANCELLED, finished=True)
+        self._notify(live, pb.EXECUTION_EVENT_TASK_FINISHED, task_id=task_id, agent_id=agent_id,
+                     task_status=common_pb2.TASK_STATUS_CANCELLED)
+        return self._outcome(plan, task_id, TaskState.CANCELLED, error_reason=why)
 
     def _call_agent(self, live: _Live, task_id: str, entry: Any, node: common_pb2.AgentTask,
                     handoffs: list[common_pb2.HandoffOutcome], span: Any, *, again: bool) -> _Call:
