@@ -8,6 +8,7 @@ process with one line naming the source and the field.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -82,6 +83,9 @@ class MeshConfig(BaseModel):
     log_levels: dict[str, Literal["DEBUG", "INFO", "WARNING", "ERROR"]] = Field(default_factory=dict)
     """Log level per process name (the others log at INFO, or ``$AGENTMESH_LOG_LEVEL``). At DEBUG a specialist
     logs every task input and capability answer it receives: what it saw, to check its least context."""
+    today: dt.date | None = None
+    """The mesh's date for business rules (e.g. whether a permit's window has ended), ``YYYY-MM-DD``; unset:
+    the host's UTC date. For demos and tests whose data is dated; security clocks always use the real time."""
 
     @field_validator("ports")
     @classmethod
@@ -135,7 +139,7 @@ class MeshConfig(BaseModel):
 _ENV_FIELDS = {"host": str, "call_timeout_s": float, "lms_url": str, "access_file": Path,
                "startup_timeout_s": float, "specialist_delay_ms": int, "task_timeout_s": float,
                "database_url": str, "supervisor_replicas": int,
-               "confirmation_ttl_s": int, "leaf_validity_s": int}
+               "confirmation_ttl_s": int, "leaf_validity_s": int, "today": str}
 
 
 def load(

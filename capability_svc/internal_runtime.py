@@ -110,6 +110,17 @@ CREATE TABLE IF NOT EXISTS permit_workers (
     FOREIGN KEY (tenant_id, permit_id) REFERENCES permits (tenant_id, permit_id),
     FOREIGN KEY (tenant_id, worker_id) REFERENCES workers (tenant_id, worker_id)
 );
+CREATE TABLE IF NOT EXISTS permit_added_workers (
+    tenant_id TEXT NOT NULL,
+    permit_id TEXT NOT NULL,
+    worker_id TEXT NOT NULL,
+    position  INTEGER NOT NULL,
+    role      TEXT NOT NULL,
+    added_on  TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, permit_id, worker_id),
+    FOREIGN KEY (tenant_id, permit_id) REFERENCES permits (tenant_id, permit_id),
+    FOREIGN KEY (tenant_id, worker_id) REFERENCES workers (tenant_id, worker_id)
+);
 CREATE TABLE IF NOT EXISTS permit_requirements (
     tenant_id     TEXT NOT NULL,
     permit_id     TEXT NOT NULL,
@@ -160,6 +171,7 @@ _TENANT_TABLES = (
     "checklists",
     "risks",
     "permit_requirements",
+    "permit_added_workers",
     "permit_workers",
     "permits",
     "medical_records",
@@ -336,6 +348,11 @@ class InternalStore:
                         "INSERT INTO permit_workers"
                         " (tenant_id, permit_id, worker_id, position, role) VALUES (?, ?, ?, ?, ?)",
                         [(t, p.id, w.id, i, w.role) for i, w in enumerate(p.workers)],
+                    )
+                    conn.executemany(
+                        "INSERT INTO permit_added_workers"
+                        " (tenant_id, permit_id, worker_id, position, role, added_on) VALUES (?, ?, ?, ?, ?, ?)",
+                        [(t, p.id, w.id, i, w.role, w.added_on.isoformat()) for i, w in enumerate(p.added_workers)],
                     )
                     conn.executemany(
                         "INSERT INTO permit_requirements"
@@ -571,6 +588,14 @@ class TenantScope:
                 if rows:
                     out.append(AssignedWorker(_worker(rows[0]), link["role"]))
         return out
+
+    def permit_added_workers(self, permit_id: str) -> list[dict[str, str]]:
+        """Workers added to the permit after its crew was planned: ``{worker_id, permit_role, added_on}``."""
+        with self._store._connect() as conn:
+            rows = self._select(
+                conn, "permit_added_workers", "permit_id = ?", (permit_id,), order_by="position"
+            )
+        return [{"worker_id": r["worker_id"], "permit_role": r["role"], "added_on": r["added_on"]} for r in rows]
 
     def required_trainings(self, permit_id: str) -> list[str]:
         """Training codes the permit requires, in file order."""
@@ -1051,6 +1076,7 @@ class InternalBackend:
                 }
                 for a in scope.permit_workers(permit.permit_id)
             ],
+            "added_workers": scope.permit_added_workers(permit.permit_id),
             "provenance": self._provenance("permit-registry", f"permit/{permit.permit_id}"),
         }
 

@@ -14,6 +14,9 @@ Format (full reference with every field: ``capability_svc/WORLD_FORMAT.md``)::
     tenants:
       - id: acme                       # lowercase, [a-z][a-z0-9-]*
         name: ACME Industrial
+        definition:                    # optional: the tenant's configuration (agentmesh.tenant_file),
+          roles: {analyst: {capabilities: [workPermit.get]}}   # applied by `agentmesh data load`
+          agents: [work-permit-agent]
         workers:
           - id: W-1001
             name: Ana Souza
@@ -40,6 +43,7 @@ Format (full reference with every field: ``capability_svc/WORLD_FORMAT.md``)::
             requested_by: alice
             required_trainings: [NR-10, NR-35]
             workers: [{id: W-1001, role: EXECUTOR}]
+            added_workers: [{id: W-1009, role: EXECUTOR, added_on: 2026-11-29}]   # after planning
             risks:
               - {id: R-1, hazard: Arc flash, severity: 4, likelihood: 2,
                  controls: [{control: LOTO applied, in_place: true}]}
@@ -56,7 +60,7 @@ Format (full reference with every field: ``capability_svc/WORLD_FORMAT.md``)::
               trainings:
                 - {record_id: TR-1, course_code: NR-10, course_title: ..., status: COMPLETED,
                    completed_on: 2025-09-01, valid_until: 2027-09-01,
-                   certificate_id: C-1, issuer: ...}
+                   certificate_id: C-1, issuer: ..., issuer_id: senai}
           faults:                      # per worker: a mode name or a mapping
             W-1006: timeout
             W-1007: {mode: latency, latency_ms: 800}
@@ -81,6 +85,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import pydantic
 
+from agentmesh.tenant_file import TenantFile, TenantFileError, parse_tenants
 from capability_svc._validation import pydantic_violations
 from capability_svc._yaml_lines import (
     DocumentError,
@@ -106,6 +111,7 @@ __all__ = [
     "load_world",
     "parse_world",
     "parse_world_text",
+    "world_tenant_file",
 ]
 
 WORLD_FORMAT = "agentmesh-world/v1"
@@ -179,6 +185,14 @@ class PermitWorkerSpec(_Model):
 
     id: Id
     role: Text
+
+
+class AddedWorkerSpec(_Model):
+    """A worker added to a permit after its crew was planned (``workers``), by id, with role and date."""
+
+    id: Id
+    role: Text
+    added_on: IsoDate
 
 
 class ControlSpec(_Model):
@@ -256,6 +270,8 @@ class PermitSpec(_Model):
     released_by: Text | None = None
     required_trainings: list[Id] = []
     workers: list[PermitWorkerSpec] = []
+    added_workers: list[AddedWorkerSpec] = []
+    """Workers added after the crew was planned: the work-permit agent hands them to the training agent."""
     risks: list[RiskSpec] = []
     checklists: list[ChecklistSpec] = []
     simulate: SimulateSpec = SimulateSpec()
@@ -272,6 +288,9 @@ class LmsTrainingSpec(_Model):
     valid_until: IsoDate | None = None
     certificate_id: Annotated[str, pydantic.Field(max_length=200)] | None = None
     issuer: Annotated[str, pydantic.Field(max_length=500)] | None = None
+    issuer_id: Id | None = None
+    """Who issued the record, as an id (the ``issuer`` text is free text and decides nothing): a data
+    conflict between records of one certificate is resolved by the issuers' configured authority."""
 
 
 class LmsWorkerSpec(_Model):
@@ -304,6 +323,9 @@ class TenantSpec(_Model):
 
     id: TenantId
     name: Text
+    definition: dict[str, Any] | None = None
+    """The tenant's configuration (roles, agents, limits, on_exceeded) as in a tenant file
+    (agentmesh.tenant_file): ``agentmesh data load`` applies it before it loads the records."""
     workers: list[WorkerSpec] = []
     permits: list[PermitSpec] = []
     lms: LmsSpec = LmsSpec()
@@ -375,7 +397,31 @@ def parse_world_text(text: str, name: str = "<world>", *, json_input: bool = Fal
             violations=violations,
         ) from None
     _check_semantics(world, doc, name)
+    _definitions(world, doc, name)
     return world
+
+
+def _definitions(world: World, doc: LinedDocument, name: str) -> TenantFile:
+    """The tenants' definitions (``tenants[i].definition``), checked; WorldFormatError names line and field."""
+    entries = [(("tenants", i, "definition"), t.id, t.name, t.definition)
+               for i, t in enumerate(world.tenants) if t.definition is not None]
+    try:
+        definitions = parse_tenants(entries, doc.lines, name)
+    except TenantFileError as err:
+        raise WorldFormatError(err.message, file=name, field=err.field or None, line=err.line) from None
+    return TenantFile(name, definitions, dict(doc.lines), ("tenants",), [e[0] for e in entries])
+
+
+def world_tenant_file(path: Path) -> TenantFile:
+    """The tenant definitions of a world file, with the line of each field (none: an empty list), for
+    ``agentmesh data load`` to apply them.
+
+    Raises:
+        WorldFormatError: as :func:`parse_world`.
+    """
+    world = parse_world(path)
+    doc = _parse_document(path.read_text(encoding="utf-8"), str(path), path.suffix.lower() == ".json")
+    return _definitions(world, doc, str(path))
 
 
 def _parse_document(text: str, name: str, json_input: bool) -> LinedDocument:
@@ -473,6 +519,15 @@ def _check_semantics(world: World, doc: LinedDocument, name: str) -> None:
                         "id",
                     )
             duplicates([w.id for w in permit.workers], "permit worker", *p, "workers")
+            crew = {w.id for w in permit.workers}
+            for wi, added in enumerate(permit.added_workers):
+                if added.id not in worker_ids:
+                    add("WORLD_REFERENCE_INVALID", f"worker {added.id!r} is not a worker of tenant {tenant.id!r}",
+                        *p, "added_workers", wi, "id")
+                elif added.id in crew:
+                    add("WORLD_FIELD_INVALID", f"worker {added.id!r} is already in the permit's workers",
+                        *p, "added_workers", wi, "id")
+            duplicates([w.id for w in permit.added_workers], "added worker", *p, "added_workers")
             codes = permit.required_trainings
             for ci, code in enumerate(codes):
                 if codes.index(code) != ci:

@@ -196,7 +196,8 @@ class SpecialistServicer(pb_grpc.SpecialistServiceServicer):
         attributes: dict[str, Any] = {"agentmesh.agent_id": self._agent.agent_id, "agentmesh.task_id": task.task_id}
         with telemetry.mesh_ids(execution_id=trace.execution_id, correlation_id=trace.correlation_id), \
                 telemetry.tracer(__name__).start_as_current_span("AgentTask", attributes=attributes):
-            result = self._agent.run(task, client)
+            result = self._agent.run(task, client, request.handoff_outcomes,
+                                     again=len(request.handoff_outcomes) > 0)
         if client.stopped:
             log.info("task %s stopped: its call ended (cancelled, or the supervisor is gone)", task.task_id)
         result.versions.policy_version = ",".join(grpc_client.policy_versions)

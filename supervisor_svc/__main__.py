@@ -33,10 +33,11 @@ from supervisor_svc.servicer import (
     DecisionCenterServicer,
     GrpcAuthorizer,
     GrpcSpecialists,
+    PolicyTenants,
     SupervisorServicer,
     dependency_checker,
 )
-from supervisor_svc.tenants import TenantDirectory
+from supervisor_svc.tenants import load_limit_defaults
 
 SERVICES = ("agentmesh.v1.SupervisorService", "agentmesh.v1.AgentRegistryService",
             "agentmesh.v1.DecisionCenterService")
@@ -58,9 +59,10 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
                            f"{errors.from_rpc_error(err).message}") from err
     try:
         registry = AgentRegistry(ctx.data_dir / "supervisor-agents.db", dependency_checker=dependency_checker(caps))
-        tenants = TenantDirectory.load()
+        # Tenants are data in the policy engine's tenant directory, read for every execution; the
+        # platform's default limits are this file.
+        tenants = PolicyTenants(ctx.channel("policy"), load_limit_defaults(), ctx.config.call_timeout_s)
         known = {e.agent_id for e in registry.list()}
-        tenants.check_agents(known)
         # Every domain definition, validated completely before anything runs (errors name file:line:field).
         platform_projections = ProjectionConfig.load()
         domains = DomainCatalog.load(sensitive_fields=platform_projections.sensitive_fields)
@@ -94,7 +96,8 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
         verify_assertion=functools.partial(assertion.verify, key=idp_key), authorize=authorize,
         task_timeout_s=ctx.config.task_timeout_s, actions=actions, revoker=specialists, domains=domains)
     center = DecisionCenter(store=store, actions=actions, authorize=authorize, dispatcher=dispatcher,
-                            visible=orchestrator.visible, snapshot=orchestrator.snapshot, domains=domains)
+                            visible=orchestrator.visible, snapshot=orchestrator.snapshot, domains=domains,
+                            continue_past_limit=orchestrator.continue_past_limit)
     events = EventHandler(store=store, dispatcher=dispatcher, tenants=tenants, domains=domains)
     orchestrator.end_interrupted()
     ctx.on_stop(orchestrator.close)

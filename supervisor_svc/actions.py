@@ -156,6 +156,24 @@ def _ts(moment: dt.datetime) -> Timestamp:
     return ts
 
 
+_NOTHING_WRITTEN = ("NOT_AUTHORISED", "GOVERNANCE_UNAVAILABLE", "CAPABILITY_REJECTED", "CAPABILITY_REFUSED",
+                    "AGENT_DISABLED", "AGENT_RETIRED", "AGENT_NOT_ACTIVE", "AGENT_NOT_FOUND")
+"""Error codes of a failed action that was refused before anything was written, whatever the domain: the
+governance refused the capability call, or the task was never dispatched (the definition adds its own)."""
+
+
+def action_effect(done: Dispatched, why: str, compensated: bool, action: ActionDef) -> pb.ActionEffect:
+    """What a failed action did to its resource: never "could not be restored" for one that wrote nothing."""
+    code = why.split(":", 1)[0].split(" ", 1)[0]
+    if done.result is None:
+        return pb.ACTION_EFFECT_UNKNOWN if done.started else pb.ACTION_EFFECT_NONE
+    if action.verification_failed_code and code == action.verification_failed_code:
+        return pb.ACTION_EFFECT_COMPENSATED if compensated else pb.ACTION_EFFECT_NOT_RESTORED
+    if code in _NOTHING_WRITTEN or code in action.nothing_written_codes:
+        return pb.ACTION_EFFECT_NONE
+    return pb.ACTION_EFFECT_UNKNOWN
+
+
 class ReleaseActions:
     """Proposes, gates, confirms and executes the release of a permit (see the module docstring)."""
 
@@ -639,6 +657,7 @@ class ReleaseActions:
         effect = _effect(result, spec)
         if result is not None and result.status != common_pb2.RESULT_STATUS_FAILED and _verified(result, spec):
             action.verified = True
+            action.effect = pb.ACTION_EFFECT_APPLIED
             self._set(ex, pb.ACTION_STATE_SUCCEEDED,
                       f"{spec.past}: {noun} is {spec.past}, verified by reading it back")
             ex.status = pb.EXECUTION_STATUS_SUCCEEDED
@@ -647,15 +666,20 @@ class ReleaseActions:
             return
         why = done.failure if result is None else (result.error_reason or f"the {spec.verb} was not verified")
         action.compensated = bool(effect.get("compensated") is True or "compensated: true" in why)
+        action.effect = action_effect(done, why, action.compensated, spec)
         if done.timed_out:
             why = (f"{why}; the outcome of the {spec.verb} is unknown (timeout): check the {spec.resource_type} "
                    "before retrying")
         self._set(ex, pb.ACTION_STATE_FAILED, why)
         ex.status = pb.EXECUTION_STATUS_FAILED
         ex.reason = f"{spec.verb.upper().replace(' ', '_')}_FAILED: {why}"
-        ex.summary = (f"{ex.summary}\nThe {spec.verb} of {noun} FAILED: {why}"
-                      + (f" The {spec.resource_type} was restored to its previous state." if action.compensated
-                         else "")).strip()
+        kind = spec.resource_type
+        said = {pb.ACTION_EFFECT_COMPENSATED: f" The {kind} was restored to its previous state.",
+                pb.ACTION_EFFECT_NONE: f" Nothing was written: the {kind} is as it was.",
+                pb.ACTION_EFFECT_NOT_RESTORED: f" The {kind} could NOT be restored to its previous state: check it.",
+                pb.ACTION_EFFECT_UNKNOWN: f" Whether anything was written is not known: read the {kind} before any "
+                                          "retry."}.get(action.effect, "")
+        ex.summary = f"{ex.summary}\nThe {spec.verb} of {noun} FAILED: {why}{said}".strip()
         self._finish(ex, "ACTION_FAILED")
 
     def _finish(self, ex: pb.Execution, code: str) -> None:

@@ -37,6 +37,15 @@ domain's decision mapping, which says the decision and the headline of each):
 6. ``ALL_ANALYSES_PASS``: every expected analysis passed on evidence.
    (``NO_ANALYSIS_COMPLETED`` when nothing completed at all.)
 
+Data conflicts: records of one source that disagree about a subject (two LMS
+records of one certificate, one COMPLETED, one REVOKED), which the agent reports
+in ``result.data_conflicts`` (see supervisor_svc.contract). Each side's authority
+is its issuer's, as configured for the analysis's domain (``issuer_authority``);
+the same conflict rules decide it. Decided, the winning side's verdict and
+evidence count as a finding; undecided (an issuer without configured authority,
+or no rule that decides), it is an unresolved conflict for a human with both
+sides' evidence — REQUIRES_REVIEW, never a missing analysis.
+
 Conflicts (§36–38): two agents judge the *same subject* (e.g.
 ``worker:W-1005/NR-35``) one PASS, the other FAIL, each on FACT evidence. A
 configured rule resolves it only when it decides by the evidence-authority
@@ -66,7 +75,15 @@ import pydantic
 
 from agentmesh.v1 import common_pb2, supervisor_service_pb2
 from supervisor_svc._datafile import Document, format_path, load_document, validation_error
-from supervisor_svc.contract import Condition, ContractViolation, ResultContract, Verdict, check_result
+from supervisor_svc.contract import (
+    Condition,
+    ConflictSide,
+    ContractViolation,
+    DataConflict,
+    ResultContract,
+    Verdict,
+    check_result,
+)
 from supervisor_svc.errors import ConfigError
 
 __all__ = [
@@ -210,6 +227,14 @@ class EvidencePolicy:
     decisive_authority: Mapping[str, str] = field(default_factory=lambda: {"default": "VERIFIED_INTEGRATION"})
     """Domain → the least authority that makes a FACT-backed FAIL decisive; ``default`` for any other."""
     rules: tuple[ConflictRule, ...] = ()
+    issuers: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """Domain → issuer id → the authority of the records it issues, for data conflicts (PRD §37)."""
+
+    def issuer_authority(self, domain: str, issuer_id: str | None) -> str | None:
+        """The configured authority of an issuer's records in a domain; None when it has none."""
+        if not issuer_id:
+            return None
+        return (self.issuers.get(domain) or {}).get(issuer_id)
 
     def hierarchy(self, name: str) -> tuple[str, ...]:
         """The hierarchy of a domain, or the default one."""
@@ -284,7 +309,12 @@ class EvidencePolicy:
                 raise fail("prevails_at_least must rank strictly above yields_at_most", "conflict_rules", i)
             rules.append(ConflictRule(r.id, r.description, tuple(r.subjects), r.hierarchy,
                                       r.prevails_at_least, r.yields_at_most))
-        return cls({k: tuple(v) for k, v in model.hierarchies.items()}, dict(model.decisive_authority), tuple(rules))
+        for domain, issuers in model.issuer_authority.items():
+            for issuer, level in issuers.items():
+                if level not in (model.hierarchies.get(domain) or model.hierarchies["default"]):
+                    raise fail(f"{level} is not in the {domain!r} hierarchy", "issuer_authority", domain, issuer)
+        return cls({k: tuple(v) for k, v in model.hierarchies.items()}, dict(model.decisive_authority), tuple(rules),
+                   {d: dict(i) for d, i in model.issuer_authority.items()})
 
 
 _Authority = Literal["GOVERNMENT_SOURCE", "OFFICIAL_RECORD", "VERIFIED_INTEGRATION", "UNVERIFIED_DOCUMENT",
@@ -308,6 +338,8 @@ class _PolicyModel(_Strict):
     hierarchies: dict[str, list[_Authority]]
     decisive_authority: dict[str, _Authority]
     conflict_rules: list[_RuleModel] = []
+    issuer_authority: dict[str, dict[Annotated[str, pydantic.StringConstraints(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")], _Authority]] = {}
 
 
 # --- reading results -------------------------------------------------------------------------------
@@ -354,6 +386,8 @@ class _Read:
     missing: list[Missing] = field(default_factory=list)
     values: dict[str, Any] = field(default_factory=dict)
     """The contract's extra fields of a usable result."""
+    data_conflicts: list[_Resolved] = field(default_factory=list)
+    """The agent's data conflicts, each decided by issuer authority or left to a human."""
 
 
 _STATE_CODES = {
@@ -365,8 +399,8 @@ _STATE_CODES = {
 }
 
 
-def _read(outcome: TaskOutcome) -> _Read:
-    """Check one outcome against the contract and extract its findings and gaps."""
+def _read(outcome: TaskOutcome, policy: EvidencePolicy | None = None) -> _Read:
+    """Check one outcome against the contract and extract its findings, data conflicts and gaps."""
     analysis, agent = str(outcome.analysis), outcome.agent_id
     out = _Read()
     if outcome.state is not TaskState.COMPLETED:
@@ -400,7 +434,23 @@ def _read(outcome: TaskOutcome) -> _Read:
     gaps: list[str] = []
     fail_codes: list[str] = []
     effective: dict[str, Verdict] = {}
+    disputed: set[str] = set()
+    for conflict in parsed.data_conflicts:
+        resolved = _resolve_data(conflict, result, analysis, agent, policy or EvidencePolicy())
+        out.data_conflicts.append(resolved)
+        disputed.add(conflict.subject)
+        if resolved.winner is None:
+            continue
+        won = resolved.conflict
+        side_evidence = won.evidence_a if resolved.winner is Verdict.PASS else won.evidence_b
+        effective[conflict.subject] = resolved.winner
+        out.findings.append(_Finding(analysis, agent, conflict.subject, resolved.winner, tuple(side_evidence),
+                                     ("DATA_CONFLICT_RESOLVED",)))
+        if resolved.winner is Verdict.FAIL:
+            fail_codes.append(f"DATA_CONFLICT_RESOLVED on {conflict.subject}")
     for subject, verdict in sorted(parsed.subjects.items()):
+        if subject in disputed:
+            continue  # a data conflict: decided above, or for a human — not a gap
         backing = facts.get(subject, [])
         if verdict is not Verdict.UNKNOWN and not backing:
             gaps.append(f"{verdict.value} on {subject} has no FACT with evidence")
@@ -423,12 +473,13 @@ def _read(outcome: TaskOutcome) -> _Read:
         gaps.append("no subject was judged")
     has_fail = any(v is Verdict.FAIL for v in effective.values())
     uncertain_status = result.status != common_pb2.RESULT_STATUS_SUCCESS
-    if uncertain_status and not gaps:
+    if uncertain_status and not gaps and not disputed:
         gaps.append(f"result status {common_pb2.ResultStatus.Name(result.status)}")
     complete = not gaps
+    undecided = any(r.winner is None for r in out.data_conflicts)
     if has_fail:
         verdict = Verdict.FAIL
-    elif complete:
+    elif complete and not undecided:
         verdict = Verdict.PASS
     else:
         verdict = Verdict.UNKNOWN
@@ -446,6 +497,59 @@ class _Resolved:
     conflict: supervisor_service_pb2.Conflict
     winner: Verdict | None
     """PASS or FAIL if a rule decided; None when it goes to review."""
+
+
+def _resolve_data(conflict: DataConflict, result: common_pb2.AgentResult, analysis: str, agent: str,
+                  policy: EvidencePolicy) -> _Resolved:
+    """A data conflict decided by the configured authority of each side's issuer, through the conflict rules."""
+    passing = [s for s in conflict.sides if s.verdict is Verdict.PASS]
+    failing = [s for s in conflict.sides if s.verdict is Verdict.FAIL]
+
+    def evidence(sides: list[ConflictSide]) -> list[common_pb2.EvidenceReference]:
+        return [result.evidence[i] for i in sorted({i for s in sides for i in s.evidence})]
+
+    def best(sides: list[ConflictSide], hierarchy: str) -> str | None:
+        levels = [policy.issuer_authority(analysis, s.issuer_id) for s in sides]
+        known = [level for level in levels if level is not None]
+        return min(known, key=lambda n: policy.rank(hierarchy, n)) if known else None
+
+    def who(sides: list[ConflictSide]) -> str:
+        return ", ".join(f"{s.record_id or '?'} (issuer {s.issuer_id or 'not given'})" for s in sides)
+
+    applicable: list[str] = []
+    winner: Verdict | None = None
+    resolution = ""
+    unrated = sorted({s.issuer_id or "not given" for s in conflict.sides
+                      if policy.issuer_authority(analysis, s.issuer_id) is None})
+    if unrated:
+        applicable.append(f"ISSUER_AUTHORITY: no configured authority in the {analysis} domain for issuer(s) "
+                          f"{', '.join(unrated)}")
+    else:
+        for rule in policy.rules:
+            if not any(fnmatch.fnmatchcase(conflict.subject, p) for p in rule.subjects):
+                continue
+            a, b = best(passing, rule.hierarchy), best(failing, rule.hierarchy)
+            assert a is not None and b is not None
+            rank = policy.rank
+            top, floor = rank(rule.hierarchy, rule.prevails_at_least), rank(rule.hierarchy, rule.yields_at_most)
+            decided: Verdict | None = None
+            if rank(rule.hierarchy, a) <= top and rank(rule.hierarchy, b) >= floor:
+                decided = Verdict.PASS
+            elif rank(rule.hierarchy, b) <= top and rank(rule.hierarchy, a) >= floor:
+                decided = Verdict.FAIL
+            applicable.append(f"{rule.rule_id}: {rule.description} — {'decides' if decided else 'does not decide'}: "
+                              f"PASS records {who(passing)} {a} vs FAIL records {who(failing)} {b}")
+            if decided is not None and winner is None:
+                winner = decided
+                win, lose = (passing, failing) if decided is Verdict.PASS else (failing, passing)
+                resolution = (f"{rule.rule_id}: by issuer authority, the record(s) {who(win)} "
+                              f"({best(win, rule.hierarchy)}) prevail over {who(lose)} "
+                              f"({best(lose, rule.hierarchy)}); {conflict.subject} is {decided.value}")
+        if not applicable:
+            applicable.append(f"NO_RULE: no configured conflict rule covers {conflict.subject}")
+    return _Resolved(supervisor_service_pb2.Conflict(
+        subject=conflict.subject, agent_a=agent, agent_b=agent, evidence_a=evidence(passing),
+        evidence_b=evidence(failing), applicable_rules=applicable, resolution=resolution), winner)
 
 
 def _resolve(passing: _Finding, failing: _Finding, policy: EvidencePolicy) -> _Resolved:
@@ -536,8 +640,10 @@ class Headline(Protocol):
 
 _WORDS = {
     "en": {"MISSING": "Missing", "CONFLICT": "Conflict on {subject}: {a} PASS vs {b} FAIL",
+           "DATA_CONFLICT": "Data conflict on {subject}: records of {a} disagree (PASS vs FAIL)",
            "REVIEW": "sent to human review", "RESOLVED": "resolved by"},
     "pt": {"MISSING": "Faltando", "CONFLICT": "Conflito em {subject}: {a} PASS vs {b} FAIL",
+           "DATA_CONFLICT": "Conflito de dados em {subject}: registros de {a} divergem (PASS vs FAIL)",
            "REVIEW": "enviado para revisão humana", "RESOLVED": "resolvido por"},
 }
 
@@ -556,7 +662,8 @@ def _summary(
     for m in missing:
         lines.append(f"- {t['MISSING']}: {m}")
     for c in conflicts:
-        head = t["CONFLICT"].format(subject=c.subject, a=c.agent_a, b=c.agent_b)
+        head = t["DATA_CONFLICT" if c.agent_a == c.agent_b else "CONFLICT"].format(
+            subject=c.subject, a=c.agent_a, b=c.agent_b)
         tail = f"{t['RESOLVED']} {c.resolution.split(':', 1)[0]}" if c.resolution else t["REVIEW"]
         lines.append(f"- {head} — {tail}")
     return "\n".join(lines)
@@ -640,7 +747,7 @@ def aggregate(
     for analysis in order:
         got = by_analysis.get(analysis, [])
         if len(got) == 1:
-            reads[analysis] = _read(got[0])
+            reads[analysis] = _read(got[0], policy)
         elif not got:
             reads[analysis] = _Read(missing=[Missing(analysis, "", "TASK_NOT_RUN", "no task was planned")])
         else:
@@ -656,11 +763,13 @@ def aggregate(
     by_subject: dict[str, list[_Finding]] = {}
     for f in findings:
         by_subject.setdefault(f.subject, []).append(f)
-    conflicts: list[_Resolved] = []
+    conflicts: list[_Resolved] = [c for r in reads.values() for c in r.data_conflicts]
     definitive: list[str] = []
     disputed: list[str] = []
     weak: list[str] = []
-    unresolved_subjects: list[str] = []
+    unresolved_subjects: list[str] = [c.conflict.subject for c in conflicts if c.winner is None]
+    disputed.extend(f"{c.conflict.agent_a}: DATA_CONFLICT on {c.conflict.subject}" for c in conflicts
+                    if c.winner is None)
     for subject in sorted(by_subject):
         group = by_subject[subject]
         passes = [f for f in group if f.verdict is Verdict.PASS]

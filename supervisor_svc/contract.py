@@ -39,6 +39,16 @@ What every specialist's ``AgentResult`` must contain
     for the other agents, without provenance and medical notes). A condition
     of the plan (:class:`Condition`) reads such a field.
 
+    Any agent may add:
+
+    ``data_conflicts``  a list ``[{subject, sides: [{record_id, verdict, state, issuer_id,
+                      evidence}]}]``: records of one source that disagree about ``subject``
+                      (judged UNKNOWN in ``subjects``), one side per record, ``verdict`` PASS or
+                      FAIL as that record alone would decide, ``issuer_id`` who issued it (or
+                      null), ``evidence`` indexes into ``evidence``. At least one PASS and one
+                      FAIL side. The aggregator resolves it by the issuers' configured authority,
+                      or sends it to a human — a data conflict is never a missing analysis.
+
 ``statements`` — typed (§16); ``code`` UPPER_SNAKE, ``subject`` as in ``subjects``:
 
     Every subject judged PASS or FAIL needs at least one **FACT** statement with
@@ -94,7 +104,9 @@ from agentmesh.v1 import common_pb2
 
 __all__ = [
     "Condition",
+    "ConflictSide",
     "ContractViolation",
+    "DataConflict",
     "ParsedResult",
     "ResultContract",
     "ResultField",
@@ -156,6 +168,26 @@ class ResultContract:
 
 
 @dataclass(frozen=True)
+class ConflictSide:
+    """One record of a data conflict."""
+
+    record_id: str
+    verdict: Verdict
+    """PASS or FAIL: what the record alone would decide."""
+    issuer_id: str | None
+    evidence: tuple[int, ...]
+    """Indexes into the result's ``evidence``."""
+
+
+@dataclass(frozen=True)
+class DataConflict:
+    """Records of one source that disagree about a subject (``result.data_conflicts``)."""
+
+    subject: str
+    sides: tuple[ConflictSide, ...]
+
+
+@dataclass(frozen=True)
 class ParsedResult:
     """The contract fields of a result, checked."""
 
@@ -163,6 +195,8 @@ class ParsedResult:
     subjects: dict[str, Verdict]
     values: dict[str, Any] = field(default_factory=dict)
     """The contract's extra fields that are present, by name."""
+    data_conflicts: tuple[DataConflict, ...] = ()
+    """Records of one source that disagree (``result.data_conflicts``), checked."""
 
 
 def _result_dict(result: common_pb2.AgentResult) -> dict[str, Any]:
@@ -230,6 +264,7 @@ def check_result(result: common_pb2.AgentResult, contract: ResultContract | None
                     f"evidence index {index} is out of range (there are {len(result.evidence)})",
                     field=f"statements[{i}].evidence_indexes[{j}]",
                 )
+    conflicts = _data_conflicts(data, subjects, len(result.evidence))
     values: dict[str, Any] = {}
     for spec in contract.fields if contract else ():
         value = data.get(spec.name)
@@ -244,7 +279,50 @@ def check_result(result: common_pb2.AgentResult, contract: ResultContract | None
             raise ContractViolation(f"must be a non-empty {spec.type}" if spec.type == "object"
                                     else f"must be a {spec.type}", field=f"result.{spec.name}")
         values[spec.name] = value
-    return ParsedResult(verdict, subjects, values)
+    return ParsedResult(verdict, subjects, values, conflicts)
+
+
+def _data_conflicts(data: dict[str, Any], subjects: dict[str, Verdict], evidence_count: int
+                    ) -> tuple[DataConflict, ...]:
+    raw = data.get("data_conflicts")
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ContractViolation("must be a list", field="result.data_conflicts")
+    out: list[DataConflict] = []
+    for i, item in enumerate(raw):
+        where = f"result.data_conflicts[{i}]"
+        if not isinstance(item, dict) or not isinstance(item.get("subject"), str):
+            raise ContractViolation("needs a subject", field=f"{where}.subject")
+        subject = item["subject"]
+        if subjects.get(subject) is not Verdict.UNKNOWN:
+            raise ContractViolation("a disputed subject is judged UNKNOWN in subjects", field=f"{where}.subject")
+        if any(c.subject == subject for c in out):
+            raise ContractViolation("the subject is listed twice", field=f"{where}.subject")
+        raw_sides = item.get("sides")
+        if not isinstance(raw_sides, list):
+            raise ContractViolation("must be a list", field=f"{where}.sides")
+        sides: list[ConflictSide] = []
+        for j, side in enumerate(raw_sides):
+            at = f"{where}.sides[{j}]"
+            if not isinstance(side, dict):
+                raise ContractViolation("must be a mapping", field=at)
+            verdict = side.get("verdict")
+            if verdict not in (Verdict.PASS.value, Verdict.FAIL.value):
+                raise ContractViolation("must be PASS or FAIL", field=f"{at}.verdict")
+            issuer = side.get("issuer_id")
+            if issuer is not None and not isinstance(issuer, str):
+                raise ContractViolation("must be a string or null", field=f"{at}.issuer_id")
+            indexes = side.get("evidence")
+            if not isinstance(indexes, list) or not indexes or not all(
+                    isinstance(k, int | float) and float(k).is_integer() and 0 <= k < evidence_count for k in indexes):
+                raise ContractViolation("must list evidence indexes in range", field=f"{at}.evidence")
+            sides.append(ConflictSide(str(side.get("record_id") or ""), Verdict(verdict), issuer,
+                                      tuple(int(k) for k in indexes)))
+        if {s.verdict for s in sides} != {Verdict.PASS, Verdict.FAIL}:
+            raise ContractViolation("a data conflict needs a PASS side and a FAIL side", field=f"{where}.sides")
+        out.append(DataConflict(subject, tuple(sides)))
+    return tuple(out)
 
 
 def result_value(result: common_pb2.AgentResult | None, contract: ResultContract | None, name: str) -> Any:

@@ -29,6 +29,12 @@ Decisions resume the execution under review:
   policy engine and the requester's confirmation.
 * ASSIGN — records who should decide; nothing else changes.
 
+A LIMIT review (an execution reached a limit its tenant sends to human review,
+PRD §51): APPROVE lets the execution go on past that limit — it runs on from its
+checkpoint with the limit waived (``Execution.waived_limits``); REJECT stops it
+there (STOPPED, the limit and the reviewer's reason named). It cannot be
+overridden: nothing was analysed that a decision could be set on.
+
 Reading the execution behind a review is also an act the policy engine
 decides (READ_EXECUTION, see supervisor_svc.privacy), after the review check.
 A decision is recorded in the audit log (REVIEW_DECIDED) before it applies:
@@ -78,14 +84,18 @@ class DecisionCenter:
     def __init__(self, *, store: ExecutionStore, actions: ReleaseActions, authorize: Authorizer,
                  dispatcher: TaskDispatcher, visible: Callable[[assertion.UserIdentity, str], pb.Execution],
                  snapshot: Callable[[assertion.UserIdentity, str], pb.Execution] | None = None,
-                 domains: DomainCatalog | None = None) -> None:
+                 domains: DomainCatalog | None = None,
+                 continue_past_limit: Callable[[str, str, str], pb.Execution] | None = None) -> None:
         """Args:
         visible: The execution if the policy engine lets the user read it (PERMISSION_DENIED otherwise).
         snapshot: The execution as the user may see it, without asking again (after ``visible`` allowed it).
         domains: The domain definitions (what a review is about; the shipped ones by default).
+        continue_past_limit: ``(execution_id, limit reason, reviewer)``: lets an execution stopped at a
+            limit go on past it (``Orchestrator.continue_past_limit``).
         """
         self._domains = domains or default_catalog()
         self._queue_capability = _queue_capability(self._domains)
+        self._continue = continue_past_limit
         self._store = store
         self._actions = actions
         self._authorize = authorize
@@ -203,6 +213,11 @@ class DecisionCenter:
                 reason="REVIEW_CLOSED", field="review_id")
         override = decision == dc_pb2.REVIEW_DECISION_OVERRIDE
         about = _about(ex, self._domains)
+        limit = item.kind == dc_pb2.REVIEW_KIND_LIMIT
+        if limit and override:
+            raise errors.FailedPrecondition("a limit review is approved (the execution goes on) or rejected (it "
+                                            "stops); there is no analysis decision to override",
+                                            reason="REVIEW_NOT_OVERRIDABLE", field="decision")
         policy_decision = self._check(
             user, operation=policy_pb2.OPERATION_KIND_OVERRIDE if override else policy_pb2.OPERATION_KIND_REVIEW,
             resource=item.action.resource_id or about.resource_id, requester=item.requester,
@@ -215,6 +230,8 @@ class DecisionCenter:
         waiting = ex.status in (pb.EXECUTION_STATUS_AWAITING_REVIEW, pb.EXECUTION_STATUS_SUCCEEDED,
                                 pb.EXECUTION_STATUS_PARTIAL) and (
             not ex.HasField("action") or ex.action.state == pb.ACTION_STATE_AWAITING_APPROVAL)
+        if limit and ex.status != pb.EXECUTION_STATUS_AWAITING_REVIEW:
+            waiting = False
         if (approve or reject) and not waiting:
             raise errors.FailedPrecondition("the execution no longer waits for this review",
                                             reason="EXECUTION_NOT_AWAITING_REVIEW", field="review_id")
@@ -251,6 +268,26 @@ class DecisionCenter:
             ex.missing.append(missing_item(
                 pb.MISSING_KIND_INFORMATION_REQUESTED, "", req.reason,
                 f"information requested by {reviewer} ({item.review_id}): {req.reason}"))
+        elif approve and limit:
+            if self._continue is None:
+                raise errors.FailedPrecondition("this Decision Center cannot resume executions",
+                                                reason="EXECUTION_NOT_RESUMABLE", field="review_id")
+            record_decision()
+            item.status = dc_pb2.REVIEW_STATUS_APPROVED
+            item.history.append(event)
+            item.updated_at.CopyFrom(now_ts())
+            self._store.save_review(item)
+            # The orchestrator takes the stored execution from here (RUNNING again, past the limit).
+            self._continue(ex.execution_id, item.limit.limit_reason, reviewer)
+            return item, self._snapshot(user, ex.execution_id)
+        elif reject and limit:
+            record_decision()
+            ex.status = pb.EXECUTION_STATUS_STOPPED
+            ex.decision = common_pb2.ANALYSIS_DECISION_INSUFFICIENT_EVIDENCE
+            ex.reason = f"{item.limit.limit_reason}: stopped at the limit by {reviewer} in review {item.review_id}: " \
+                        f"{req.reason}"
+            ex.summary = f"{ex.summary}\nStopped at the limit by {reviewer}: {req.reason}"
+            item.status = dc_pb2.REVIEW_STATUS_REJECTED
         elif approve:
             try:
                 self._approve(user, item, ex, override=override, reason=req.reason, before_effect=record_decision)

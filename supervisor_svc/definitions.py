@@ -471,6 +471,10 @@ class ActionDef:
     """Dotted path in the agent's result that is true once the effect was read back (``release.verified``)."""
     unknown_codes: tuple[str, ...]
     """Error codes of the agent's result that leave the outcome unknown (asked again under the same key)."""
+    nothing_written_codes: tuple[str, ...] = ()
+    """Error codes of the agent's result that say it was refused before anything was written."""
+    verification_failed_code: str = ""
+    """The error code of an effect that did not read back (then ``compensated`` says whether it was undone)."""
 
     @property
     def effect_field(self) -> str:
@@ -668,6 +672,8 @@ class _ActionModel(_Strict):
         min_length=1)
     verified: Annotated[str, pydantic.StringConstraints(pattern=r"^[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*$")]
     unknown_codes: list[Annotated[str, pydantic.StringConstraints(pattern=_CODE)]] = []
+    nothing_written_codes: list[Annotated[str, pydantic.StringConstraints(pattern=_CODE)]] = []
+    verification_failed_code: Annotated[str, pydantic.StringConstraints(pattern=_CODE)] | None = None
 
 
 class _EventEndModel(_Strict):
@@ -1078,7 +1084,9 @@ class _Loader:
             key=key, domain=m.domain, capability=a.capability, agent=a.agent, resource_type=a.resource.type,
             policy_resource_type=a.resource.policy_type, subject=a.resource.subject, verb=a.verb.en,
             past=a.verb.past, arguments=arguments, input=inputs, capabilities=tuple(a.capabilities),
-            verified=a.verified, unknown_codes=tuple(a.unknown_codes))
+            verified=a.verified, unknown_codes=tuple(a.unknown_codes),
+            nothing_written_codes=tuple(a.nothing_written_codes),
+            verification_failed_code=a.verification_failed_code or "")
 
     def _event(self, domain: str, kind: str, e: _EventModel) -> EventDef:
         loc = ("events", kind)

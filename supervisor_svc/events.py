@@ -49,9 +49,9 @@ from supervisor_svc.definitions import (
     execution_intent,
 )
 from supervisor_svc.dispatch import Actor, Dispatched, TaskDispatcher, now_ts
-from supervisor_svc.errors import SupervisorError
+from supervisor_svc.errors import TenantNotConfigured
 from supervisor_svc.executions import ExecutionStore
-from supervisor_svc.tenants import TenantDirectory
+from supervisor_svc.tenants import TenantSource
 
 
 def _verdict(result: common_pb2.AgentResult | None) -> str:
@@ -63,7 +63,7 @@ def _verdict(result: common_pb2.AgentResult | None) -> str:
 class EventHandler:
     """Runs event-triggered executions (see the module docstring)."""
 
-    def __init__(self, *, store: ExecutionStore, dispatcher: TaskDispatcher, tenants: TenantDirectory,
+    def __init__(self, *, store: ExecutionStore, dispatcher: TaskDispatcher, tenants: TenantSource,
                  domains: DomainCatalog | None = None) -> None:
         self._store = store
         self._dispatch = dispatcher
@@ -102,9 +102,8 @@ class EventHandler:
             raise errors.InvalidArgument("tenant_id is required", reason="MISSING_FIELD", field="tenant_id")
         try:
             self._tenants.get(req.tenant_id)
-        except SupervisorError as err:
-            raise errors.InvalidArgument(f"unknown tenant {req.tenant_id!r}", reason="UNKNOWN_TENANT",
-                                         field="tenant_id") from err
+        except TenantNotConfigured as err:
+            raise errors.FailedPrecondition(err.message, reason=err.reason, field="tenant_id") from err
         definition, values = self._fields(req)
         for name, template in definition.values.items():
             values[name] = template.render(values)

@@ -79,7 +79,7 @@ from supervisor_svc.definitions import DomainCatalog, default_catalog, execution
 from supervisor_svc.dispatch import Actor, close_stored_delegations, delegate, delegated_unfinished
 from supervisor_svc.executions import ClaimLost, ExecutionStore, LeaseLost, ResumeInfo
 from supervisor_svc.intent import Classifier, Intent, check_tenant, parse_intent
-from supervisor_svc.limits import ExecutionBudget, LimitAction
+from supervisor_svc.limits import ExecutionBudget, LimitAction, Usage
 from supervisor_svc.planner import (
     HandoffRequest,
     NotRun,
@@ -93,7 +93,7 @@ from supervisor_svc.projection import Projector, to_struct
 from supervisor_svc.recording import PipelinedRecorder, governing, narrative, narrative_batch
 from supervisor_svc.registry import AgentRegistry
 from supervisor_svc.selection import AgentSelector
-from supervisor_svc.tenants import TenantDirectory
+from supervisor_svc.tenants import TenantConfig, TenantSource
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +103,10 @@ FOLLOW_POLL_S = 0.5
 """How often Watch on a replica that does not run the execution reads the shared store."""
 
 DEFAULT_TASK_TIMEOUT_S = 10.0
+MAX_HANDOFF_ROUNDS = 3
+"""How many times one task may answer WAITING (ask for handoffs) before it is failed."""
+HANDOFF = "handoff"
+"""``RequestedAction.action`` of a handoff request."""
 _meter = metrics.get_meter("agentmesh.supervisor")
 _task_latency = _meter.create_histogram("agentmesh.agent_task.duration", unit="ms",
                                         description="Latency of agent tasks (PRD §52)")
@@ -201,6 +205,20 @@ class _Live:
     delegated_before: set[str] = field(default_factory=set)
     """Tasks a previous supervisor process may have delegated (TASK_DELEGATED on the record) without
     finishing them: if one ends here without running, its delegation is closed (see _close_delegation)."""
+    allowed_agents: frozenset[str] = frozenset()
+    """The agents the tenant may use (handoff targets included), as configured when it was accepted."""
+    limit: sup_errors.LimitExceeded | None = None
+    """The limit a task or handoff reached: the stage ends and the execution stops there."""
+
+
+@dataclass(frozen=True)
+class _Call:
+    """How one RunTask of a task ended, or the task's outcome if it was never delegated."""
+
+    state: TaskState = TaskState.COMPLETED
+    result: common_pb2.AgentResult | None = None
+    reason: str = ""
+    not_run: TaskOutcome | None = None
 
 
 class Orchestrator:
@@ -212,7 +230,7 @@ class Orchestrator:
         identity: spiffe.SpiffeId,
         registry: AgentRegistry,
         selector: AgentSelector,
-        tenants: TenantDirectory,
+        tenants: TenantSource,
         projector: Projector,
         store: ExecutionStore,
         signer: grants.GrantSigner,
@@ -345,6 +363,12 @@ class Orchestrator:
             raise self._refuse(errors.PermissionDenied(
                 "tenant_id does not match the tenant of the user assertion", reason="TENANT_MISMATCH",
                 metadata={"field": "tenant_id"}), user)
+        try:
+            # Read for every execution: a tenant applied or changed a moment ago is in force for this one.
+            tenant = self._tenants.get(user.tenant_id)
+        except sup_errors.TenantNotConfigured as err:
+            raise self._refuse(errors.FailedPrecondition(err.message, reason=err.reason,
+                                                         metadata={"field": "tenant_id"}), user) from err
         if not request.request_text.strip():
             raise errors.InvalidArgument("request_text is required", reason="MISSING_FIELD",
                                          metadata={"field": "request_text"})
@@ -382,7 +406,7 @@ class Orchestrator:
                 self._await_existence(owner)
                 return Accepted(owner, user, duplicate=True)
         try:
-            self._begin(request, user, intent, caller, execution_id)
+            self._begin(request, user, intent, caller, execution_id, tenant)
         except ClaimLost as err:  # this process was too slow: a retry took the request over
             raise self._refuse(errors.Aborted(
                 "client_request_id was taken over by a retry while this request was being accepted",
@@ -422,7 +446,7 @@ class Orchestrator:
             time.sleep(0.02)
 
     def _begin(self, request: pb.AnalyzeRequest, user: assertion.UserIdentity, intent: Intent, caller: str,
-               execution_id: str) -> None:
+               execution_id: str, tenant: TenantConfig) -> None:
         correlation_id = request.correlation_id or f"corr-{uuid.uuid4().hex[:12]}"
         with telemetry.mesh_ids(execution_id=execution_id, correlation_id=correlation_id):
             ids = telemetry.current_ids()
@@ -436,12 +460,12 @@ class Orchestrator:
                 started_at=_ts(), client_request_id=request.client_request_id)
             user_ctx = user.to_context()
             try:
-                tenant = self._tenants.get(user.tenant_id)
                 budget = ExecutionBudget(tenant.limit_policy, request.budget if request.HasField("budget") else None)
             except sup_errors.SupervisorError as err:
                 raise errors.InvalidArgument(err.message, reason=err.reason,
                                              metadata={"field": err.field or "budget"}) from err
             live = _Live(execution, None, user, budget, intent.language if intent.language != "unknown" else "en",
+                         allowed_agents=tenant.allowed_agents,
                          release_requested=(intent.action_requested or request.request_release)
                          and intent.action is not None,
                          confirmation_ttl_s=max(0, request.confirmation_ttl_seconds))
@@ -453,15 +477,10 @@ class Orchestrator:
                       resource=_first_resource(intent))
             with telemetry.tracer().start_as_current_span("AgentSelection") as span:
                 try:
+                    # Admitted against the limits below, once the plan is stored: a plan that exceeds
+                    # one stops (or waits for a reviewer, who may let it go on) with its tasks known.
                     plan = build_plan(intent, execution_id=execution_id, user=user_ctx,
-                                      correlation_id=correlation_id, selector=self._selector, budget=budget)
-                except sup_errors.LimitExceeded as err:
-                    live.plan = None
-                    self._stop_for_limit(live, err)
-                    self._finish(live)
-                    self._register(live)
-                    live.done.set()
-                    return
+                                      correlation_id=correlation_id, selector=self._selector)
                 except sup_errors.NoAgentAvailable as err:
                     execution.status = pb.EXECUTION_STATUS_FAILED
                     execution.decision = common_pb2.ANALYSIS_DECISION_INSUFFICIENT_EVIDENCE
@@ -490,6 +509,16 @@ class Orchestrator:
         self._store.save_resume(execution_id, ResumeInfo(
             user_ctx, request.budget if request.HasField("budget") else None, live.release_requested,
             live.confirmation_ttl_s, live.language, tuple((n.analysis, n.reason) for n in plan.not_run)))
+        try:
+            budget.admit_plan([(node.depth, plan.specs[node.task_id].agent.manifest.cost)
+                               for node in plan.graph.nodes])
+        except sup_errors.LimitExceeded as err:
+            with telemetry.mesh_ids(execution_id=execution_id, correlation_id=correlation_id):
+                self._stop_for_limit(live, err)
+                self._finish(live)
+            self._register(live)
+            live.done.set()
+            return
         self._store.save(execution)
         self._register(live)
 
@@ -622,6 +651,10 @@ class Orchestrator:
                 outcomes[task_id] = outcome
                 if outcome.result is not None:
                     results[task_id] = outcome.result
+            if live.limit is not None:
+                # A task or a handoff reached a limit: the execution stops after this stage's work.
+                self._stop_for_limit(live, live.limit, outcomes)
+                return
         self._decide(live, outcomes)
 
     def _checkpoint(self, live: _Live, task_id: str) -> TaskOutcome | None:
@@ -681,6 +714,8 @@ class Orchestrator:
                       reason_codes=[state.value, reason, why])
 
     def _run_task(self, live: _Live, task_id: str, context: dict[str, Any] | None) -> TaskOutcome:
+        """Runs one task to its end: the agent is called, and called again with the outcome of each
+        handoff it asks for while its result is WAITING (see :meth:`_run_handoffs`)."""
         plan = live.plan
         assert plan is not None
         spec = plan.specs[task_id]
@@ -703,134 +738,243 @@ class Orchestrator:
                                                                 source_context_id=live.execution.execution_id)
                 node.input.CopyFrom(to_struct(projected))
                 node.projection.CopyFrom(projection)
-            remaining_s = live.budget.remaining_ms(self._elapsed_ms(live)) / 1000
-            timeout_s = max(0.05, min(self._task_timeout_s, remaining_s))
-            deadline = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=timeout_s)
-            node.deadline.CopyFrom(_ts(deadline))
-            node.status = common_pb2.TASK_STATUS_RUNNING
-            node.started_at.CopyFrom(_ts())
-            # The user's language, so the agent writes its statements in it (the supervisor knows no words).
-            node.locale = live.language
-            grant, principal = delegate(self._signer, self._id, entry, node, Actor.of_user(user),
-                                        rules=self._projector.resource_rules,
-                                        ttl=dt.timedelta(seconds=timeout_s + 30))
-            with live.lock:
-                # Stored before the delegation is on the record: a restart in between knows the task may
-                # have been delegated (see _rebuild), and closes that delegation if it does not run it.
-                for n in live.execution.graph.nodes:
-                    if n.task_id == task_id:
-                        n.started_at.CopyFrom(node.started_at)
-                self._store.save(live.execution)
-            try:
-                # The delegation is durable in the audit log before the agent hears of it.
-                governing(self._audit, audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED,
-                          outcome=audit_pb2.AUDIT_OUTCOME_PENDING, tenant_id=user.tenant_id, user_id=user.user_id,
-                          task_id=task_id, agent_id=agent_id, principal=principal,
-                          input_digest=node.projection.digest,
-                          versions=common_pb2.VersionStamp(agent_version=entry.manifest.version))
-            except errors.Unavailable as err:
-                # Not run. Whether the delegation record is in the log is unknown (audit may have written
-                # it and gone before answering), so it is closed either way, through the outbox: no
-                # delegation is ever left open. A TASK_FINISHED with no delegation before it says NOT_RUN.
-                with live.lock:
-                    earlier = task_id in live.delegated_before
-                    live.delegated_before.add(task_id)
-                self._close_delegation(live, task_id, TaskState.NOT_RUN, f"{err.code.name} {err.reason}: {err.message}",
-                                       why="DELEGATED_BEFORE_RESTART" if earlier else "DELEGATION_UNACKNOWLEDGED")
-                self._set_status(live, task_id, common_pb2.TASK_STATUS_FAILED, finished=True)
-                span.set_attribute("agentmesh.task_state", TaskState.NOT_RUN.value)
-                return self._outcome(plan, task_id, TaskState.NOT_RUN,
-                                     error_reason=f"{err.code.name} {err.reason}: {err.message}")
-            finished = False
-            try:
-                with live.lock:
-                    # Delegated again under the same task id: its TASK_FINISHED below closes both delegations.
-                    live.delegated_before.discard(task_id)
-                    for n in live.execution.graph.nodes:
-                        if n.task_id == task_id:
-                            n.CopyFrom(node)
-                    self._store.save(live.execution)
-                self._notify(live, pb.EXECUTION_EVENT_TASK_STARTED, task_id=task_id, agent_id=agent_id,
-                             task_status=common_pb2.TASK_STATUS_RUNNING)
-                request = spec_pb2.RunTaskRequest(task=node, grant=grant, principal=principal,
-                                                  trace=live.execution.trace)
-                started = time.monotonic()
-                state, result, reason = TaskState.COMPLETED, None, ""
-                if live.cancelled.is_set():
-                    state, reason = TaskState.CANCELLED, "CANCELLED"
-                else:
-                    call = self._specialists.start(agent_id, request, timeout_s)
-                    with live.lock:
-                        live.calls[task_id] = call
+            handoffs: list[common_pb2.HandoffOutcome] = []
+            rounds = 0
+            while True:
+                call = self._call_agent(live, task_id, entry, node, handoffs, span, again=rounds > 0)
+                if call.not_run is not None:
+                    return call.not_run
+                state, result, reason = call.state, call.result, call.reason
+                if result is not None and live.budget is not None:
                     try:
-                        result = call.result()
-                    except errors.DeadlineExceeded as err:
-                        state, reason = TaskState.TIMED_OUT, f"DEADLINE_EXCEEDED after {timeout_s * 1000:.0f} ms: {err}"
-                    except errors.MeshError as err:
-                        if live.cancelled.is_set():
-                            state, reason = TaskState.CANCELLED, "CANCELLED"
-                        else:
-                            state, reason = TaskState.FAILED, f"{err.code.name} {err.reason}: {err.message}"
-                    finally:
-                        with live.lock:
-                            live.calls.pop(task_id, None)
-                latency = (time.monotonic() - started) * 1000
-                _task_latency.record(latency, {"agent": agent_id})
-                _task_outcomes.add(1, {"agent": agent_id, "state": state.value})
-                status = _TASK_STATUS.get(state, common_pb2.TASK_STATUS_FAILED)
-                span.set_attribute("agentmesh.task_state", state.value)
-                outcome = _TASK_OUTCOME.get(state, audit_pb2.AUDIT_OUTCOME_FAILURE)
-                # The record first (kept in the outbox if audit is down), then the checkpoint: a task whose
-                # stored result makes a restarted supervisor skip it always has its TASK_FINISHED record.
-                self._narrate(
-                    audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED,
-                    outcome=outcome,
-                    tenant_id=user.tenant_id, user_id=user.user_id, task_id=task_id, agent_id=agent_id,
-                    reason_codes=[state.value, *([reason] if reason else []),
-                                  *(s.code for s in result.statements if s.code)] if result else [state.value, reason],
-                    evidence=list(result.evidence) if result else [], confidence=result.confidence if result else 0.0,
-                    versions=result.versions if result else None)
-                finished = True
-            finally:
-                if not finished:
-                    # Failed inside the supervisor after the delegation was on the record: closed there too.
-                    self._narrate(audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED, outcome=audit_pb2.AUDIT_OUTCOME_FAILURE,
+                        live.budget.record_model_usage(tokens=result.usage.tokens,
+                                                       model_calls=result.usage.model_calls)
+                    except sup_errors.LimitExceeded as err:
+                        self._limit_reached(live, err)
+                if result is None or result.status != common_pb2.RESULT_STATUS_WAITING:
+                    break
+                # The agent waits for the handoffs it asked for (PRD §12, §20).
+                rounds += 1
+                if not any(a.action == HANDOFF for a in result.requested_actions):
+                    state, result, reason = TaskState.FAILED, None, (
+                        "RESULT_WAITING_WITHOUT_HANDOFF: the agent answered WAITING but asked for no handoff")
+                    break
+                if live.limit is not None or live.cancelled.is_set():
+                    return self._waiting_cut_short(live, task_id, agent_id)
+                if rounds > MAX_HANDOFF_ROUNDS:
+                    state, result, reason = TaskState.FAILED, None, (
+                        f"HANDOFF_ROUNDS_EXCEEDED: {agent_id} was still WAITING after {MAX_HANDOFF_ROUNDS} rounds "
+                        "of handoffs")
+                    self._narrate(audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
                                   tenant_id=user.tenant_id, user_id=user.user_id, task_id=task_id, agent_id=agent_id,
-                                  reason_codes=[TaskState.FAILED.value, "SUPERVISOR_ERROR"])
+                                  reason_codes=["HANDOFF_ROUNDS_EXCEEDED", f"rounds={MAX_HANDOFF_ROUNDS}"])
+                    break
+                self._set_status(live, task_id, common_pb2.TASK_STATUS_WAITING)
+                self._notify(live, pb.EXECUTION_EVENT_TASK_WAITING, task_id=task_id, agent_id=agent_id,
+                             task_status=common_pb2.TASK_STATUS_WAITING)
+                handoffs = self._run_handoffs(live, task_id, result)
+                if live.limit is not None or live.cancelled.is_set():
+                    return self._waiting_cut_short(live, task_id, agent_id)
+            status = _TASK_STATUS.get(state, common_pb2.TASK_STATUS_FAILED)
             with live.lock:
                 if result is not None:
                     live.execution.results.append(result)
             self._set_status(live, task_id, status, finished=True)
             self._notify(live, pb.EXECUTION_EVENT_TASK_FINISHED, task_id=task_id, agent_id=agent_id, task_status=status)
             if result is not None:
-                self._handle_handoffs(live, task_id, result, context)
+                self._ignored_handoffs(live, task_id, result)
             return self._outcome(plan, task_id, state, result=result, error_reason=reason)
 
-    def _handle_handoffs(self, live: _Live, task_id: str, result: common_pb2.AgentResult,
-                         context: dict[str, Any] | None) -> None:
-        """A specialist's handoff request goes through the supervisor's checks (PRD §20–22), then runs.
+    def _waiting_cut_short(self, live: _Live, task_id: str, agent_id: str) -> TaskOutcome:
+        """A WAITING task the execution's cancellation or a reached limit ends before it is called again:
+        CANCELLED (its delegations are already closed: each RunTask's TASK_FINISHED is on the record)."""
+        plan = live.plan
+        assert plan is not None
+        why = "CANCELLED" if live.cancelled.is_set() else \
+            f"{live.limit.reason}: the limit was reached" if live.limit else ""
+        self._set_status(live, task_id, common_pb2.TASK_STATUS_CANCELLED, finished=True)
+        self._notify(live, pb.EXECUTION_EVENT_TASK_FINISHED, task_id=task_id, agent_id=agent_id,
+                     task_status=common_pb2.TASK_STATUS_CANCELLED)
+        return self._outcome(plan, task_id, TaskState.CANCELLED, error_reason=why)
 
-        The handoff's result is reported with the execution's results; the
-        decision rests on the planned analyses only.
+    def _call_agent(self, live: _Live, task_id: str, entry: Any, node: common_pb2.AgentTask,
+                    handoffs: list[common_pb2.HandoffOutcome], span: Any, *, again: bool) -> _Call:
+        """One RunTask of a task: a fresh grant, the delegation on the record (durably) before the agent
+        hears of it, the call within the task's deadline, and its end on the record. ``again``: the
+        agent answered WAITING before; ``handoffs`` are the outcomes of what it asked for."""
+        plan = live.plan
+        assert plan is not None
+        agent_id = entry.agent_id
+        user = live.user
+        remaining_ms = live.budget.remaining_ms(self._elapsed_ms(live))
+        timeout_s = self._task_timeout_s if remaining_ms is None else max(
+            0.05, min(self._task_timeout_s, remaining_ms / 1000))
+        deadline = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=timeout_s)
+        node.deadline.CopyFrom(_ts(deadline))
+        node.status = common_pb2.TASK_STATUS_RUNNING
+        if not node.HasField("started_at"):
+            node.started_at.CopyFrom(_ts())
+        # The user's language, so the agent writes its statements in it (the supervisor knows no words).
+        node.locale = live.language
+        grant, principal = delegate(self._signer, self._id, entry, node, Actor.of_user(user),
+                                    rules=self._projector.resource_rules,
+                                    ttl=dt.timedelta(seconds=timeout_s + 30))
+        with live.lock:
+            # Stored before the delegation is on the record: a restart in between knows the task may
+            # have been delegated (see _rebuild), and closes that delegation if it does not run it.
+            for n in live.execution.graph.nodes:
+                if n.task_id == task_id:
+                    n.started_at.CopyFrom(node.started_at)
+                    if again:  # called again after WAITING: RUNNING again from here on
+                        n.status = common_pb2.TASK_STATUS_RUNNING
+            self._store.save(live.execution)
+        try:
+            # The delegation is durable in the audit log before the agent hears of it.
+            governing(self._audit, audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED,
+                      outcome=audit_pb2.AUDIT_OUTCOME_PENDING, tenant_id=user.tenant_id, user_id=user.user_id,
+                      task_id=task_id, agent_id=agent_id, principal=principal,
+                      input_digest=node.projection.digest,
+                      reason_codes=["HANDOFF_OUTCOMES", *(f"{h.action_id}={common_pb2.HandoffState.Name(h.state)}"
+                                                          for h in handoffs)] if again else [],
+                      versions=common_pb2.VersionStamp(agent_version=entry.manifest.version))
+        except errors.Unavailable as err:
+            # Not run. Whether the delegation record is in the log is unknown (audit may have written
+            # it and gone before answering), so it is closed either way, through the outbox: no
+            # delegation is ever left open. A TASK_FINISHED with no delegation before it says NOT_RUN.
+            with live.lock:
+                earlier = task_id in live.delegated_before
+                live.delegated_before.add(task_id)
+            self._close_delegation(live, task_id, TaskState.NOT_RUN, f"{err.code.name} {err.reason}: {err.message}",
+                                   why="DELEGATED_BEFORE_RESTART" if earlier else "DELEGATION_UNACKNOWLEDGED")
+            self._set_status(live, task_id, common_pb2.TASK_STATUS_FAILED, finished=True)
+            span.set_attribute("agentmesh.task_state", TaskState.NOT_RUN.value)
+            return _Call(not_run=self._outcome(plan, task_id, TaskState.NOT_RUN,
+                                               error_reason=f"{err.code.name} {err.reason}: {err.message}"))
+        finished = False
+        state, result, reason = TaskState.COMPLETED, None, ""
+        try:
+            with live.lock:
+                # Delegated again under the same task id: its TASK_FINISHED below closes both delegations.
+                live.delegated_before.discard(task_id)
+                for n in live.execution.graph.nodes:
+                    if n.task_id == task_id:
+                        n.CopyFrom(node)
+                self._store.save(live.execution)
+            self._notify(live, pb.EXECUTION_EVENT_TASK_STARTED, task_id=task_id, agent_id=agent_id,
+                         task_status=common_pb2.TASK_STATUS_RUNNING)
+            request = spec_pb2.RunTaskRequest(task=node, grant=grant, principal=principal,
+                                              trace=live.execution.trace, handoff_outcomes=handoffs)
+            started = time.monotonic()
+            if live.cancelled.is_set():
+                state, reason = TaskState.CANCELLED, "CANCELLED"
+            else:
+                call = self._specialists.start(agent_id, request, timeout_s)
+                with live.lock:
+                    live.calls[task_id] = call
+                try:
+                    result = call.result()
+                except errors.DeadlineExceeded as err:
+                    state, reason = TaskState.TIMED_OUT, f"DEADLINE_EXCEEDED after {timeout_s * 1000:.0f} ms: {err}"
+                except errors.MeshError as err:
+                    if live.cancelled.is_set():
+                        state, reason = TaskState.CANCELLED, "CANCELLED"
+                    else:
+                        state, reason = TaskState.FAILED, f"{err.code.name} {err.reason}: {err.message}"
+                finally:
+                    with live.lock:
+                        live.calls.pop(task_id, None)
+            latency = (time.monotonic() - started) * 1000
+            _task_latency.record(latency, {"agent": agent_id})
+            waiting = result is not None and result.status == common_pb2.RESULT_STATUS_WAITING
+            _task_outcomes.add(1, {"agent": agent_id, "state": "WAITING" if waiting else state.value})
+            span.set_attribute("agentmesh.task_state", "WAITING" if waiting else state.value)
+            if waiting:
+                assert result is not None
+                outcome = audit_pb2.AUDIT_OUTCOME_PENDING
+                codes = ["WAITING", *(f"handoff:{a.action_id or '-'}->{a.target_agent_id}"
+                                      for a in result.requested_actions if a.action == HANDOFF)]
+            else:
+                outcome = _TASK_OUTCOME.get(state, audit_pb2.AUDIT_OUTCOME_FAILURE)
+                codes = [state.value, *([reason] if reason else []),
+                         *(s.code for s in result.statements if s.code)] if result else [state.value, reason]
+            # The record first (kept in the outbox if audit is down), then the checkpoint: a task whose
+            # stored result makes a restarted supervisor skip it always has its TASK_FINISHED record;
+            # a call that ended WAITING has its TASK_FINISHED before the task is stored WAITING.
+            self._narrate(
+                audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED,
+                outcome=outcome,
+                tenant_id=user.tenant_id, user_id=user.user_id, task_id=task_id, agent_id=agent_id,
+                reason_codes=codes,
+                evidence=list(result.evidence) if result else [], confidence=result.confidence if result else 0.0,
+                versions=result.versions if result else None)
+            finished = True
+        finally:
+            if not finished:
+                # Failed inside the supervisor after the delegation was on the record: closed there too.
+                self._narrate(audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED, outcome=audit_pb2.AUDIT_OUTCOME_FAILURE,
+                              tenant_id=user.tenant_id, user_id=user.user_id, task_id=task_id, agent_id=agent_id,
+                              reason_codes=[TaskState.FAILED.value, "SUPERVISOR_ERROR"])
+        return _Call(state=state, result=result, reason=reason)
+
+    def _run_handoffs(self, live: _Live, task_id: str,
+                      result: common_pb2.AgentResult) -> list[common_pb2.HandoffOutcome]:
+        """The handoffs a WAITING result asks for, each through the supervisor's checks (PRD §20–22), then
+        run; their outcomes go back to the agent that asked.
+
+        Admitted only if the target is allowed for the tenant, is not already in the task's lineage
+        (a loop), is in the requester's ``allowed_delegations``, is ACTIVE and has the capabilities,
+        and the limits allow one more task and handoff. The handoff task's input is what the
+        requester proposed, projected for the target and purpose (nothing else passes). A refusal is
+        audited and returned as REFUSED; a limit the handoff would exceed stops the execution (the
+        tenant's action: STOP, or HUMAN_REVIEW) and nothing more is run.
         """
         plan = live.plan
         assert plan is not None
-        for action in result.requested_actions:
-            if action.action != "handoff":
+        outcomes: list[common_pb2.HandoffOutcome] = []
+        for i, action in enumerate(result.requested_actions):
+            if action.action != HANDOFF:
+                continue
+            action_id = action.action_id or f"handoff-{i + 1}"
+            if live.limit is not None or live.cancelled.is_set():
+                outcomes.append(common_pb2.HandoffOutcome(
+                    action_id=action_id, target_agent_id=action.target_agent_id,
+                    state=common_pb2.HANDOFF_STATE_REFUSED,
+                    reason="CANCELLED: the execution was cancelled" if live.cancelled.is_set()
+                    else f"{live.limit.reason if live.limit else ''}: the execution reached a limit"))
                 continue
             params = json_format.MessageToDict(action.parameters)
             caps = params.get("required_capabilities", [])
+            proposed = params.get("input")
             req = HandoffRequest(from_task_id=task_id, target_agent_id=action.target_agent_id,
                                  objective=action.reason or "handoff",
                                  required_capabilities=tuple(str(c) for c in caps) if isinstance(caps, list) else (),
                                  correlation_id=live.execution.trace.correlation_id,
                                  purpose=str(params.get("purpose", "")))
             try:
+                if action.target_agent_id not in live.allowed_agents:
+                    raise sup_errors.HandoffRejected(
+                        f"{action.target_agent_id} is not an agent tenant {live.user.tenant_id} may use",
+                        reason="HANDOFF_TARGET_NOT_ALLOWED_FOR_TENANT", source_agent_id=result.agent_id,
+                        target_agent_id=action.target_agent_id)
                 with live.lock:
                     task = admit_handoff(plan, req, lookup=self._registry.ensure_active,
                                          execution_correlation_id=live.execution.trace.correlation_id,
-                                         budget=live.budget)
+                                         budget=live.budget, task_id=self._next_task_id(live))
+                    projected, projection = self._projector.project(
+                        proposed if isinstance(proposed, dict) else {}, task.target_agent_id, req.purpose,
+                        source_context_id=task_id)
+                    task.input.CopyFrom(to_struct(projected))
+                    task.projection.CopyFrom(projection)
+                    plan.task(task.task_id).CopyFrom(task)
                     live.execution.graph.nodes.append(task)
+                    self._store.save(live.execution)
+            except sup_errors.LimitExceeded as err:
+                _handoffs.add(1, {"result": "limit"})
+                self._limit_reached(live, err)
+                outcomes.append(common_pb2.HandoffOutcome(
+                    action_id=action_id, target_agent_id=action.target_agent_id,
+                    state=common_pb2.HANDOFF_STATE_REFUSED, reason=f"{err.reason}: {err.message}"))
+                continue
             except sup_errors.SupervisorError as err:
                 _handoffs.add(1, {"result": "rejected"})
                 with live.lock:
@@ -841,15 +985,62 @@ class Orchestrator:
                 self._narrate(audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
                               tenant_id=live.user.tenant_id, user_id=live.user.user_id, task_id=task_id,
                               agent_id=result.agent_id, reason_codes=[err.reason, f"to={action.target_agent_id}"])
+                outcomes.append(common_pb2.HandoffOutcome(
+                    action_id=action_id, target_agent_id=action.target_agent_id,
+                    state=common_pb2.HANDOFF_STATE_REFUSED, reason=f"{err.reason}: {err.message}"))
                 continue
             _handoffs.add(1, {"result": "admitted"})
-            self._run_task(live, task.task_id, context)
+            done = self._run_task(live, task.task_id, None)
+            if done.state is TaskState.COMPLETED and done.result is not None:
+                outcomes.append(common_pb2.HandoffOutcome(
+                    action_id=action_id, task_id=task.task_id, target_agent_id=task.target_agent_id,
+                    state=common_pb2.HANDOFF_STATE_COMPLETED, result=done.result))
+            else:
+                outcomes.append(common_pb2.HandoffOutcome(
+                    action_id=action_id, task_id=task.task_id, target_agent_id=task.target_agent_id,
+                    state=common_pb2.HANDOFF_STATE_FAILED,
+                    reason=f"{done.state.value}: {done.error_reason or 'no result'}"))
+        return outcomes
+
+    def _ignored_handoffs(self, live: _Live, task_id: str, result: common_pb2.AgentResult) -> None:
+        """A finished result that still asks for a handoff: nobody would get its outcome, so none is run."""
+        asked = [a for a in result.requested_actions if a.action == HANDOFF]
+        if not asked:
+            return
+        with live.lock:
+            for a in asked:
+                why = "HANDOFF_NOT_WAITING: asked for in a finished result, so not run (a handoff is asked with a " \
+                      "WAITING result)"
+                live.execution.missing.append(missing_item(
+                    pb.MISSING_KIND_HANDOFF, f"{result.agent_id} -> {a.target_agent_id}", why,
+                    f"handoff {result.agent_id} -> {a.target_agent_id}: {why}"))
+        self._narrate(audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
+                      tenant_id=live.user.tenant_id, user_id=live.user.user_id, task_id=task_id,
+                      agent_id=result.agent_id,
+                      reason_codes=["HANDOFF_NOT_WAITING", *(f"to={a.target_agent_id}" for a in asked)])
+
+    def _next_task_id(self, live: _Live) -> str:
+        """A task id not used in the execution (its graph keeps the handoffs of earlier runs too)."""
+        with live.lock:
+            used = {n.task_id for n in live.execution.graph.nodes}
+        n = len(used) + 1
+        while f"{live.execution.execution_id}-t{n}" in used:
+            n += 1
+        return f"{live.execution.execution_id}-t{n}"
+
+    def _limit_reached(self, live: _Live, err: sup_errors.LimitExceeded) -> None:
+        """A task or handoff hit a limit: the first one stands; the stage ends and the execution stops there."""
+        with live.lock:
+            if live.limit is None:
+                live.limit = err
 
     def _stop_for_limit(self, live: _Live, err: sup_errors.LimitExceeded,
                         outcomes: dict[str, TaskOutcome] | None = None) -> None:
+        """The execution stops at a limit: STOPPED, or with the tenant's HUMAN_REVIEW for that limit
+        AWAITING_REVIEW with a LIMIT review item (a reviewer lets it go on past the limit, or stops it)."""
         ex = live.execution
+        review = LimitAction(err.action) is LimitAction.HUMAN_REVIEW
         with live.lock:
-            review = err.action is LimitAction.HUMAN_REVIEW
             ex.status = pb.EXECUTION_STATUS_AWAITING_REVIEW if review else pb.EXECUTION_STATUS_STOPPED
             ex.decision = (common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW if review
                            else common_pb2.ANALYSIS_DECISION_INSUFFICIENT_EVIDENCE)
@@ -857,12 +1048,28 @@ class Orchestrator:
             ex.summary = (f"Stopped: {err.message}" if not review
                           else f"Sent to human review: {err.message}")
             for node in ex.graph.nodes:
-                if node.status in (common_pb2.TASK_STATUS_CREATED, common_pb2.TASK_STATUS_UNSPECIFIED) or (
+                if node.status in (common_pb2.TASK_STATUS_CREATED, common_pb2.TASK_STATUS_UNSPECIFIED,
+                                   common_pb2.TASK_STATUS_WAITING) or (
                         node.task_id in live.delegated_before and node.status == common_pb2.TASK_STATUS_RUNNING):
                     node.status = common_pb2.TASK_STATUS_CANCELLED
             left = sorted(live.delegated_before)
         for task_id in left:
             self._close_delegation(live, task_id, TaskState.CANCELLED, f"{err.reason}: {err.message}")
+        if review:
+            _escalations.add(1)
+            item = dc_pb2.ReviewItem(
+                execution_id=ex.execution_id, tenant_id=ex.tenant_id, kind=dc_pb2.REVIEW_KIND_LIMIT,
+                status=dc_pb2.REVIEW_STATUS_OPEN, requester=ex.user_id,
+                summary=f"The execution reached {err.reason} ({err.message}); approve to let it go on past this "
+                        "limit, reject to stop it",
+                limit=dc_pb2.LimitReached(limit_reason=err.reason, source=err.field or "", limit=err.limit,
+                                          observed=err.observed),
+                analysis_decision=ex.decision, created_at=_ts(), updated_at=_ts())
+            item.review_id = self._store.add_review(item)
+            self._store.save_review(item)
+            self._narrate(audit_pb2.AUDIT_EVENT_TYPE_REVIEW_CREATED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
+                          execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=ex.user_id,
+                          reason_codes=[item.review_id, "LIMIT", err.reason], analysis_decision=ex.decision)
 
     def _decide(self, live: _Live, outcomes: dict[str, TaskOutcome]) -> None:
         plan = live.plan
@@ -899,8 +1106,10 @@ class Orchestrator:
                         item = dc_pb2.ReviewItem(
                             execution_id=ex.execution_id, tenant_id=ex.tenant_id, kind=dc_pb2.REVIEW_KIND_CONFLICT,
                             status=dc_pb2.REVIEW_STATUS_OPEN, requester=ex.user_id, conflict=conflict,
-                            summary=f"{conflict.agent_a} and {conflict.agent_b} disagree on {conflict.subject}; "
-                                    "no rule decides it",
+                            summary=(f"Records of {conflict.subject} ({conflict.agent_a}) disagree; no issuer "
+                                     "authority rule decides it" if conflict.agent_a == conflict.agent_b else
+                                     f"{conflict.agent_a} and {conflict.agent_b} disagree on {conflict.subject}; "
+                                     "no rule decides it"),
                             analysis_decision=ex.decision, created_at=_ts(), updated_at=_ts())
                         conflict.review_id = self._store.add_review(item)
                         item.conflict.review_id = conflict.review_id
@@ -1187,8 +1396,13 @@ class Orchestrator:
             resume()
         return touched
 
-    def _rebuild(self, ex: pb.Execution, restarted: dt.datetime) -> _Live | None:
-        """The in-memory state of a stored RUNNING execution, to go on from its checkpoint; None if it cannot be."""
+    def _rebuild(self, ex: pb.Execution, restarted: dt.datetime, *, why: tuple[str, ...] = ("SUPERVISOR_RESTARTED",),
+                 elapsed_s: float | None = None) -> _Live | None:
+        """The in-memory state of a stored RUNNING execution, to go on from its checkpoint; None if it cannot be.
+
+        ``why``: the reason codes of its EXECUTION_STARTED ``RESUMED`` record. ``elapsed_s``: the wall
+        time it had used (default: since it was accepted, downtime included).
+        """
         info = self._store.resume_info(ex.execution_id)
         if info is None:
             return None
@@ -1202,13 +1416,24 @@ class Orchestrator:
             requester = info.requester
             user = assertion.UserIdentity(requester.tenant_id, requester.user_id, tuple(requester.roles),
                                           requester.session_id, requester.conversation_id, requester.assertion_digest)
-            budget = ExecutionBudget(self._tenants.get(user.tenant_id).limit_policy, info.budget)
+            tenant = self._tenants.get(user.tenant_id)
+            # Model usage already spent counts again; the planned tasks are admitted below.
+            used = Usage(tokens=sum(r.usage.tokens for r in ex.results),
+                         model_calls=sum(r.usage.model_calls for r in ex.results))
+            budget = ExecutionBudget(tenant.limit_policy, info.budget, usage=used)
+            budget.waive(ex.waived_limits)
             graph = common_pb2.AgentTaskGraph()
             graph.CopyFrom(ex.graph)
             # Handoff tasks run inside their parent's task; one unfinished at the crash is not re-run.
             handoffs = [n for n in ex.graph.nodes if n.parent_task_id]
             del graph.nodes[:]
             graph.nodes.extend(n for n in ex.graph.nodes if not n.parent_task_id)
+            for nodes in (graph.nodes, ex.graph.nodes):
+                for n in nodes:
+                    if n.status == common_pb2.TASK_STATUS_WAITING and not n.parent_task_id:
+                        # Its last call ended (WAITING, on the record); it runs again from the start.
+                        n.status = common_pb2.TASK_STATUS_CREATED
+                        n.ClearField("started_at")
             plan = restore_plan(intent, ex.execution_id, graph, [NotRun(a, reason) for a, reason in info.not_run],
                                 self._registry.get)
             specs = plan.specs
@@ -1230,19 +1455,63 @@ class Orchestrator:
                     "did not finish before the supervisor stopped"))
         done = [n.task_id for n in graph.nodes if n.status == common_pb2.TASK_STATUS_COMPLETED]
         live = _Live(ex, plan, user, budget, info.language, release_requested=info.release_requested,
-                     confirmation_ttl_s=info.ttl_s)
+                     confirmation_ttl_s=info.ttl_s, allowed_agents=tenant.allowed_agents)
         # Delegated (RUNNING), or about to be (started, not yet marked RUNNING), when the process stopped.
         live.delegated_before = {n.task_id for n in graph.nodes if delegated_unfinished(n)}
         # The execution's time limit counts from when it was accepted, downtime included.
-        live.started = time.monotonic() - max(0.0, (restarted - ex.started_at.ToDatetime(tzinfo=dt.UTC))
-                                              .total_seconds())
+        if elapsed_s is None:
+            elapsed_s = (restarted - ex.started_at.ToDatetime(tzinfo=dt.UTC)).total_seconds()
+        live.started = time.monotonic() - max(0.0, elapsed_s)
         self._store.save(ex)
         self._narrate(audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_STARTED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
                       execution_id=ex.execution_id, correlation_id=ex.trace.correlation_id, tenant_id=ex.tenant_id,
-                      user_id=ex.user_id, reason_codes=["RESUMED", "SUPERVISOR_RESTARTED",
+                      user_id=ex.user_id, reason_codes=["RESUMED", *why,
                                                         f"completed={','.join(done) or 'none'}"])
         log.info("resuming %s from its checkpoint (completed: %s)", ex.execution_id, ", ".join(done) or "none")
         return live
+
+    def continue_past_limit(self, execution_id: str, limit_reason: str, reviewer: str) -> pb.Execution:
+        """A reviewer approved the LIMIT review of an execution that stopped AWAITING_REVIEW at a limit: the
+        limit is waived for it (``Execution.waived_limits``) and it goes on from its checkpoint, in the
+        background — completed tasks are kept, the others run. Its wall time keeps what it had used before
+        it stopped (not the time it waited for the reviewer). Returns the execution, RUNNING again.
+
+        Raises:
+            agentmesh.errors.FailedPrecondition: ``EXECUTION_NOT_AWAITING_REVIEW``.
+        """
+        ex = self._store.get(execution_id)
+        if ex is None or ex.status != pb.EXECUTION_STATUS_AWAITING_REVIEW or execution_id in self._live:
+            raise errors.FailedPrecondition("the execution no longer waits at a limit",
+                                            reason="EXECUTION_NOT_AWAITING_REVIEW", metadata={"field": "review_id"})
+        elapsed_s = 0.0
+        if ex.HasField("finished_at"):
+            elapsed_s = (ex.finished_at.ToDatetime(tzinfo=dt.UTC)
+                         - ex.started_at.ToDatetime(tzinfo=dt.UTC)).total_seconds()
+        if limit_reason not in ex.waived_limits:
+            ex.waived_limits.append(limit_reason)
+        ex.status = pb.EXECUTION_STATUS_RUNNING
+        ex.decision = common_pb2.ANALYSIS_DECISION_UNSPECIFIED
+        ex.reason = ""
+        ex.summary = ""
+        del ex.missing[:]
+        ex.ClearField("finished_at")
+        for n in ex.graph.nodes:
+            if not n.parent_task_id and n.status == common_pb2.TASK_STATUS_CANCELLED:
+                # Stopped at the limit before it ran (or while it waited for a handoff): it runs now.
+                n.status = common_pb2.TASK_STATUS_CREATED
+                n.ClearField("started_at")
+                n.ClearField("finished_at")
+        self._store.save(ex)  # RUNNING again, owned (leased) by this replica
+        with telemetry.mesh_ids(execution_id=execution_id, correlation_id=ex.trace.correlation_id):
+            live = self._rebuild(ex, dt.datetime.now(dt.UTC), why=("LIMIT_WAIVED", limit_reason, f"by={reviewer}"),
+                                 elapsed_s=elapsed_s)
+            if live is None:
+                self._end_interrupted(ex)
+                raise errors.FailedPrecondition("the execution cannot go on from its checkpoint; it ended",
+                                                reason="EXECUTION_NOT_RESUMABLE", metadata={"field": "review_id"})
+        self._register(live)
+        self.run_async(execution_id)
+        return self._snapshot(live)
 
     def _close_stored_delegations(self, ex: pb.Execution, nodes: Iterable[common_pb2.AgentTask], state: TaskState,
                                   reason: str) -> None:

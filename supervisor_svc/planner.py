@@ -25,9 +25,9 @@ with the cycle), duplicate task ids and edges to unknown tasks;
 :func:`stages` gives the executor the topological stages.
 
 A handoff a specialist asks for (a ``RequestedAction`` with a
-``target_agent_id``) goes through :func:`admit_handoff`: the target must be in
-the requesting agent's ``allowed_delegations``; it must not already be in the
-task's lineage (A→B→A, A→B→C→A are loops); the same task may not ask for the
+``target_agent_id``) goes through :func:`admit_handoff`: the target must not
+already be in the task's lineage (A→A, A→B→A, A→B→C→A are loops); it must be in
+the requesting agent's ``allowed_delegations``; the same task may not ask for the
 same target twice; the correlation id must be the execution's; the target
 must be ACTIVE and hold the requested capabilities; and the limits (depth,
 tasks, handoffs, cost) must allow it. A handoff task is linked to its parent by
@@ -423,6 +423,7 @@ def admit_handoff(
     lookup: Callable[[str], AgentEntry],
     execution_correlation_id: str,
     budget: ExecutionBudget | None = None,
+    task_id: str | None = None,
 ) -> common_pb2.AgentTask:
     """Validate a handoff request and, if admitted, add its task to the plan.
 
@@ -433,6 +434,7 @@ def admit_handoff(
             DISABLED or unknown target is refused at once.
         execution_correlation_id: The execution's correlation id.
         budget: The execution's limits; the new task counts as a task and a handoff.
+        task_id: The new task's id (default ``<execution_id>-t<n>``, n = the plan's task count + 1).
 
     Returns:
         The new task (depth = parent's + 1, ``parent_task_id`` set, ``source_agent_id`` the requester).
@@ -458,15 +460,16 @@ def admit_handoff(
 
     if request.correlation_id != execution_correlation_id or parent.correlation_id != execution_correlation_id:
         raise reject("HANDOFF_CORRELATION_MISMATCH", "the handoff does not belong to this execution")
+    # A loop is refused whatever the delegations allow (and named as the loop it is).
+    chain = lineage(plan.graph, parent.task_id)
+    if target in chain:
+        path = (*chain, target)
+        raise reject("HANDOFF_LOOP", f"handoff would loop: {' -> '.join(path)}", path)
     requester = lookup(source)
     if target not in requester.manifest.allowed_delegations:
         raise reject("HANDOFF_NOT_ALLOWED",
                      f"{source} may not hand off to {target} (allowed: "
                      f"{', '.join(requester.manifest.allowed_delegations) or 'none'})")
-    chain = lineage(plan.graph, parent.task_id)
-    if target in chain:
-        path = (*chain, target)
-        raise reject("HANDOFF_LOOP", f"handoff would loop: {' -> '.join(path)}", path)
     for node in plan.graph.nodes:
         if node.parent_task_id == parent.task_id and node.target_agent_id == target:
             raise reject("HANDOFF_REPEATED", f"task {parent.task_id} already handed off to {target}")
@@ -478,7 +481,7 @@ def admit_handoff(
     if budget is not None:
         budget.admit_task(depth=depth, cost=agent.manifest.cost, handoff=True)
     task = common_pb2.AgentTask(
-        task_id=f"{plan.execution_id}-t{len(plan.graph.nodes) + 1}",
+        task_id=task_id or f"{plan.execution_id}-t{len(plan.graph.nodes) + 1}",
         parent_task_id=parent.task_id, execution_id=parent.execution_id, source_agent_id=source,
         target_agent_id=target, tenant_id=parent.tenant_id, user_id=parent.user_id,
         session_id=parent.session_id, conversation_id=parent.conversation_id, objective=request.objective,

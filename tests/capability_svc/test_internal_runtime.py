@@ -14,7 +14,7 @@ from capability_svc.invocation import InvocationContext
 from capability_svc.registry import CapabilityRegistry
 
 DEMO_PERMITS = {
-    "acme": [f"WP-{n}" for n in range(10231, 10245)],
+    "acme": [f"WP-{n}" for n in range(10231, 10251)],
     "globex": ["WP-20001"],
 }
 
@@ -407,7 +407,7 @@ def test_compensation_is_only_for_mutations(backend: InternalBackend, acme: Invo
 def test_employee_get_is_the_hr_record_without_health_data(
     backend: InternalBackend, registry: CapabilityRegistry, acme: InvocationContext, globex: InvocationContext
 ) -> None:
-    out = backend.execute("employee.get", acme, {"worker_id": "W-1016"})
+    out = backend.execute("employee.get", acme, {"worker_id": "W-1030"})
     registry.validate_output(registry.get("employee.get").manifest, out)
     assert (out["name"], out["employment_status"]) == ("Paula Neves", "INACTIVE")
     assert out["provenance"]["source"] == "hr-registry"
@@ -423,7 +423,7 @@ def test_employee_get_is_the_hr_record_without_health_data(
 @pytest.mark.parametrize(("tenant", "worker", "permit", "status"), [
     ("acme", "W-1001", "WP-10232", "FIT"),
     ("acme", "W-1003", "WP-10231", "FIT"),
-    ("acme", "W-1017", "WP-10231", "UNFIT"),
+    ("acme", "W-1031", "WP-10231", "UNFIT"),
     ("acme", "W-1004", "WP-10231", "NOT_EVALUATED"),  # no exam at all
     ("globex", "W-2002", "WP-20001", "FIT"),
 ])

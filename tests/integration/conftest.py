@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from agentmesh import config, launcher, spiffe, transport
@@ -100,7 +101,9 @@ class RoleProcess:
     """One role started as its own process on a free port; stop() in finally."""
 
     def __init__(self, cfg: MeshConfig, name: str, module: str, *, peers: dict[str, str] | None = None,
-                 env: dict[str, str] | None = None, extra: tuple[str, ...] = ()) -> None:
+                 env: dict[str, str] | None = None, extra: tuple[str, ...] = (), demo_tenants: bool = False) -> None:
+        """``demo_tenants`` (a policy engine with its audit peer): the demo tenants are applied once it
+        listens, as ``agentmesh up`` does on a first start (nothing when some tenant is configured already)."""
         import json
         import os
         import time
@@ -125,12 +128,29 @@ class RoleProcess:
             if addr_path.exists():
                 try:
                     self.address = str(json.loads(addr_path.read_text())["address"])
-                    return
                 except (ValueError, KeyError):
-                    pass
+                    time.sleep(0.05)
+                    continue
+                if demo_tenants:
+                    self._seed(cfg)
+                return
             time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"{name} did not start: {self.log.read_text()[-2000:]}")
+
+    def _seed(self, cfg: MeshConfig) -> None:
+        import time
+
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                launcher.seed_tenants(cfg, self.address)
+                return
+            except grpc.RpcError:
+                if time.monotonic() > deadline:  # not listening yet, or its audit peer not yet
+                    self.stop()
+                    raise
+                time.sleep(0.2)
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL if it does not stop."""

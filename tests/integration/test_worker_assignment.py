@@ -77,12 +77,12 @@ def test_the_portuguese_request(mesh: MeshConfig) -> None:
     ex = analyze(mesh, PT.format(w="W-1003", p="WP-10231"))
     assert (decision(ex), ex.reason) == ("NOT_RECOMMENDED", "DEFINITIVE_FAIL"), ex.summary
     assert ex.summary.startswith("O trabalhador W-1003 não deve ser alocado na permissão WP-10231.")
-    inactive = analyze(mesh, PT.format(w="W-1016", p="WP-10231"))
-    assert inactive.summary.startswith("O trabalhador W-1016 não pode ser alocado na permissão WP-10231:")
+    inactive = analyze(mesh, PT.format(w="W-1030", p="WP-10231"))
+    assert inactive.summary.startswith("O trabalhador W-1030 não pode ser alocado na permissão WP-10231:")
     assert "WORKER_NOT_ACTIVE" in inactive.summary
 
 
-@pytest.mark.parametrize(("worker", "code"), [("W-1016", "WORKER_NOT_ACTIVE on worker:W-1016/employment"),
+@pytest.mark.parametrize(("worker", "code"), [("W-1030", "WORKER_NOT_ACTIVE on worker:W-1030/employment"),
                                               ("W-2001", "WORKER_NOT_IN_TENANT on worker:W-2001/tenant")])
 def test_an_inactive_or_other_tenants_worker_skips_the_other_tasks_and_says_why(
         mesh: MeshConfig, worker: str, code: str) -> None:
@@ -183,7 +183,7 @@ def _received(cfg: MeshConfig, task_id: str) -> tuple[dict[str, Any], list[tuple
     return task_input, answers
 
 
-@pytest.mark.parametrize("worker", ["W-1003", "W-1017"])  # hearing loss; epilepsy under investigation
+@pytest.mark.parametrize("worker", ["W-1003", "W-1031"])  # hearing loss; epilepsy under investigation
 def test_the_medical_agent_receives_only_the_worker_the_permit_and_the_eligibility_status(
         mesh: MeshConfig, worker: str) -> None:
     secrets = _sensitive_texts()
@@ -200,7 +200,7 @@ def test_the_medical_agent_receives_only_the_worker_the_permit_and_the_eligibili
     answer = answers[0][1]
     assert set(answer) == {"worker_id", "permit_id", "work_type", "status", "valid_until", "provenance"}
     assert (answer["worker_id"], answer["permit_id"]) == (worker, "WP-10231")
-    assert answer["status"] == ("UNFIT" if worker == "W-1017" else "FIT")
+    assert answer["status"] == ("UNFIT" if worker == "W-1031" else "FIT")
     log = (mesh.mesh_home.logs / "medical-agent.log").read_text()
     assert not [s for s in secrets if s in log]
     assert not {"diagnosis", "clinical_notes", "medical_notes"} & set(re.findall(r'"(\w+)":', log))

@@ -54,10 +54,14 @@ PURPOSE = {
 }
 
 
+DEMO_TODAY = dt.date(2026, 11, 30)
+"""The demo world's today."""
+
+
 @functools.cache
 def load_agent(agent_id: str) -> SpecialistAgent:
     """Each agent's manifest and rules, loaded once per session."""
-    return SpecialistAgent.load(agent_id)
+    return SpecialistAgent.load(agent_id, today=lambda: DEMO_TODAY)
 
 
 @dataclass
@@ -204,11 +208,27 @@ def task_for(agent_id: str, data: Mapping[str, Any], task_id: str = "task-1", lo
     return task
 
 
+def refused(action: common_pb2.RequestedAction, reason: str = "HANDOFF_NOT_ALLOWED: refused in this test"
+            ) -> common_pb2.HandoffOutcome:
+    """The outcome the supervisor returns for a handoff it refuses."""
+    return common_pb2.HandoffOutcome(action_id=action.action_id, target_agent_id=action.target_agent_id,
+                                     state=common_pb2.HANDOFF_STATE_REFUSED, reason=reason)
+
+
 @pytest.fixture()
 def run_agent() -> Callable[..., common_pb2.AgentResult]:
-    """``run_agent(agent_id, data, client, locale="")``: the agent's full run (schema checks, stamping) on one task."""
-    def run(agent_id: str, data: Mapping[str, Any], client: Any, locale: str = "") -> common_pb2.AgentResult:
-        return load_agent(agent_id).run(task_for(agent_id, data, locale=locale), client)
+    """``run_agent(agent_id, data, client, locale="", handoffs=None)``: the agent's full run (schema checks,
+    stamping) on one task. A WAITING answer is answered as the supervisor would: with ``handoffs(action)`` for
+    each handoff asked for (default: refused), and the agent is called again."""
+    def run(agent_id: str, data: Mapping[str, Any], client: Any, locale: str = "",
+            handoffs: Callable[[common_pb2.RequestedAction], common_pb2.HandoffOutcome] | None = None,
+            ) -> common_pb2.AgentResult:
+        agent, task = load_agent(agent_id), task_for(agent_id, data, locale=locale)
+        result = agent.run(task, client)
+        if result.status == common_pb2.RESULT_STATUS_WAITING:
+            answer = handoffs or refused
+            result = agent.run(task, client, [answer(a) for a in result.requested_actions], again=True)
+        return result
     return run
 
 

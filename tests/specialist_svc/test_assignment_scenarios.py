@@ -62,10 +62,10 @@ def assess(worker: str, permit: str, local: Any, projector: Projector, tenant_id
     ("acme", "W-1001", "WP-10232", Decision.RECOMMENDED_FOR_RELEASE, "ALL_ANALYSES_PASS", ""),
     ("acme", "W-1003", "WP-10231", Decision.NOT_RECOMMENDED, "DEFINITIVE_FAIL",
      "training-agent: TRAINING_EXPIRED on worker:W-1003/NR-10"),
-    ("acme", "W-1017", "WP-10231", Decision.NOT_RECOMMENDED, "DEFINITIVE_FAIL",
-     "medical-agent: MEDICALLY_UNFIT on worker:W-1017/medical"),
-    ("acme", "W-1016", "WP-10231", Decision.NOT_RECOMMENDED, "WORKER_NOT_ASSIGNABLE",
-     "WORKER_NOT_ACTIVE on worker:W-1016/employment"),
+    ("acme", "W-1031", "WP-10231", Decision.NOT_RECOMMENDED, "DEFINITIVE_FAIL",
+     "medical-agent: MEDICALLY_UNFIT on worker:W-1031/medical"),
+    ("acme", "W-1030", "WP-10231", Decision.NOT_RECOMMENDED, "WORKER_NOT_ASSIGNABLE",
+     "WORKER_NOT_ACTIVE on worker:W-1030/employment"),
     ("acme", "W-2001", "WP-10231", Decision.NOT_RECOMMENDED, "WORKER_NOT_ASSIGNABLE",
      "WORKER_NOT_IN_TENANT on worker:W-2001/tenant"),
     ("acme", "W-1001", "WP-20001", Decision.NOT_RECOMMENDED, "WORKER_NOT_ASSIGNABLE",
@@ -103,7 +103,7 @@ def test_no_diagnosis_or_clinical_note_reaches_any_agent_or_the_answer(local: An
                and v]
     notes = [w["medical_notes"] for w in workers if w.get("medical_notes")]
     assert len(secrets) >= 4 and notes, "the demo world has medical data to hide"
-    for worker, permit in (("W-1003", "WP-10231"), ("W-1017", "WP-10231"), ("W-1001", "WP-10232")):
+    for worker, permit in (("W-1003", "WP-10231"), ("W-1031", "WP-10231"), ("W-1001", "WP-10232")):
         clients = {a: local(a) for a in ("employee-agent", "training-agent", "medical-agent")}
         assessment, received = assess(worker, permit, lambda a, t="acme", c=clients: c[a], projector)
         answers: dict[str, str] = {}
@@ -121,8 +121,8 @@ def test_no_diagnosis_or_clinical_note_reaches_any_agent_or_the_answer(local: An
         assert not [n for n in notes if n in passed_on] and "medical_notes" not in passed_on
 
 
-@pytest.mark.parametrize(("worker", "permit"), [("W-1001", "WP-10232"), ("W-1003", "WP-10231"), ("W-1017", "WP-10231"),
-                                                ("W-1016", "WP-10231"), ("W-2001", "WP-10231")])
+@pytest.mark.parametrize(("worker", "permit"), [("W-1001", "WP-10232"), ("W-1003", "WP-10231"), ("W-1031", "WP-10231"),
+                                                ("W-1030", "WP-10231"), ("W-2001", "WP-10231")])
 def test_a_portuguese_request_gets_every_statement_in_portuguese(worker: str, permit: str, local: Any,
                                                                  projector: Projector) -> None:
     from specialist_svc import phrases

@@ -97,7 +97,7 @@ def test_records_that_could_not_be_read_establish_nothing(err, fake, run_agent) 
 
 
 def test_the_real_runtime(local, run_agent, checked) -> None:
-    result = run_agent(AGENT, {"worker_id": "W-1016", "permit_id": "WP-10231"}, local(AGENT))
+    result = run_agent(AGENT, {"worker_id": "W-1030", "permit_id": "WP-10231"}, local(AGENT))
     checked(result, AGENT)
     assert data(result)["assignable"] is False
     assert {e.source for e in result.evidence} == {"hr-registry", "permit-registry"}

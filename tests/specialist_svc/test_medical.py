@@ -56,6 +56,6 @@ def test_an_unanswered_call_is_uncertain_never_fit(fake, run_agent, checked) -> 
 
 def test_the_real_runtime_never_shows_the_diagnosis(local, run_agent, checked) -> None:
     client = local(AGENT)
-    result = run_agent(AGENT, {"worker_id": "W-1017", "permit_id": "WP-10231"}, client)
-    assert {k: v.value for k, v in checked(result, AGENT).subjects.items()} == {"worker:W-1017/medical": "FAIL"}
+    result = run_agent(AGENT, {"worker_id": "W-1031", "permit_id": "WP-10231"}, client)
+    assert {k: v.value for k, v in checked(result, AGENT).subjects.items()} == {"worker:W-1031/medical": "FAIL"}
     assert "Epilepsy" not in str(result) and "neurology" not in str(result).lower()

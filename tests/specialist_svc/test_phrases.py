@@ -16,7 +16,8 @@ WP_CONTRACT = default_catalog().domain("work-permit").plans["analysis"].task("pe
 
 SOURCE = Path(phrases.__file__).parent
 PERMITS = ["WP-10231", "WP-10232", "WP-10233", "WP-10234", "WP-10235", "WP-10236", "WP-10237", "WP-10238",
-           "WP-10239", "WP-10240", "WP-10242", "WP-10243", "WP-20001"]
+           "WP-10239", "WP-10240", "WP-10242", "WP-10243", "WP-10245", "WP-10246", "WP-10247", "WP-10248",
+           "WP-10249", "WP-10250", "WP-20001"]
 
 
 def _templates_in_source() -> set[str]:

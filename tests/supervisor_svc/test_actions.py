@@ -214,6 +214,17 @@ def test_a_failed_release_is_reported_failed_with_its_compensation(tmp_path: Pat
     assert done.status == pb.EXECUTION_STATUS_FAILED
     assert done.action.state == pb.ACTION_STATE_FAILED and done.action.compensated and not done.action.verified
     assert "RELEASE_VERIFICATION_FAILED" in done.reason
+    assert done.action.effect == pb.ACTION_EFFECT_COMPENSATED
+    assert done.summary.endswith("The permit was restored to its previous state.")
+
+
+def test_a_failed_compensation_says_the_permit_could_not_be_restored(tmp_path: Path) -> None:
+    failing = FakeDispatcher({"verified": False, "compensated": False},
+                             error="RELEASE_VERIFICATION_FAILED: not visible; compensated: false")
+    actions, _, _, ex = awaiting_confirmation(tmp_path, dispatcher=failing)
+    done = actions.confirm(ALICE, confirmation(ex))
+    assert done.action.effect == pb.ACTION_EFFECT_NOT_RESTORED and not done.action.compensated
+    assert "could NOT be restored" in done.summary
 
 
 def test_a_result_without_verification_is_never_success(tmp_path: Path) -> None:
@@ -422,6 +433,10 @@ def test_a_definite_refusal_ends_the_release_at_once(tmp_path: Path) -> None:
     done = _fast(actions).confirm(ALICE, confirmation(ex))
     assert (done.action.state, done.status) == (pb.ACTION_STATE_FAILED, pb.EXECUTION_STATUS_FAILED)
     assert "RELEASE_REFUSED" in done.reason and len(refused.runs) == 1
+    # Refused before anything was written: it says so, never "could not be restored".
+    assert done.action.effect == pb.ACTION_EFFECT_NONE and not done.action.compensated
+    assert done.summary.endswith("Nothing was written: the permit is as it was.")
+    assert "restored" not in done.summary
 
 
 def test_a_release_that_never_reached_the_agent_is_a_definite_failure(tmp_path: Path) -> None:
@@ -435,3 +450,4 @@ def test_a_release_that_never_reached_the_agent_is_a_definite_failure(tmp_path: 
     done = _fast(actions).confirm(ALICE, confirmation(ex))
     assert (done.action.state, done.status) == (pb.ACTION_STATE_FAILED, pb.EXECUTION_STATUS_FAILED)
     assert len(dispatcher.runs) == 1
+    assert done.action.effect == pb.ACTION_EFFECT_NONE

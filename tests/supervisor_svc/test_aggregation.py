@@ -18,8 +18,9 @@ from supervisor_svc.aggregation import (
     report,
 )
 from supervisor_svc.contract import ContractViolation, check_result
-from supervisor_svc.definitions import default_catalog
+from supervisor_svc.definitions import default_catalog, default_domains_dir, load_definition
 from supervisor_svc.errors import ConfigError
+from supervisor_svc.projection import ProjectionConfig
 
 WP_DOMAIN = default_catalog().domain("work-permit")
 ANALYSIS_PLAN, STATUS_PLAN = WP_DOMAIN.plans["analysis"], WP_DOMAIN.plans["status"]
@@ -447,3 +448,75 @@ def test_bad_evidence_policy(tmp_path: Path, text: str, field: str) -> None:
     with pytest.raises(ConfigError) as err:
         EvidencePolicy.load(cfg)
     assert err.value.field == field
+
+
+# --- data conflicts: records of one source that disagree -----------------------------------------------------
+
+def _conflicting(issuers: tuple[str | None, str | None]) -> TaskOutcome:
+    """The training agent's answer when two LMS records of one NR-35 certificate disagree (COMPLETED vs REVOKED)."""
+    subject = "worker:W-1001/NR-35"
+    r = _result(Analysis.TRAINING, {"worker:W-1001/NR-10": "PASS", subject: "UNKNOWN"},
+                [("worker:W-1001/NR-10", "TRAINING_VALID", "VERIFIED_INTEGRATION"),
+                 (subject, "TRAINING_RECORD", "VERIFIED_INTEGRATION"),
+                 (subject, "TRAINING_RECORD", "VERIFIED_INTEGRATION")],
+                extra={"data_conflicts": [{"subject": subject, "sides": [
+                    {"record_id": "TR-a", "verdict": "PASS", "state": "VALID", "issuer_id": issuers[0],
+                     "evidence": [1]},
+                    {"record_id": "TR-b", "verdict": "FAIL", "state": "REVOKED", "issuer_id": issuers[1],
+                     "evidence": [2]}]}]})
+    r.statements.append(common_pb2.Statement(kind=common_pb2.STATEMENT_KIND_INFERENCE, code="CONFLICTING_CERTIFICATES",
+                                             subject=subject, evidence_indexes=[1, 2]))
+    return _done(Analysis.TRAINING, r)
+
+
+def test_a_data_conflict_decided_by_issuer_authority(policy: EvidencePolicy) -> None:
+    # The Ministry of Labour (GOVERNMENT_SOURCE) revoked what SENAI (OFFICIAL_RECORD) records as completed.
+    outcomes = {**_all_pass(), Analysis.TRAINING: _conflicting(("senai", "mte"))}
+    a = _run(policy, outcomes)
+    assert (a.decision, a.reason, a.missing) == (Decision.NOT_RECOMMENDED, "DEFINITIVE_FAIL", ())
+    (conflict,) = a.conflicts
+    assert (conflict.agent_a, conflict.agent_b) == ("training-agent", "training-agent")
+    assert conflict.resolution.startswith("GOVERNMENT_SOURCE_PREVAILS: by issuer authority, the record(s) TR-b")
+    assert [e.reference for e in conflict.evidence_a] == ["REC-1"] and [e.reference for e in conflict.evidence_b] == [
+        "REC-2"]
+    assert a.blocking == ("training-agent: DATA_CONFLICT_RESOLVED on worker:W-1001/NR-35",)
+    # The other way round, SENAI's REVOKED does not stand against the Ministry's COMPLETED.
+    passed = _run(policy, {**_all_pass(), Analysis.TRAINING: _conflicting(("mte", "senai"))})
+    assert passed.decision is Decision.RECOMMENDED_FOR_RELEASE and passed.conflicts[0].resolution
+
+
+@pytest.mark.parametrize(("issuers", "why"), [
+    (("senai", "alves-training"), "does not decide"),       # OFFICIAL_RECORD vs VERIFIED_INTEGRATION: no rule
+    (("senai", "senai"), "does not decide"),                # one issuer, one authority
+    (("senai", None), "ISSUER_AUTHORITY: no configured authority"),
+    (("senai", "some-school"), "ISSUER_AUTHORITY: no configured authority"),
+])
+def test_an_undecided_data_conflict_is_for_a_human_never_a_missing_analysis(
+        policy: EvidencePolicy, issuers: tuple[str | None, str | None], why: str) -> None:
+    a = _run(policy, {**_all_pass(), Analysis.TRAINING: _conflicting(issuers)})
+    assert (a.decision, a.reason, a.missing) == (Decision.REQUIRES_REVIEW, "UNRESOLVED_CONFLICT", ())
+    assert a.review_required and a.status is OutcomeStatus.SUCCEEDED
+    (conflict,) = a.conflicts
+    assert not conflict.resolution and any(why in rule for rule in conflict.applicable_rules)
+    assert conflict.evidence_a and conflict.evidence_b
+    assert "Data conflict on worker:W-1001/NR-35" in a.summary
+
+
+def test_a_data_conflict_that_breaks_the_contract_is_missing(policy: EvidencePolicy) -> None:
+    outcome = _conflicting(("senai", "mte"))
+    assert outcome.result is not None
+    outcome.result.result["data_conflicts"][0]["sides"][1]["verdict"] = "PASS"  # no FAIL side left
+    a = _run(policy, {**_all_pass(), Analysis.TRAINING: outcome})
+    assert a.decision is Decision.INSUFFICIENT_EVIDENCE
+    assert any(m.code == "RESULT_CONTRACT_VIOLATION" and "data_conflicts" in m.detail for m in a.missing)
+
+
+def test_issuer_authority_must_be_in_the_domains_hierarchy(tmp_path: Path) -> None:
+    text = (default_domains_dir() / "work-permit.yaml").read_text()
+    bad = tmp_path / "work-permit.yaml"
+    bad.write_text(text.replace("mte: GOVERNMENT_SOURCE", "mte: DIVINE_REVELATION"))
+    with pytest.raises(ConfigError) as caught:
+        load_definition(bad, sensitive_fields=ProjectionConfig.load().sensitive_fields)
+    assert caught.value.field == "evidence.issuer_authority.training.mte"
+    assert caught.value.line == next(n for n, line in enumerate(bad.read_text().splitlines(), 1)
+                                     if "DIVINE_REVELATION" in line)

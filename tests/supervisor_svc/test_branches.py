@@ -27,8 +27,8 @@ from supervisor_svc.orchestrator import Orchestrator
 from supervisor_svc.projection import ProjectionConfig, Projector
 from supervisor_svc.registry import AgentRegistry
 from supervisor_svc.selection import AgentSelector
-from supervisor_svc.tenants import TenantDirectory
 
+from .conftest import demo_tenants
 from .test_orchestrator import Audit, Call, Policy
 
 
@@ -79,7 +79,7 @@ class Specialists:
 def _orchestrator(tmp_path: Path, catalog: DomainCatalog, projector: Projector,
                   idp: Ed25519PrivateKey) -> tuple[Orchestrator, Specialists, Audit, AgentRegistry]:
     registry = AgentRegistry(tmp_path / "agents.db")
-    tenants = TenantDirectory.load()
+    tenants = demo_tenants()
     specialists, audit = Specialists(), Audit()
     orch = Orchestrator(
         identity=spiffe.service("supervisor"), registry=registry, selector=AgentSelector(registry, tenants),

@@ -23,7 +23,8 @@ from supervisor_svc.limits import ExecutionBudget, LimitPolicy, Limits
 from supervisor_svc.planner import HandoffRequest, Plan, admit_handoff, build_plan, lineage, stages, validate_graph
 from supervisor_svc.registry import AgentRegistry, LifecycleStatus, default_agents_dir
 from supervisor_svc.selection import AgentSelector
-from supervisor_svc.tenants import TenantDirectory
+
+from .conftest import demo_tenants
 
 USER = common_pb2.UserContext(tenant_id="acme", user_id="alice", session_id="s-1", conversation_id="c-1")
 CONDITION_PERMIT_FOUND = "permit_found"
@@ -182,7 +183,7 @@ def loopy(tmp_path: Path) -> Iterator[tuple[AgentRegistry, AgentSelector]]:
         data["allowed_delegations"] = targets
         path.write_text(yaml.safe_dump(data))
     with AgentRegistry(tmp_path / "db", agents) as reg:
-        yield reg, AgentSelector(reg, TenantDirectory.load())
+        yield reg, AgentSelector(reg, demo_tenants())
 
 
 def _handoff(from_task: str, target: str, correlation: str = "corr-1",

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from supervisor_svc.errors import NoAgentAvailable
+from agentmesh.v1 import tenant_service_pb2 as tenant_pb2
+from supervisor_svc.errors import NoAgentAvailable, TenantNotConfigured
 from supervisor_svc.registry import AgentRegistry, LifecycleStatus
 from supervisor_svc.selection import (
     WEIGHTS,
@@ -114,14 +115,13 @@ def test_weights_must_sum_to_one() -> None:
 
 
 def test_selector_uses_tenant_configuration(registry: AgentRegistry, tmp_path: Path) -> None:
-    cfg = tmp_path / "tenants.yaml"
-    cfg.write_text("tenants:\n  acme:\n    allowed_agents: [work-permit-agent]\n")
-    selector = AgentSelector(registry, TenantDirectory.load(cfg))
+    selector = AgentSelector(registry, TenantDirectory.of([tenant_pb2.TenantDefinition(
+        tenant_id="acme", display_name="ACME", allowed_agents=["work-permit-agent"])]))
     assert selector.select("acme", Requirement(domains=("work-permit",))).agent.agent_id == "work-permit-agent"
     with pytest.raises(NoAgentAvailable) as err:
         selector.select("acme", Requirement(domains=("training",)))
     assert err.value.excluded["training-agent"].startswith("TENANT_NOT_ALLOWED")
-    with pytest.raises(NoAgentAvailable):  # unknown tenant: no agent at all
+    with pytest.raises(TenantNotConfigured):  # not "no agent available": the tenant is not configured
         selector.select("initech", Requirement(domains=("work-permit",)))
 
 
