@@ -34,8 +34,12 @@ DEFAULT_PORTS: dict[str, int] = {
     "employee-agent": 7415,
     "medical-agent": 7416,
     "lms": 7480,
+    "console": 7490,
+    "dev-idp": 7491,
 }
-DEFAULT_OPERATORS = ("spiffe://agentmesh.local/client/operator",)
+DEFAULT_OPERATORS = ("spiffe://agentmesh.local/client/operator", "spiffe://agentmesh.local/svc/console")
+"""The CLI's operator identity and the web console (which shows operator pages only to users whose
+verified assertion holds the ``operator`` role; see console_svc)."""
 
 
 class ConfigError(Exception):
@@ -86,6 +90,11 @@ class MeshConfig(BaseModel):
     today: dt.date | None = None
     """The mesh's date for business rules (e.g. whether a permit's window has ended), ``YYYY-MM-DD``; unset:
     the host's UTC date. For demos and tests whose data is dated; security clocks always use the real time."""
+    console_idp_url: str | None = None
+    """Base URL of the identity provider the web console signs users in with (``/authorize``, ``/token``);
+    the dev identity provider the launcher starts when unset."""
+    dev_idp_users: Path | None = None
+    """The dev identity provider's users file; the shipped ``dev_idp/users.yaml`` when unset."""
 
     @field_validator("ports")
     @classmethod
@@ -139,7 +148,7 @@ class MeshConfig(BaseModel):
 _ENV_FIELDS = {"host": str, "call_timeout_s": float, "lms_url": str, "access_file": Path,
                "startup_timeout_s": float, "specialist_delay_ms": int, "task_timeout_s": float,
                "database_url": str, "supervisor_replicas": int,
-               "confirmation_ttl_s": int, "leaf_validity_s": int, "today": str}
+               "confirmation_ttl_s": int, "leaf_validity_s": int, "today": str, "console_idp_url": str}
 
 
 def load(

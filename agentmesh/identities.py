@@ -27,6 +27,8 @@ OPERATOR = spiffe.client("operator")
 """The identity the CLI uses for operator commands (kill switches, audit, status)."""
 PLATFORM_CLI = spiffe.client("platform-cli")
 """The identity the CLI uses as a platform caller of the supervisor."""
+CONSOLE = spiffe.service("console")
+"""The web console: a client of the supervisor (and, for operators, of audit and policy)."""
 SUPERVISOR = spiffe.service("supervisor")
 AUDIT = spiffe.service("audit")
 
@@ -88,8 +90,8 @@ def _audit_key_files() -> tuple[str, str]:
 
 
 def mesh_identities(config: MeshConfig) -> list[spiffe.SpiffeId]:
-    """Every identity the mesh issues and renews: each workload, and the CLI's two clients."""
-    return [w.identity for w in workloads(config)] + [OPERATOR, PLATFORM_CLI]
+    """Every identity the mesh issues and renews: each workload, the web console, and the CLI's two clients."""
+    return [w.identity for w in workloads(config)] + [CONSOLE, OPERATOR, PLATFORM_CLI]
 
 
 def leaf_validity(config: MeshConfig) -> dt.timedelta:

@@ -42,6 +42,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import resources
@@ -54,6 +55,7 @@ from cryptography import x509
 from agentmesh import health, spiffe, transport
 from agentmesh.config import MeshConfig
 from agentmesh.identities import (
+    CONSOLE,
     OPERATOR,
     Workload,
     init_identities,
@@ -295,11 +297,24 @@ def lms_admin_token(config: MeshConfig) -> str:
 
 
 def _http_health(url: str) -> str:
+    return _http_probe(url)[0]
+
+
+def _http_probe(url: str) -> tuple[str, str]:
+    """(``SERVING`` / ``NOT_SERVING`` / ``HTTP nnn`` / ``UNREACHABLE (…)``, the reason a web process gives)."""
     try:
         with urllib.request.urlopen(f"{url}/healthz", timeout=2) as resp:
-            return "SERVING" if resp.status == 200 else f"HTTP {resp.status}"
+            return ("SERVING", "") if resp.status == 200 else (f"HTTP {resp.status}", "")
+    except urllib.error.HTTPError as err:
+        try:
+            body = json.loads(err.read(4096) or b"{}")
+        except ValueError:
+            body = {}
+        status = body.get("status") if isinstance(body, dict) else None
+        reason = body.get("reason", "") if isinstance(body, dict) else ""
+        return (str(status) if status else f"HTTP {err.code}"), str(reason)[:600]
     except OSError as err:
-        return f"UNREACHABLE ({err})"
+        return f"UNREACHABLE ({err})", ""
 
 
 def exit_text(code: int | None) -> str:
@@ -330,6 +345,8 @@ class _Managed:
     peers: dict[str, str]
     extra: tuple[str, ...] = ()
     port: int = 0
+    module: str = ""
+    """For a web process without a gRPC workload (``kind`` http): its module (none: the sandbox LMS)."""
     proc: subprocess.Popen[bytes] | None = None
     address: str = ""
     state: str = "starting"
@@ -351,11 +368,21 @@ class _Managed:
 
     @property
     def addr_path(self) -> Path:
-        if self.kind == "http":
+        if self._is_lms:
             return self.config.mesh_home.run / "lms.addr"
         return address_file(self.config, self.name)
 
+    @property
+    def _is_lms(self) -> bool:
+        return self.workload is None and not self.module
+
     def command(self) -> list[str]:
+        if self.workload is None and self.module:  # a web process of the mesh (the console, the dev IdP)
+            cmd = [sys.executable, "-m", self.module, *self.extra, "--home", str(self.config.home),
+                   "--host", self.config.host, "--port", str(self.port)]
+            for name, addr in self.peers.items():
+                cmd += ["--peer", f"{name}={addr}"]
+            return cmd
         if self.workload is None:  # the sandbox LMS; it serves the world loaded last
             return [sys.executable, "-m", "lms_sandbox", "--host", self.config.host, "--port", str(self.port),
                     "--data", str(lms_world(self.config)), "--address-file", str(self.addr_path),
@@ -387,7 +414,7 @@ class _Managed:
             text = self.addr_path.read_text().strip()
         except OSError:
             return ""
-        if self.kind == "http":
+        if self._is_lms:
             return text
         try:
             return str(json.loads(text)["address"])
@@ -446,7 +473,7 @@ class _Managed:
         code = self.proc.poll()
         if code is not None:
             self.last_exit_code, self.last_exit_at = code, now
-            if self.kind == "grpc":
+            if not self._is_lms:
                 self.addr_path.unlink(missing_ok=True)  # a crash leaves its address record behind
             lines = log_lines(self.log_path, self.log_offset, 2)
             last = f": {lines[-1]}" if lines else ""
@@ -740,6 +767,22 @@ class Mesh:
         (self.config.mesh_home.run / "lms.addr").unlink(missing_ok=True)
 
 
+def web_processes(config: MeshConfig, peers: dict[str, str], *, progress: bool = False) -> list[_Managed]:
+    """The browser-facing processes, started after the gRPC roles: the dev identity provider (unless
+    ``console_idp_url`` names another one, or its key ``HOME/ca/idp.key`` is not here: a home whose CA
+    directory is kept offline has no dev IdP) and the web console (a client of the supervisor, audit and
+    policy)."""
+    procs = []
+    if config.console_idp_url is None and config.mesh_home.idp_key.exists():
+        procs.append(_Managed(config, "dev-idp", "http", "", None, {}, module="dev_idp", port=config.port("dev-idp")))
+    elif config.console_idp_url is None and progress:
+        print(f"  {'dev-idp':<18} not started: no {config.mesh_home.idp_key} (set console_idp_url to sign people "
+              "in to the console)", file=sys.stderr)
+    procs.append(_Managed(config, "console", "http", str(CONSOLE), None, dict(peers), module="console_svc",
+                          port=config.port("console")))
+    return procs
+
+
 def supervisor_replicas(config: MeshConfig) -> list[Workload]:
     """The supervisor replicas after the first (``supervisor_replicas``): same module and identity, own names."""
     return [Workload(f"supervisor-{n}", spiffe.service("supervisor"), "supervisor_svc", ("--replica", str(n)))
@@ -790,6 +833,14 @@ def start(config: MeshConfig, *, progress: bool = True, supervisor: Supervisor |
                 if seeded and progress:
                     print(f"  {'tenants':<18} applied {', '.join(seeded)} (first start: {demo_tenants()})",
                           file=sys.stderr)
+        for m in web_processes(config, peers, progress=progress):
+            mesh.procs.append(m)
+            m.spawn()
+            mesh.save()
+            m.wait_ready(stop)
+            mesh.save()
+            if progress:
+                print(f"  {m.name:<18} SERVING  {m.address}", file=sys.stderr)
     except BaseException:
         mesh.stop()
         raise
@@ -859,7 +910,7 @@ def up_detached(config: MeshConfig, *, progress: bool = True) -> list[Running]:
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
     shown: set[str] = set()
-    deadline = time.monotonic() + config.startup_timeout_s * (len(workloads(config)) + 1) + 10
+    deadline = time.monotonic() + config.startup_timeout_s * (len(workloads(config)) + 3) + 10
     while True:
         sup, procs = _read(config)
         for p in procs:
@@ -1010,12 +1061,12 @@ def status(config: MeshConfig) -> list[dict[str, object]]:
             health_name, reason = health_probe(config, p.address, p.spiffe_id)
             if p.state == "starting" and health_name.startswith("UNREACHABLE"):
                 health_name, reason = "STARTING", f"pid {p.pid} is not answering yet"
-        elif p.kind == "grpc":
+        elif p.kind == "grpc" or not p.address:
             health_name = "STARTING"
         else:
-            health_name = _http_health(p.address)
+            health_name, reason = _http_probe(p.address)
         row: dict[str, object] = {**asdict(p), "alive": alive, "health": health_name, "reason": reason}
-        if p.kind == "grpc":
+        if p.spiffe_id:
             row.update(leaf_status(config, p.spiffe_id))
         if health_name != "SERVING":
             row["log"] = log_lines(config.mesh_home.logs / f"{p.name}.log", p.log_offset)

@@ -291,6 +291,23 @@ class ExecutionStore:
                                     (pb.EXECUTION_STATUS_RUNNING,)).fetchall()
         return [_execution(body) for (body,) in rows]
 
+    def page(self, tenant_id: str, *, after: tuple[str, str] | None = None,
+             limit: int = 100) -> list[tuple[str, pb.Execution]]:
+        """Up to ``limit`` executions of a tenant, most recently changed first, each with its ``updated_at``.
+
+        ``after`` is the ``(updated_at, execution_id)`` of the last one of the previous page: the page
+        goes on from there (keyset order ``updated_at DESC, execution_id DESC``).
+        """
+        sql = "SELECT updated_at, body FROM executions WHERE tenant_id = ?"
+        params: list[object] = [tenant_id]
+        if after is not None:
+            sql += " AND (updated_at < ? OR (updated_at = ? AND execution_id < ?))"
+            params += [after[0], after[0], after[1]]
+        params.append(limit)
+        with self._lock:
+            rows = self._db.execute(sql + " ORDER BY updated_at DESC, execution_id DESC LIMIT ?", params).fetchall()
+        return [(str(updated), _execution(body)) for updated, body in rows]
+
     # -- leases ------------------------------------------------------------------
 
     def owner_of(self, execution_id: str) -> tuple[str, bool] | None:

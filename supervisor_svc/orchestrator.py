@@ -65,6 +65,7 @@ from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
 from agentmesh.v1 import specialist_service_pb2 as spec_pb2
 from agentmesh.v1 import supervisor_service_pb2 as pb
 from supervisor_svc import errors as sup_errors
+from supervisor_svc import listing
 from supervisor_svc.actions import ReleaseActions
 from supervisor_svc.aggregation import (
     Assessment,
@@ -339,6 +340,11 @@ class Orchestrator:
         _, execution = self._find(execution_id)
         self._guard.require(user, execution_id, execution, READ)
         return self.snapshot(user, execution_id)
+
+    def list_visible(self, user: assertion.UserIdentity,
+                     request: pb.ListExecutionsRequest) -> pb.ListExecutionsResponse:
+        """A page of the executions of the user's tenant the policy engine lets them read (supervisor_svc.listing)."""
+        return listing.list_visible(self._store, self._guard, user, request, self.snapshot)
 
     # -- start: verify, parse, plan --------------------------------------------
 

@@ -66,6 +66,32 @@ class ExecutionGuard:
                                 *(decision.reason_codes if decision is not None else [])], **fields)
         return errors.recorded(err)
 
+    def may_read_all_of(self, user: assertion.UserIdentity, requester: str) -> bool:
+        """Whether the policy engine lets ``user`` read the executions ``requester`` asked for (listing).
+
+        One READ_EXECUTION decision on ``Execution::"-"`` (no particular one) of the user's tenant, ``requester`` as
+        ``context.subject_requester_id``: the execution policies decide on the requester and the
+        caller's roles, never on the execution's id. Used to list: an execution the answer leaves out
+        was not asked for, so nothing is refused or recorded for it.
+
+        Raises:
+            agentmesh.errors.Unavailable: ``POLICY_UNAVAILABLE`` (no decision, so no listing; audited).
+        """
+        request = policy_pb2.AuthorizeRequest(
+            user=user.to_context(), actor_type=common_pb2.ACTOR_TYPE_USER,
+            agent=common_pb2.AgentPrincipal(agent_id=self._agent_id,
+                                            delegation_chain=[f"user:{user.tenant_id}/{user.user_id}",
+                                                              f"svc:{self._agent_id}"]),
+            delegation_depth=1, capability_id="",
+            resource=policy_pb2.ResourceRef(type="Execution", id="-", tenant_id=user.tenant_id),
+            context=policy_pb2.OperationContext(subject_requester_id=requester), operation=READ)
+        try:
+            decision = self._authorize(request).decision
+        except errors.MeshError as err:
+            raise self._refuse(errors.Unavailable(f"no policy decision, so no listing: {err.message}",
+                                                  reason="POLICY_UNAVAILABLE"), user, "-", READ) from err
+        return bool(decision.effect == common_pb2.POLICY_EFFECT_ALLOW)
+
     def require(self, user: assertion.UserIdentity, execution_id: str, execution: pb.Execution | None,
                 operation: int) -> pb.Execution:
         """``execution`` if the caller may do ``operation`` on it; the refusal (audited) otherwise.

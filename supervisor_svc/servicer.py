@@ -220,6 +220,12 @@ class SupervisorServicer(pb_grpc.SupervisorServiceServicer):
         user = self._orch.authenticate(request.user_assertion, transport.caller_id(context))
         return pb.GetExecutionResponse(execution=self._orch.visible(user, request.execution_id))
 
+    def ListExecutions(
+        self, request: pb.ListExecutionsRequest, context: grpc.ServicerContext
+    ) -> pb.ListExecutionsResponse:
+        user = self._orch.authenticate(request.user_assertion, transport.caller_id(context))
+        return self._orch.list_visible(user, request)
+
     def WatchExecution(
         self, request: pb.WatchExecutionRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.WatchExecutionResponse]:

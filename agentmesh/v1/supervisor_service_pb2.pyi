@@ -302,6 +302,24 @@ class GetExecutionResponse(_message.Message):
     execution: Execution
     def __init__(self, execution: _Optional[_Union[Execution, _Mapping]] = ...) -> None: ...
 
+class ListExecutionsRequest(_message.Message):
+    __slots__ = ("user_assertion", "page_size", "page_token")
+    USER_ASSERTION_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    user_assertion: str
+    page_size: int
+    page_token: str
+    def __init__(self, user_assertion: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListExecutionsResponse(_message.Message):
+    __slots__ = ("executions", "next_page_token")
+    EXECUTIONS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    executions: _containers.RepeatedCompositeFieldContainer[Execution]
+    next_page_token: str
+    def __init__(self, executions: _Optional[_Iterable[_Union[Execution, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
 class WatchExecutionRequest(_message.Message):
     __slots__ = ("user_assertion", "execution_id")
     USER_ASSERTION_FIELD_NUMBER: _ClassVar[int]

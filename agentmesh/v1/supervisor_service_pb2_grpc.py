@@ -63,6 +63,11 @@ class SupervisorServiceStub:
                 request_serializer=agentmesh_dot_v1_dot_supervisor__service__pb2.GetExecutionRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_v1_dot_supervisor__service__pb2.GetExecutionResponse.FromString,
                 _registered_method=True)
+        self.ListExecutions = channel.unary_unary(
+                '/agentmesh.v1.SupervisorService/ListExecutions',
+                request_serializer=agentmesh_dot_v1_dot_supervisor__service__pb2.ListExecutionsRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_v1_dot_supervisor__service__pb2.ListExecutionsResponse.FromString,
+                _registered_method=True)
         self.WatchExecution = channel.unary_stream(
                 '/agentmesh.v1.SupervisorService/WatchExecution',
                 request_serializer=agentmesh_dot_v1_dot_supervisor__service__pb2.WatchExecutionRequest.SerializeToString,
@@ -144,6 +149,20 @@ class SupervisorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListExecutions(self, request, context):
+        """Lists the executions of the caller's tenant that the policy engine lets
+        the caller read (one READ_EXECUTION decision per requester met), most
+        recently changed first, a page at a time. An execution the caller may
+        not read is left out, not refused.
+
+        Errors: INVALID_ARGUMENT `PAGE_SIZE_INVALID` (page_size),
+        `PAGE_TOKEN_INVALID` (page_token); UNAUTHENTICATED (user_assertion);
+        UNAVAILABLE `POLICY_UNAVAILABLE` (no decision, so no list).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def WatchExecution(self, request, context):
         """Streams an execution's progress: first its current state (SNAPSHOT),
         then every change, until it ends (EXECUTION_FINISHED).
@@ -211,6 +230,11 @@ def add_SupervisorServiceServicer_to_server(servicer, server):
                     servicer.GetExecution,
                     request_deserializer=agentmesh_dot_v1_dot_supervisor__service__pb2.GetExecutionRequest.FromString,
                     response_serializer=agentmesh_dot_v1_dot_supervisor__service__pb2.GetExecutionResponse.SerializeToString,
+            ),
+            'ListExecutions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListExecutions,
+                    request_deserializer=agentmesh_dot_v1_dot_supervisor__service__pb2.ListExecutionsRequest.FromString,
+                    response_serializer=agentmesh_dot_v1_dot_supervisor__service__pb2.ListExecutionsResponse.SerializeToString,
             ),
             'WatchExecution': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchExecution,
@@ -306,6 +330,33 @@ class SupervisorService:
             '/agentmesh.v1.SupervisorService/GetExecution',
             agentmesh_dot_v1_dot_supervisor__service__pb2.GetExecutionRequest.SerializeToString,
             agentmesh_dot_v1_dot_supervisor__service__pb2.GetExecutionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListExecutions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.v1.SupervisorService/ListExecutions',
+            agentmesh_dot_v1_dot_supervisor__service__pb2.ListExecutionsRequest.SerializeToString,
+            agentmesh_dot_v1_dot_supervisor__service__pb2.ListExecutionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -83,6 +83,16 @@ class SupervisorServiceStub:
     PERMISSION_DENIED `POLICY_DENIED` (metadata decision_id, reason_codes);
     UNAVAILABLE `POLICY_UNAVAILABLE` (no decision, so no access).
     """
+    ListExecutions: _grpc.UnaryUnaryMultiCallable[_supervisor_service_pb2.ListExecutionsRequest, _supervisor_service_pb2.ListExecutionsResponse]
+    """Lists the executions of the caller's tenant that the policy engine lets
+    the caller read (one READ_EXECUTION decision per requester met), most
+    recently changed first, a page at a time. An execution the caller may
+    not read is left out, not refused.
+
+    Errors: INVALID_ARGUMENT `PAGE_SIZE_INVALID` (page_size),
+    `PAGE_TOKEN_INVALID` (page_token); UNAUTHENTICATED (user_assertion);
+    UNAVAILABLE `POLICY_UNAVAILABLE` (no decision, so no list).
+    """
     WatchExecution: _grpc.UnaryStreamMultiCallable[_supervisor_service_pb2.WatchExecutionRequest, _supervisor_service_pb2.WatchExecutionResponse]
     """Streams an execution's progress: first its current state (SNAPSHOT),
     then every change, until it ends (EXECUTION_FINISHED).
@@ -175,6 +185,16 @@ class SupervisorServiceAsyncStub(SupervisorServiceStub):
     `EXECUTION_NOT_FOUND` (none, or another tenant's: the same answer);
     PERMISSION_DENIED `POLICY_DENIED` (metadata decision_id, reason_codes);
     UNAVAILABLE `POLICY_UNAVAILABLE` (no decision, so no access).
+    """
+    ListExecutions: _aio.UnaryUnaryMultiCallable[_supervisor_service_pb2.ListExecutionsRequest, _supervisor_service_pb2.ListExecutionsResponse]  # type: ignore[assignment]
+    """Lists the executions of the caller's tenant that the policy engine lets
+    the caller read (one READ_EXECUTION decision per requester met), most
+    recently changed first, a page at a time. An execution the caller may
+    not read is left out, not refused.
+
+    Errors: INVALID_ARGUMENT `PAGE_SIZE_INVALID` (page_size),
+    `PAGE_TOKEN_INVALID` (page_token); UNAUTHENTICATED (user_assertion);
+    UNAVAILABLE `POLICY_UNAVAILABLE` (no decision, so no list).
     """
     WatchExecution: _aio.UnaryStreamMultiCallable[_supervisor_service_pb2.WatchExecutionRequest, _supervisor_service_pb2.WatchExecutionResponse]  # type: ignore[assignment]
     """Streams an execution's progress: first its current state (SNAPSHOT),
@@ -277,6 +297,22 @@ class SupervisorServiceServicer(metaclass=_abc_1.ABCMeta):
         `EXECUTION_NOT_FOUND` (none, or another tenant's: the same answer);
         PERMISSION_DENIED `POLICY_DENIED` (metadata decision_id, reason_codes);
         UNAVAILABLE `POLICY_UNAVAILABLE` (no decision, so no access).
+        """
+
+    @_abc_1.abstractmethod
+    def ListExecutions(
+        self,
+        request: _supervisor_service_pb2.ListExecutionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_supervisor_service_pb2.ListExecutionsResponse, _abc.Awaitable[_supervisor_service_pb2.ListExecutionsResponse]]:
+        """Lists the executions of the caller's tenant that the policy engine lets
+        the caller read (one READ_EXECUTION decision per requester met), most
+        recently changed first, a page at a time. An execution the caller may
+        not read is left out, not refused.
+
+        Errors: INVALID_ARGUMENT `PAGE_SIZE_INVALID` (page_size),
+        `PAGE_TOKEN_INVALID` (page_token); UNAUTHENTICATED (user_assertion);
+        UNAVAILABLE `POLICY_UNAVAILABLE` (no decision, so no list).
         """
 
     @_abc_1.abstractmethod

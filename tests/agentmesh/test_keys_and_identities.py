@@ -15,6 +15,7 @@ from agentmesh import cli, config, launcher, pki, spiffe
 from agentmesh.config import MeshConfig
 from agentmesh.home import MeshHome
 from agentmesh.identities import (
+    CONSOLE,
     OPERATOR,
     PLATFORM_CLI,
     LegacyLayoutError,
@@ -50,7 +51,7 @@ def test_layout_keeps_keys_apart(tmp_path: Path) -> None:
     assert _files(home.trust) == {"ca.pem", "idp.pub", "grant-signer.pub", AUDIT_PUB}
     for path in home.trust.iterdir():
         assert b"PRIVATE KEY" not in path.read_bytes(), path
-    identities = [w.identity for w in workloads(cfg)] + [OPERATOR, PLATFORM_CLI]
+    identities = [w.identity for w in workloads(cfg)] + [CONSOLE, OPERATOR, PLATFORM_CLI]
     assert _files(home.workloads) == {f"{i.kind}-{i.name}" for i in identities}
     own = {"svc-supervisor": {"grant-signer.key"}, "svc-audit": {AUDIT_KEY}}
     for identity in identities:
@@ -116,7 +117,7 @@ def test_force_starts_a_new_ca_and_keeps_signing_keys(tmp_path: Path) -> None:
     kept = [k.read_bytes() for k in keys]
     issued = init_identities(cfg, force=True)
     assert home.trust_bundle.read_bytes() != old_ca
-    assert len(issued) == len(workloads(cfg)) + 2
+    assert len(issued) == len(workloads(cfg)) + 3
     assert [k.read_bytes() for k in keys] == kept
 
 

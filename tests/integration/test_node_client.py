@@ -30,8 +30,9 @@ def test_the_node_client_talks_to_the_mesh_from_the_contracts_alone(mesh: MeshCo
     assert issued.returncode == 0, issued.stderr
     env = {**os.environ, "AGENTMESH_HOME": str(mesh.home), "AGENTMESH_SUPERVISOR": peer_address(mesh, "supervisor"),
            "AGENTMESH_IDENTITY": "client-node-client", "AGENTMESH_ASSERTION": token(mesh)}
+    # No terminal for node: from a background job it would reset the terminal's mode and stop the job (SIGTTOU).
     run = subprocess.run([node, "--test", "--test-reporter=tap", "test/"], cwd=CLIENT, env=env,
-                         capture_output=True, text=True, timeout=180)
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180)
     report = run.stdout + run.stderr
     assert run.returncode == 0, report
     assert re.search(r"^# pass 3$", report, re.M) and re.search(r"^# fail 0$", report, re.M), report
