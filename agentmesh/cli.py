@@ -391,6 +391,25 @@ def cmd_policy_switches(args: argparse.Namespace, cfg: MeshConfig) -> int:
     return 0
 
 
+# --- models ----------------------------------------------------------------
+
+def cmd_models(args: argparse.Namespace, cfg: MeshConfig) -> int:
+    from agentmesh.v1 import model_service_pb2 as model_pb2
+    from agentmesh.v1 import model_service_pb2_grpc as model_grpc
+
+    try:
+        with mesh_channel(cfg, "model") as channel:
+            resp = model_grpc.ModelServiceStub(channel).ListModels(model_pb2.ListModelsRequest())
+    except grpc.RpcError as err:
+        raise rpc_failure(err) from err
+    rows = [{"model": m.model_id, "backend_model": m.backend_model, "url": m.url, "context": m.context_tokens,
+             "max_output": m.max_output_tokens, "price_in_1k": m.price_input_per_1k,
+             "price_out_1k": m.price_output_per_1k, "latency_ms": round(m.latency_ms, 1), "quality": m.quality,
+             "availability": m.availability} for m in resp.models]
+    emit(args, rows, lambda: print_table(rows, list(rows[0]) if rows else ["model"]))
+    return 0
+
+
 # --- analyze ---------------------------------------------------------------
 
 POLL_INTERVAL_S = 1.0
@@ -496,6 +515,11 @@ def print_execution(ex: Any) -> None:
         print(f"actor     user {ex.tenant_id}/{ex.user_id}")
     if ex.reason:
         print(f"reason    {ex.reason}")
+    found = ex.intent_classification
+    if found.source == "MODEL":
+        print(f"intent    {found.intent} — understood by a model, not by the rules: {found.model_id} "
+              f"({found.model_version}), confidence {found.confidence:.2f}, shown {', '.join(found.candidates)}; "
+              f"call {found.model_call_id}")
     print()
     print(ex.summary)
     for result in ex.results:
@@ -503,10 +527,24 @@ def print_execution(ex: Any) -> None:
         verdict = result.result.fields["verdict"].string_value if "verdict" in result.result.fields else "-"
         print(f"\n[{result.agent_id}] {status}, verdict {verdict}"
               + (f" — {result.error_reason}" if result.error_reason else ""))
+        if result.versions.knowledge_version:
+            print(f"  knowledge      {result.versions.knowledge_version}")
+        usage = result.model_usage
+        if usage.calls or usage.exhausted_reason:
+            print(f"  model use: {usage.calls} call(s), {usage.prompt_tokens}+{usage.completion_tokens} tokens, "
+                  f"cost {usage.cost:.6f} ({', '.join(usage.models) or '-'}; {result.versions.model_version or '-'})"
+                  + (f" — budget exhausted: {usage.exhausted_reason}" if usage.exhausted_reason else ""))
         for st in result.statements:
             kind = _name(common_pb2.StatementKind, st.kind, "STATEMENT_KIND_")
+            if any(0 <= i < len(result.evidence) and result.evidence[i].authority ==
+                   common_pb2.AUTHORITY_LEVEL_MODEL_INFERENCE for i in st.evidence_indexes):
+                kind += " (model)"
             refs = ", ".join(f"#{i}" for i in st.evidence_indexes)
             print(f"  {kind:<14} {st.code:<26} {st.subject:<24} {st.text}" + (f"  [{refs}]" if refs else ""))
+        reading = result.result.fields.get("model_reading")
+        if reading is not None and reading.struct_value.fields["status"].string_value != "NOT_ASKED":
+            fields = {k: (v.string_value or f"{v.number_value:g}") for k, v in reading.struct_value.fields.items()}
+            print("  model reading: " + ", ".join(f"{k} {v}" for k, v in sorted(fields.items())))
         for i, ev in enumerate(result.evidence):
             auth = _name(common_pb2.AuthorityLevel, ev.authority, "AUTHORITY_LEVEL_")
             print(f"  evidence #{i}: {ev.source} {ev.reference} ({auth}, {ev.capability})")
@@ -1059,6 +1097,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_policy_kill)
     p = policy_sub.add_parser("switches", parents=[common, out], help="list the kill switches in force")
     p.set_defaults(handler=cmd_policy_switches)
+
+    p = sub.add_parser("models", parents=[common, out],
+                       help="the models the model service routes to: prices, context, latency, availability")
+    p.set_defaults(handler=cmd_models)
 
     p = sub.add_parser(
         "analyze", parents=[common, out], formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agentmesh import spiffe
 from agentmesh.home import MeshHome
 
-ROLES = ("audit", "policy", "capability", "supervisor")
+ROLES = ("audit", "policy", "capability", "model", "supervisor")
 DEFAULT_AGENTS = ("work-permit-agent", "training-agent", "risk-agent", "compliance-agent", "employee-agent",
                   "medical-agent")
 DEFAULT_PORTS: dict[str, int] = {
@@ -33,7 +33,9 @@ DEFAULT_PORTS: dict[str, int] = {
     "compliance-agent": 7414,
     "employee-agent": 7415,
     "medical-agent": 7416,
+    "model": 7405,
     "lms": 7480,
+    "model-sandbox": 7481,
     "console": 7490,
     "dev-idp": 7491,
 }
@@ -44,6 +46,56 @@ verified assertion holds the ``operator`` role; see console_svc)."""
 
 class ConfigError(Exception):
     """The configuration is invalid; the message names the source and field."""
+
+
+class ModelBackend(BaseModel):
+    """One model the model service may route to: an OpenAI-compatible chat-completions endpoint.
+
+    vLLM, Ollama, llama.cpp's server and hosted providers all expose one. The model id is the
+    mesh's name for it (the policy engine permits models by id); ``model`` is the name the
+    backend knows it by.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$")
+    """The mesh's id of the model, e.g. ``sandbox-small`` (named by the policy data)."""
+    model: str = Field(min_length=1, max_length=200)
+    """The model name sent to the backend, e.g. ``llama3.1:8b``."""
+    url: str | None = None
+    """Base URL of the backend's OpenAI-compatible API (``…/v1``); unset: ``model_url``, else the sandbox."""
+    api_key_env: str | None = Field(default=None, pattern=r"^[A-Z_][A-Z0-9_]{0,127}$")
+    """Environment variable holding the bearer token for the backend (the token is never in a file)."""
+    context_tokens: int = Field(default=8192, ge=256, le=10_000_000)
+    """The model's context window: prompt and answer together must fit."""
+    max_output_tokens: int = Field(default=512, ge=16, le=1_000_000)
+    """The most tokens an answer may have (sent as ``max_tokens``; reserved from the budget)."""
+    price_input_per_1k: float = Field(default=0.0, ge=0, le=1000)
+    """Price of 1,000 prompt tokens (the unit of ``max_model_cost``, e.g. USD)."""
+    price_output_per_1k: float = Field(default=0.0, ge=0, le=1000)
+    """Price of 1,000 answer tokens."""
+    latency_ms: float = Field(default=1000.0, gt=0, le=600_000)
+    """Expected latency of one call, the routing prior until calls have been observed."""
+    quality: int = Field(default=3, ge=1, le=5)
+    """How complex a prompt the model handles well (1 simplest … 5 hardest); routing matches it."""
+    timeout_s: float = Field(default=20.0, gt=0, le=600)
+    """Deadline of one call to the backend (the caller's deadline, when shorter, wins)."""
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"{value!r} is not an http(s) URL")
+        return value
+
+
+DEFAULT_MODEL_BACKENDS = (
+    ModelBackend(id="sandbox-small", model="sandbox-small", context_tokens=4096, max_output_tokens=400,
+                 price_input_per_1k=0.0002, price_output_per_1k=0.0006, latency_ms=150, quality=2),
+    ModelBackend(id="sandbox-large", model="sandbox-large", context_tokens=32768, max_output_tokens=800,
+                 price_input_per_1k=0.003, price_output_per_1k=0.015, latency_ms=600, quality=4),
+)
+"""The two models the sandbox model server serves; a real endpoint is ``model_url`` (and ``model_backends``)."""
 
 
 class MeshConfig(BaseModel):
@@ -69,6 +121,9 @@ class MeshConfig(BaseModel):
     """Deadline of an outgoing call that sets none."""
     lms_url: str | None = None
     """Base URL of the LMS; the sandbox LMS the launcher starts when unset."""
+    knowledge_dir: Path | None = None
+    """The knowledge stores the capability service serves, one sub-directory per scope; the shipped ones when
+    unset."""
     startup_timeout_s: float = Field(default=30.0, gt=0)
     """How long the launcher waits for a process to report SERVING."""
     specialist_delay_ms: int = Field(default=0, ge=0, le=600_000)
@@ -90,6 +145,34 @@ class MeshConfig(BaseModel):
     today: dt.date | None = None
     """The mesh's date for business rules (e.g. whether a permit's window has ended), ``YYYY-MM-DD``; unset:
     the host's UTC date. For demos and tests whose data is dated; security clocks always use the real time."""
+    model_url: str | None = None
+    """Base URL (``…/v1``) of the OpenAI-compatible endpoint every model without its own ``url`` uses;
+    unset: the sandbox model server the launcher starts."""
+    model_backends: tuple[ModelBackend, ...] = DEFAULT_MODEL_BACKENDS
+    """The models the model service routes to (ids unique)."""
+
+    @field_validator("model_url")
+    @classmethod
+    def _model_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"{value!r} is not an http(s) URL")
+        return value
+
+    @field_validator("model_backends")
+    @classmethod
+    def _unique_models(cls, value: tuple[ModelBackend, ...]) -> tuple[ModelBackend, ...]:
+        if not value:
+            raise ValueError("at least one model backend is required")
+        ids = [b.id for b in value]
+        dup = next((i for i in ids if ids.count(i) > 1), None)
+        if dup is not None:
+            raise ValueError(f"model id {dup!r} is configured twice")
+        return value
+
+    @property
+    def sandbox_models(self) -> bool:
+        """Whether some model has no URL of its own and none is configured: the launcher starts the sandbox."""
+        return self.model_url is None and any(b.url is None for b in self.model_backends)
     console_idp_url: str | None = None
     """Base URL of the identity provider the web console signs users in with (``/authorize``, ``/token``);
     the dev identity provider the launcher starts when unset."""
@@ -145,10 +228,11 @@ class MeshConfig(BaseModel):
         return f"{self.host}:{port}"
 
 
-_ENV_FIELDS = {"host": str, "call_timeout_s": float, "lms_url": str, "access_file": Path,
+_ENV_FIELDS = {"host": str, "call_timeout_s": float, "lms_url": str, "access_file": Path, "knowledge_dir": Path,
                "startup_timeout_s": float, "specialist_delay_ms": int, "task_timeout_s": float,
                "database_url": str, "supervisor_replicas": int,
-               "confirmation_ttl_s": int, "leaf_validity_s": int, "today": str, "console_idp_url": str}
+               "confirmation_ttl_s": int, "leaf_validity_s": int, "today": str, "model_url": str,
+               "console_idp_url": str}
 
 
 def load(

@@ -23,6 +23,7 @@ it, same tenant and user, never more capabilities or resources) are
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import json
 import uuid
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from google.protobuf import message as pb_message
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -41,6 +43,23 @@ from agentmesh.v1 import common_pb2
 DEFAULT_TTL = dt.timedelta(minutes=5)
 RECORD_CONTEXT: Final = b"agentmesh.grant.record.v1\x00"
 """What a record signature signs before the grant body: it can never verify as a grant signature."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _signature_holds(public_key: bytes, signature: bytes, message: bytes) -> bool:
+    """Whether an Ed25519 signature verifies, remembered: one task's grant is checked on every one of its
+    calls (its signature, then its chain and its record signature), always with the same answer."""
+    try:
+        Ed25519PublicKey.from_public_bytes(public_key).verify(signature, message)
+    except InvalidSignature:
+        return False
+    return True
+
+
+def _check(key: Ed25519PublicKey, signature: bytes, message: bytes) -> None:
+    raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    if not _signature_holds(raw, signature, message):
+        raise InvalidSignature()
 
 
 class GrantInvalid(Exception):
@@ -97,6 +116,7 @@ class GrantSigner:
         confirmation_id: str = "",
         human_approval_id: str = "",
         human_approver_id: str = "",
+        model_budgets: tuple[common_pb2.AgentBudget, common_pb2.AgentBudget] | None = None,
         ttl: dt.timedelta = DEFAULT_TTL,
         now: dt.datetime | None = None,
     ) -> common_pb2.SignedTaskGrant:
@@ -105,6 +125,8 @@ class GrantSigner:
         ``resources`` are the ``"TYPE:ID"`` the task may act on; the capability
         runtime refuses a call on any other (and every call of a grant that
         lists none), so leaving them out gives a grant that can do nothing.
+        ``model_budgets`` are the task's and the execution's model budget (the
+        model service refuses every call of a grant without them).
         """
         start = now or dt.datetime.now(dt.UTC)
         grant = common_pb2.TaskGrant(
@@ -132,6 +154,9 @@ class GrantSigner:
             human_approval_id=human_approval_id,
             human_approver_id=human_approver_id,
         )
+        if model_budgets is not None:
+            grant.budget.CopyFrom(model_budgets[0])
+            grant.execution_budget.CopyFrom(model_budgets[1])
         return self.sign(grant)
 
 
@@ -172,7 +197,7 @@ def verify(
     if key is None:
         raise GrantInvalid(f"grant signed by an unknown key {signed.key_id!r}", "GRANT_UNKNOWN_KEY")
     try:
-        key.verify(signed.signature, signed.grant)
+        _check(key, signed.signature, signed.grant)
     except InvalidSignature as err:
         raise GrantInvalid("grant signature does not verify", "GRANT_BAD_SIGNATURE") from err
     grant = decode(signed)
@@ -211,7 +236,7 @@ def verify_record(signed: common_pb2.SignedTaskGrant,
     if key is None:
         raise GrantInvalid(f"grant signed by an unknown key {signed.key_id!r}", "GRANT_UNKNOWN_KEY")
     try:
-        key.verify(signed.record_signature, RECORD_CONTEXT + signed.grant)
+        _check(key, signed.record_signature, RECORD_CONTEXT + signed.grant)
     except InvalidSignature as err:
         raise GrantInvalid("grant record signature does not verify", "GRANT_BAD_SIGNATURE") from err
     return decode(signed)

@@ -16,6 +16,7 @@ Keys are kept apart by who may read them::
                              role's own signing key if it signs (svc-supervisor:
                              grant-signer.key; svc-audit: the checkpoint key)
     workloads/lms-sandbox/   the sandbox LMS's admin token
+    workloads/model-sandbox/ the sandbox model server's admin token
     data/ logs/ run/
 
 A role process reads its own ``workloads/`` directory and ``trust/`` only.
@@ -34,6 +35,8 @@ ENV_VAR = "AGENTMESH_HOME"
 DEFAULT_HOME = Path("~/.agentmesh")
 LMS_SANDBOX = "lms-sandbox"
 """The sandbox LMS's directory under ``workloads/`` (it has no mesh identity)."""
+MODEL_SANDBOX = "model-sandbox"
+"""The sandbox model server's directory under ``workloads/`` (it has no mesh identity either)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +106,11 @@ class MeshHome:
     def lms_admin_token(self) -> Path:
         """The bearer token of the sandbox LMS's ``/admin`` endpoints (0600)."""
         return self.workload_dir(LMS_SANDBOX) / "admin-token"
+
+    @property
+    def model_sandbox_admin_token(self) -> Path:
+        """The bearer token of the sandbox model server's ``/admin`` endpoints (0600)."""
+        return self.workload_dir(MODEL_SANDBOX) / "admin-token"
 
     @property
     def legacy_dirs(self) -> tuple[Path, Path]:

@@ -52,7 +52,7 @@ class Workload:
 
 def workloads(config: MeshConfig) -> list[Workload]:
     """Every gRPC process, in start order: each one's dependencies come before it."""
-    order = ["audit", "policy", "capability"]
+    order = ["audit", "policy", "capability", "model"]
     items = [Workload(r, spiffe.service(r), f"{r}_svc") for r in order]
     items += [
         Workload(a, spiffe.agent(a), "specialist_svc", ("--agent", a)) for a in config.agents

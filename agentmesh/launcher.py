@@ -287,6 +287,36 @@ def ensure_lms_admin_token(config: MeshConfig) -> Path:
     return path
 
 
+def ensure_model_sandbox_admin_token(config: MeshConfig) -> Path:
+    """The sandbox model server's admin token file, created (random, 0600, directory 0700) if missing."""
+    path = config.mesh_home.model_sandbox_admin_token
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.chmod(0o700)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_urlsafe(32) + "\n")
+        os.replace(tmp, path)
+    return path
+
+
+def model_sandbox_admin_token(config: MeshConfig) -> str:
+    """The bearer token of the running sandbox model server's ``/admin`` endpoints (``Authorization: Bearer …``)."""
+    try:
+        return config.mesh_home.model_sandbox_admin_token.read_text().strip()
+    except OSError as err:
+        raise LaunchError(f"no sandbox model server admin token at {config.mesh_home.model_sandbox_admin_token}: "
+                          f"{err.strerror} (it is made by 'agentmesh up')") from err
+
+
+MODEL_SANDBOX = "model-sandbox"
+"""The process name of the sandbox model server (started when a model has no URL and ``model_url`` is unset)."""
+HTTP_PROCESSES = ("lms", MODEL_SANDBOX)
+"""The sandboxes: external systems over plain HTTP, outside the mesh."""
+
+
 def lms_admin_token(config: MeshConfig) -> str:
     """The bearer token of the running sandbox LMS's ``/admin`` endpoints (``Authorization: Bearer …``)."""
     try:
@@ -302,8 +332,9 @@ def _http_health(url: str) -> str:
 
 def _http_probe(url: str) -> tuple[str, str]:
     """(``SERVING`` / ``NOT_SERVING`` / ``HTTP nnn`` / ``UNREACHABLE (…)``, the reason a web process gives)."""
+    root = url.removesuffix("/v1")  # the sandbox model server's address is its API's base URL
     try:
-        with urllib.request.urlopen(f"{url}/healthz", timeout=2) as resp:
+        with urllib.request.urlopen(f"{root}/healthz", timeout=2) as resp:
             return ("SERVING", "") if resp.status == 200 else (f"HTTP {resp.status}", "")
     except urllib.error.HTTPError as err:
         try:
@@ -368,15 +399,21 @@ class _Managed:
 
     @property
     def addr_path(self) -> Path:
-        if self._is_lms:
-            return self.config.mesh_home.run / "lms.addr"
+        if self._is_sandbox:
+            return self.config.mesh_home.run / f"{self.name}.addr"
         return address_file(self.config, self.name)
 
     @property
-    def _is_lms(self) -> bool:
+    def _is_sandbox(self) -> bool:
+        """The sandbox LMS or model server: an external system, its address a plain line in ``run/NAME.addr``."""
         return self.workload is None and not self.module
 
     def command(self) -> list[str]:
+        if self._is_sandbox and self.name == MODEL_SANDBOX:
+            return [sys.executable, "-m", "model_sandbox", "--host", self.config.host, "--port", str(self.port),
+                    "--models", ",".join(b.model for b in self.config.model_backends if b.url is None),
+                    "--address-file", str(self.addr_path),
+                    "--admin-token-file", str(ensure_model_sandbox_admin_token(self.config))]
         if self.workload is None and self.module:  # a web process of the mesh (the console, the dev IdP)
             cmd = [sys.executable, "-m", self.module, *self.extra, "--home", str(self.config.home),
                    "--host", self.config.host, "--port", str(self.port)]
@@ -414,7 +451,7 @@ class _Managed:
             text = self.addr_path.read_text().strip()
         except OSError:
             return ""
-        if self._is_lms:
+        if self._is_sandbox:
             return text
         try:
             return str(json.loads(text)["address"])
@@ -456,7 +493,7 @@ class _Managed:
         self.state = "running"
         self.serving_since = time.time()
         # From now on it restarts on the port it bound.
-        self.port = int(self.address.rsplit(":", 1)[1])
+        self.port = int(self.address.removesuffix("/v1").rsplit(":", 1)[1])
 
     def tick(self, now: float, say: Any) -> bool:
         """Advances this process's supervision one step; True if anything changed."""
@@ -473,7 +510,7 @@ class _Managed:
         code = self.proc.poll()
         if code is not None:
             self.last_exit_code, self.last_exit_at = code, now
-            if not self._is_lms:
+            if not self._is_sandbox:
                 self.addr_path.unlink(missing_ok=True)  # a crash leaves its address record behind
             lines = log_lines(self.log_path, self.log_offset, 2)
             last = f": {lines[-1]}" if lines else ""
@@ -764,7 +801,8 @@ class Mesh:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     m.proc.wait(timeout=1)
         state_file(self.config).unlink(missing_ok=True)
-        (self.config.mesh_home.run / "lms.addr").unlink(missing_ok=True)
+        for name in HTTP_PROCESSES:
+            (self.config.mesh_home.run / f"{name}.addr").unlink(missing_ok=True)
 
 
 def web_processes(config: MeshConfig, peers: dict[str, str], *, progress: bool = False) -> list[_Managed]:
@@ -814,6 +852,15 @@ def start(config: MeshConfig, *, progress: bool = True, supervisor: Supervisor |
             if progress:
                 print(f"  {'lms (sandbox)':<18} SERVING  {lms_url}", file=sys.stderr)
         extra["capability"] += ("--lms-url", lms_url)
+        if config.sandbox_models:
+            sandbox = _Managed(config, MODEL_SANDBOX, "http", "", None, {}, port=config.port(MODEL_SANDBOX))
+            mesh.procs.append(sandbox)
+            sandbox.spawn()
+            sandbox.wait_ready(stop)
+            extra["model"] = ("--sandbox-url", sandbox.address)
+            mesh.save()
+            if progress:
+                print(f"  {'model (sandbox)':<18} SERVING  {sandbox.address}", file=sys.stderr)
         for w in workloads(config) + supervisor_replicas(config):
             m = _Managed(config, w.name, "grpc", str(w.identity), w, dict(peers), extra.get(w.name, ()),
                          port=config.port(w.name))
@@ -917,7 +964,7 @@ def up_detached(config: MeshConfig, *, progress: bool = True) -> list[Running]:
             if p.name not in shown and p.state == "running" and sup is not None and sup.pid == proc.pid:
                 shown.add(p.name)
                 if progress:
-                    label = "lms (sandbox)" if p.name == "lms" else p.name
+                    label = {"lms": "lms (sandbox)", MODEL_SANDBOX: "model (sandbox)"}.get(p.name, p.name)
                     print(f"  {label:<18} SERVING  {p.address}", file=sys.stderr)
         if sup is not None and sup.pid == proc.pid and sup.phase == "running":
             return procs
@@ -1028,8 +1075,9 @@ def down(config: MeshConfig) -> list[Running]:
         procs = read_state(config) or procs  # it may have restarted one meanwhile
     stop_all(procs)
     state_file(config).unlink(missing_ok=True)
-    # gRPC roles remove their own address files on a clean stop; the LMS does not.
-    (config.mesh_home.run / "lms.addr").unlink(missing_ok=True)
+    # gRPC roles remove their own address files on a clean stop; the sandboxes do not.
+    for name in HTTP_PROCESSES:
+        (config.mesh_home.run / f"{name}.addr").unlink(missing_ok=True)
     for request in config.mesh_home.run.glob("restart-*.request"):
         request.unlink(missing_ok=True)
     return procs
@@ -1079,7 +1127,8 @@ def status(config: MeshConfig) -> list[dict[str, object]]:
             health_name, reason = "DEAD", "the supervising loop is gone: crashed processes are not restarted"
         elif sup.phase != "running":
             # A loop still starting the mesh (or stopping it): what is listed is not the whole mesh.
-            expected = len(workloads(config)) + len(supervisor_replicas(config)) + (config.lms_url is None)
+            expected = (len(workloads(config)) + len(supervisor_replicas(config)) + (config.lms_url is None)
+                        + config.sandbox_models + len(web_processes(config, {})))
             health_name = sup.phase.upper()
             reason = (f"starting the mesh: {len(procs)} of {expected} processes started so far"
                       if sup.phase == "starting" else f"{sup.phase} the mesh")
@@ -1095,6 +1144,7 @@ def healthy(rows: list[dict[str, object]]) -> bool:
 
 
 __all__ = ["LaunchError", "Running", "Supervisor", "down", "healthy", "init_identities", "lms_admin_token",
+           "model_sandbox_admin_token",
            "read_state", "read_supervisor", "status", "up", "up_detached", "up_foreground"]
 
 

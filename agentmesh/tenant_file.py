@@ -60,10 +60,10 @@ _MAX_FILE_BYTES = 1024 * 1024
 _LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 LIMIT_FIELDS = ("max_depth", "max_tasks", "max_handoffs", "max_execution_time_ms", "max_cost", "max_tokens",
-                "max_model_calls")
+                "max_model_calls", "max_model_cost")
 """The fields of ``limits`` (``TenantLimits``)."""
 LIMIT_REASONS = ("MAX_DEPTH_EXCEEDED", "MAX_TASKS_EXCEEDED", "MAX_HANDOFFS_EXCEEDED", "MAX_EXECUTION_TIME_EXCEEDED",
-                 "MAX_COST_EXCEEDED", "MAX_TOKENS_EXCEEDED", "MAX_MODEL_CALLS_EXCEEDED")
+                 "MAX_COST_EXCEEDED", "MAX_TOKENS_EXCEEDED", "MAX_MODEL_CALLS_EXCEEDED", "MAX_MODEL_COST_EXCEEDED")
 """The keys of ``on_exceeded`` besides ``default``."""
 
 PathKey = tuple[str | int, ...]
@@ -144,11 +144,19 @@ class _Limits(_Strict):
     max_cost: Annotated[float | int, pydantic.Field(ge=0, le=1e9, allow_inf_nan=False)] | None = None
     max_tokens: Annotated[int, pydantic.Field(ge=0, le=10**12)] | None = None
     max_model_calls: Annotated[int, pydantic.Field(ge=0, le=10**9)] | None = None
+    max_model_cost: Annotated[float | int, pydantic.Field(ge=0, le=1e9, allow_inf_nan=False)] | None = None
+
+
+class _Models(_Strict):
+    agents: dict[_Name, list[_Name]] = {}
+    """Agent id (``supervisor`` for the supervisor's own calls) -> the models it may use."""
+    fallback: list[_Name] = []
+    """Agents whose call may fall back to another of their models when the first choice is unavailable."""
 
 
 _ActionKey = Literal["default", "MAX_DEPTH_EXCEEDED", "MAX_TASKS_EXCEEDED", "MAX_HANDOFFS_EXCEEDED",
                      "MAX_EXECUTION_TIME_EXCEEDED", "MAX_COST_EXCEEDED", "MAX_TOKENS_EXCEEDED",
-                     "MAX_MODEL_CALLS_EXCEEDED"]
+                     "MAX_MODEL_CALLS_EXCEEDED", "MAX_MODEL_COST_EXCEEDED"]
 
 
 class _Definition(_Strict):
@@ -156,6 +164,7 @@ class _Definition(_Strict):
     agents: list[_Name] = []
     limits: _Limits = _Limits()
     on_exceeded: dict[_ActionKey, Literal["STOP", "HUMAN_REVIEW"]] = {}
+    models: _Models = _Models()
 
 
 class _Tenant(_Definition):
@@ -210,7 +219,8 @@ def _violation(exc: pydantic.ValidationError, lines: Mapping[PathKey, int], file
 
 
 def definition_from_mapping(tenant_id: str, name: str, spec: Mapping[str, Any]) -> tenant_pb2.TenantDefinition:
-    """A ``TenantDefinition`` from a checked mapping (``roles``, ``agents``, ``limits``, ``on_exceeded``)."""
+    """A ``TenantDefinition`` from a checked mapping (``roles``, ``agents``, ``limits``, ``on_exceeded``,
+    ``models``)."""
     definition = tenant_pb2.TenantDefinition(tenant_id=tenant_id, display_name=name)
     for role, held in (spec.get("roles") or {}).items():
         definition.roles[role].CopyFrom(tenant_pb2.TenantRole(
@@ -219,9 +229,15 @@ def definition_from_mapping(tenant_id: str, name: str, spec: Mapping[str, Any]) 
     definition.allowed_agents.extend(spec.get("agents") or [])
     for name_, value in (spec.get("limits") or {}).items():
         if value is not None:
-            setattr(definition.limits, name_, float(value) if name_ == "max_cost" else int(value))
+            setattr(definition.limits, name_, float(value) if name_ in ("max_cost", "max_model_cost") else int(value))
     for key, action in (spec.get("on_exceeded") or {}).items():
         definition.on_exceeded[key] = tenant_pb2.LimitAction.Value(f"LIMIT_ACTION_{action}")  # type: ignore[assignment]
+    models = spec.get("models") or {}
+    fallback = set(models.get("fallback") or [])
+    for agent, ids in (models.get("agents") or {}).items():
+        definition.models[agent].CopyFrom(tenant_pb2.TenantModelUse(model_ids=ids, fallback=agent in fallback))
+    for agent in fallback - set(models.get("agents") or {}):
+        definition.models[agent].fallback = True  # refused by the policy engine, naming the field
     return definition
 
 
@@ -238,6 +254,8 @@ def definition_to_mapping(definition: tenant_pb2.TenantDefinition) -> dict[str, 
         "limits": limits,
         "on_exceeded": {k: tenant_pb2.LimitAction.Name(v).removeprefix("LIMIT_ACTION_")
                         for k, v in sorted(definition.on_exceeded.items())},
+        "models": {"agents": {a: list(u.model_ids) for a, u in sorted(definition.models.items())},
+                   "fallback": sorted(a for a, u in definition.models.items() if u.fallback)},
     }
 
 

@@ -14,6 +14,7 @@ from agentmesh.v1 import capability_service_pb2_grpc as capability_grpc
 from capability_svc.errors import CapabilityError
 from capability_svc.governance import GovernedInvoker
 from capability_svc.idempotency import IdempotencyStore
+from capability_svc.knowledge_store import KnowledgeError
 from capability_svc.runtime import CAPABILITY_DB, INTERNAL_DB, open_runtime
 from capability_svc.servicer import CapabilityServicer, PolicyClient
 
@@ -30,11 +31,13 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
     except signing.SigningKeyError as err:
         raise StartupError(f"{err} (the supervisor's grant-signing key; run 'agentmesh certs init')") from err
     try:
-        runtime = open_runtime(ctx.data_dir, lms_url)
+        runtime = open_runtime(ctx.data_dir, lms_url, knowledge_dir=ctx.config.knowledge_dir)
         if ctx.args.world:
             runtime.load_world_if_empty(Path(ctx.args.world))
     except CapabilityError as err:
         raise StartupError(str(err)) from err
+    except KnowledgeError as err:
+        raise StartupError(f"knowledge store: {err}") from err
     url = ctx.config.database_url
     try:
         idempotency = IdempotencyStore(ctx.data_dir / "idempotency.db", url=url)

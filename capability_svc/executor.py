@@ -31,6 +31,7 @@ from capability_svc.errors import (
 )
 from capability_svc.internal_runtime import InternalBackend
 from capability_svc.invocation import CompensationResult, Execution, InvocationContext, VerificationResult
+from capability_svc.knowledge_store import KnowledgeBackend
 from capability_svc.registry import CapabilityManifest, CapabilityRegistry
 
 __all__ = ["CapabilityExecutor", "ExecutionResult", "ExternalBackend", "PreparedCall", "verification_failure"]
@@ -105,18 +106,25 @@ class ExecutionResult:
 
 
 class CapabilityExecutor:
-    """Dispatches registered capabilities to the internal runtime or external backends."""
+    """Dispatches registered capabilities to the internal runtime, the knowledge stores or external backends."""
 
     def __init__(
         self,
         registry: CapabilityRegistry,
         internal: InternalBackend,
         external: Mapping[str, ExternalBackend] | None = None,
+        knowledge: KnowledgeBackend | None = None,
     ):
         """Bind backends; ``external`` maps a system name (``lms``) to its backend."""
         self.registry = registry
         self._internal = internal
         self._external = dict(external or {})
+        self._knowledge = knowledge
+
+    @property
+    def knowledge(self) -> KnowledgeBackend | None:
+        """The backend of ``knowledge`` capabilities, if any."""
+        return self._knowledge
 
     def check_wiring(self) -> None:
         """Fail start-up if a registered capability has no backend to run it.
@@ -127,7 +135,9 @@ class CapabilityExecutor:
         for entry in self.registry.list():
             m = entry.manifest
             system = m.external_system
-            if system is None:
+            if m.backend == "knowledge":
+                ok = self._knowledge is not None and m.id in self._knowledge.capability_ids
+            elif system is None:
                 ok = m.id in self._internal.capability_ids
                 # A mutation must be verifiable, and undoable when verification fails.
                 ok = ok and (not m.risk_profile.mutates or (
@@ -194,7 +204,11 @@ class CapabilityExecutor:
                 raise DeadlineExceeded(f"deadline passed before {m.key} could run")
             budget = min(budget, deadline_s)
         system = m.external_system
-        if system is None:
+        if m.backend == "knowledge":
+            if self._knowledge is None:
+                raise CapabilityNotFound(f"no knowledge backend for {m.key}")
+            ran = self._knowledge.run(m.id, call.ctx, call.arguments)
+        elif system is None:
             ran = self._internal.run(m.id, call.ctx, call.arguments)
         else:
             backend = self._external.get(system)

@@ -22,18 +22,17 @@ import datetime as _dt
 import functools
 import json
 import ssl
-import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 import httpx
 from jsonschema import Draft202012Validator
 
+from agentmesh.external import BreakerState, CircuitBreaker, DuplicateJsonKey, strict_json_loads
 from capability_svc.errors import (
     CapabilityNotFound,
     ExternalError,
@@ -104,94 +103,6 @@ class GatewayConfig:
             raise ValueError(f"invalid gateway settings: {', '.join(bad)}")
 
 
-class BreakerState(StrEnum):
-    """State of a circuit breaker."""
-
-    CLOSED = "CLOSED"
-    OPEN = "OPEN"
-    HALF_OPEN = "HALF_OPEN"
-
-
-class CircuitBreaker:
-    """Consecutive-failure circuit breaker with a single half-open probe. Thread-safe.
-
-    A *call* (one logical request with its retries) counts once: a lookup that
-    fails after three attempts is one failure, so one unresponsive record does
-    not trip the breaker for every other request, while an LMS that is down
-    still opens it after ``failure_threshold`` calls.
-    """
-
-    def __init__(
-        self,
-        failure_threshold: int,
-        cooldown_s: float,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-    ):
-        """Create a closed breaker; ``clock`` is monotonic seconds (tests pass a fake)."""
-        self._threshold = failure_threshold
-        self._cooldown = cooldown_s
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._failures = 0
-        self._opened_at: float | None = None
-        self._probe_in_flight = False
-
-    @property
-    def state(self) -> BreakerState:
-        """Current state; OPEN turns HALF_OPEN once the cool-down has passed."""
-        with self._lock:
-            return self._state_locked()
-
-    @property
-    def consecutive_failures(self) -> int:
-        """Failed calls since the last success."""
-        with self._lock:
-            return self._failures
-
-    def _state_locked(self) -> BreakerState:
-        if self._opened_at is None:
-            return BreakerState.CLOSED
-        if self._clock() - self._opened_at >= self._cooldown:
-            return BreakerState.HALF_OPEN
-        return BreakerState.OPEN
-
-    def acquire(self) -> bool | None:
-        """Ask to make a call.
-
-        Returns:
-            ``False`` for a normal call, ``True`` if this call is the half-open
-            probe, ``None`` if the call is refused (circuit open, or a probe is
-            already in flight).
-        """
-        with self._lock:
-            state = self._state_locked()
-            if state is BreakerState.CLOSED:
-                return False
-            if state is BreakerState.HALF_OPEN and not self._probe_in_flight:
-                self._probe_in_flight = True
-                return True
-            return None
-
-    def record_success(self, probe: bool) -> None:
-        """The call reached the system and it answered: close the circuit."""
-        with self._lock:
-            self._failures = 0
-            self._opened_at = None
-            if probe:
-                self._probe_in_flight = False
-
-    def record_failure(self, probe: bool) -> None:
-        """The call failed for a transient reason; open once the threshold is reached."""
-        with self._lock:
-            self._failures += 1
-            if probe:
-                self._probe_in_flight = False
-                self._opened_at = self._clock()
-            elif self._opened_at is None and self._failures >= self._threshold:
-                self._opened_at = self._clock()
-
-
 @dataclass(frozen=True)
 class ExternalResponse:
     """A parsed, schema-valid JSON response."""
@@ -201,25 +112,6 @@ class ExternalResponse:
     data: Any
     fetched_at: _dt.datetime
     attempts: int
-
-
-class _DuplicateKey(ValueError):
-    pass
-
-
-def _strict_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    # Duplicate keys make a document ambiguous (which status is the real
-    # one?); refusing it is the only honest reading.
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
-    return out
-
-
-def _no_constants(name: str) -> Any:
-    raise ValueError(f"non-standard JSON constant {name}")
 
 
 def _utc_now() -> _dt.datetime:
@@ -403,8 +295,8 @@ class ExternalGateway:
                 attempts=attempt,
             )
         try:
-            data = json.loads(body, object_pairs_hook=_strict_object, parse_constant=_no_constants)
-        except _DuplicateKey:
+            data = strict_json_loads(body)
+        except DuplicateJsonKey:
             raise ExternalMalformed(
                 f"{self.name} response has duplicate keys",
                 reason="EXTERNAL_MALFORMED_JSON",

@@ -5,7 +5,7 @@ In this order, each step failing closed:
 1. the caller's SPIFFE id must equal the grant's audience; the grant's
    signature (the supervisor's key), expiry, tenant and capability list hold;
    the caller's principal verifies against the grants and chains to this one
-   (``capability_svc.delegation``) — the principal recorded and shown to the
+   (``agentmesh.delegation``) — the principal recorded and shown to the
    policy is rebuilt from verified grants, never copied from the caller;
 2. the capability is executable and the input passes its JSON Schema;
 3. the grant names the resource the call acts on (``permit:WP-10231``, or
@@ -51,12 +51,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from google.protobuf import json_format, struct_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from agentmesh import errors, grants, telemetry
+from agentmesh import delegation, errors, grants, telemetry
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import capability_service_pb2 as pb
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import policy_service_pb2 as policy_pb2
-from capability_svc import delegation
 from capability_svc import errors as cap_errors
 from capability_svc.executor import PreparedCall, verification_failure
 from capability_svc.idempotency import (
@@ -102,7 +101,7 @@ class Recorder(Protocol):
 
 _RISK = {"LOW": common_pb2.RISK_LEVEL_LOW, "MEDIUM": common_pb2.RISK_LEVEL_MEDIUM,
          "HIGH": common_pb2.RISK_LEVEL_HIGH, "CRITICAL": common_pb2.RISK_LEVEL_CRITICAL}
-_POLICY_RESOURCE = {"permit": "WorkPermit", "worker": "Worker"}
+_POLICY_RESOURCE = {"permit": "WorkPermit", "worker": "Worker", "knowledge": "KnowledgeScope"}
 
 
 def _digest(data: Any) -> str:
@@ -532,6 +531,11 @@ class GovernedInvoker:
         # 6. Audit the decision. A mutation waits until it is durable before any
         # effect; a read sends it alongside the execution and waits before answering.
         common = self._common(grant, principal, call, decision, resource, payload)
+        knowledge = self._rt.executor.knowledge
+        if m.backend == "knowledge" and knowledge is not None:
+            # Every record of a knowledge read names the store version it reads (stores never change
+            # while the process runs, so the decision record can say it before the read).
+            common["versions"].knowledge_version = knowledge.version_of(call.resource_id or "")
         sent: list[Any] = []
         try:
             if call.mutates:
@@ -551,6 +555,8 @@ class GovernedInvoker:
             with telemetry.tracer().start_as_current_span("Execution") as span:
                 span.set_attribute("agentmesh.capability", m.key)
                 ran = self._rt.executor.run(call, deadline_s=deadline_s)
+                if ran.knowledge_version:
+                    span.set_attribute("agentmesh.knowledge_version", ran.knowledge_version)
             output = ran.output
             output_digest = _digest(output)
             if call.mutates:
@@ -594,7 +600,8 @@ class GovernedInvoker:
         completed.FromDatetime(self._clock())
         resp = pb.InvokeCapabilityResponse(
             capability_id=m.id, capability_version=str(m.version), output=out_struct,
-            evidence=evidence_of(output, m.key), decision=decision, verified=verified, completed_at=completed)
+            evidence=evidence_of(output, m.key), decision=decision, verified=verified, completed_at=completed,
+            knowledge_version=ran.knowledge_version)
         if call.mutates:
             self._idem.complete(grant.tenant_id, m.id, req.idempotency_key, resp.SerializeToString(deterministic=True),
                                 output_digest)

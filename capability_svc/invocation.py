@@ -69,6 +69,8 @@ class Execution:
     output: dict[str, Any]
     before: PriorState | None = None
     """Set by mutations of the internal systems; ``None`` for reads and external calls."""
+    knowledge_version: str = ""
+    """For a read of a knowledge store: ``<scope>@<store digest>``, the version the answer came from."""
 
 
 @dataclass(frozen=True)

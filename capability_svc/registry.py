@@ -6,7 +6,8 @@ A capability is declared by one YAML (or JSON) manifest file::
     version: 1.0.0                   # semver
     description: Read one work permit with its workers and required trainings.
     domain: work-permit
-    backend: internal                # or "external:<system>", e.g. external:lms
+    backend: internal                # or "knowledge" (capability_svc.knowledge_store), or
+                                     # "external:<system>", e.g. external:lms
     lifecycle: ACTIVE                # initial status; operators change it at run time
     timeout_ms: 2000                 # default execution deadline (optional)
     risk_profile:                    # PRD §65, used by the policy engine
@@ -103,7 +104,7 @@ class CapabilityManifest:
     description: str
     domain: str
     backend: str
-    """``internal`` or ``external:<system>``."""
+    """``internal``, ``knowledge`` or ``external:<system>``."""
     lifecycle: LifecycleStatus
     """Initial status declared in the file; the effective one is ``CapabilityEntry.status``."""
     risk_profile: RiskProfile
@@ -166,7 +167,7 @@ class StatusChange:
 
 _ID_PATTERN = r"^[a-z][A-Za-z0-9]*(\.[a-z][A-Za-z0-9]*)+$"
 _NAME_PATTERN = r"^[a-z][a-z0-9-]*$"
-_BACKEND_PATTERN = r"^(internal|external:[a-z][a-z0-9-]*)$"
+_BACKEND_PATTERN = r"^(internal|knowledge|external:[a-z][a-z0-9-]*)$"
 _PROPERTY_PATTERN = r"^[a-z][a-z0-9_]*$"
 
 
@@ -276,6 +277,14 @@ def parse_manifest(path: Path) -> CapabilityManifest:
             )
     if model.backend.startswith("external:") and risk.external_write and not risk.mutates:
         raise fail("external_write implies mutates", "risk_profile", "mutates")
+    if model.backend == "knowledge":
+        # A knowledge store is read-only, and every read names the scope it reads:
+        # that scope is the resource the grant must name and the policy decides on.
+        if risk.mutates or risk.external_write:
+            raise fail("a knowledge capability only reads", "risk_profile", "mutates")
+        if model.resource is None or model.resource.type != "knowledge":
+            raise fail("a knowledge capability declares resource {type: knowledge, id_field: <scope field>}",
+                       "resource")
     return CapabilityManifest(
         id=model.id,
         version=version,

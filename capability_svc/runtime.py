@@ -15,6 +15,7 @@ from pathlib import Path
 from capability_svc.executor import CapabilityExecutor
 from capability_svc.external_gateway import ExternalGateway, GatewayConfig, LmsClient
 from capability_svc.internal_runtime import InternalBackend, InternalStore
+from capability_svc.knowledge_store import KnowledgeBackend, KnowledgeLibrary
 from capability_svc.registry import CapabilityRegistry, default_capabilities_dir
 from capability_svc.world import LoadSummary, load_world
 
@@ -39,6 +40,7 @@ class CapabilityRuntime:
     internal: InternalBackend
     lms: LmsClient
     executor: CapabilityExecutor
+    knowledge: KnowledgeBackend
 
     def load_world_if_empty(self, path: Path) -> LoadSummary | None:
         """Load ``path`` only if no tenant is loaded yet (``agentmesh up`` on first start)."""
@@ -57,6 +59,7 @@ def open_runtime(
     lms: GatewayConfig | str,
     *,
     capabilities_dir: Path | None = None,
+    knowledge_dir: Path | None = None,
     clock: Callable[[], _dt.datetime] = _utc_now,
 ) -> CapabilityRuntime:
     """Build and check the runtime.
@@ -66,11 +69,14 @@ def open_runtime(
             ``internal.db`` are created in it.
         lms: Gateway settings, or just the LMS base URL (default settings).
         capabilities_dir: Manifest directory; the shipped one by default.
+        knowledge_dir: The knowledge stores, one sub-directory per scope; the shipped ones by default.
         clock: Wall clock for records and status changes.
 
     Raises:
         ManifestError: a manifest is invalid or has no backend.
+        KnowledgeError: a knowledge store does not load.
     """
+    knowledge = KnowledgeBackend(KnowledgeLibrary.load(knowledge_dir), clock=clock)
     config = lms if isinstance(lms, GatewayConfig) else GatewayConfig(base_url=lms)
     registry = CapabilityRegistry.load(
         capabilities_dir or default_capabilities_dir(), data_dir / CAPABILITY_DB, clock=clock
@@ -79,7 +85,7 @@ def open_runtime(
         store = InternalStore(data_dir / INTERNAL_DB, clock=clock)
         internal = InternalBackend(store)
         lms_client = LmsClient(ExternalGateway(config, name="lms", wall_clock=clock))
-        executor = CapabilityExecutor(registry, internal, {"lms": lms_client})
+        executor = CapabilityExecutor(registry, internal, {"lms": lms_client}, knowledge)
         try:
             executor.check_wiring()
         except BaseException:
@@ -88,4 +94,4 @@ def open_runtime(
     except BaseException:
         registry.close()
         raise
-    return CapabilityRuntime(registry, store, internal, lms_client, executor)
+    return CapabilityRuntime(registry, store, internal, lms_client, executor, knowledge)

@@ -9,32 +9,18 @@ from google.protobuf import struct_pb2
 
 from agentmesh import errors, transport
 from agentmesh.audit_client import AuditRecorder
+from agentmesh.policy_client import PolicyClient
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import capability_service_pb2 as pb
 from agentmesh.v1 import capability_service_pb2_grpc as pb_grpc
 from agentmesh.v1 import common_pb2
-from agentmesh.v1 import policy_service_pb2 as policy_pb2
-from agentmesh.v1 import policy_service_pb2_grpc as policy_grpc
 from capability_svc import errors as cap_errors
 from capability_svc.governance import GovernedInvoker, mesh_error
 from capability_svc.registry import CapabilityEntry, CapabilityRegistry
 
+__all__ = ["CapabilityServicer", "PolicyClient", "definition"]
+
 log = logging.getLogger(__name__)
-
-
-class PolicyClient:
-    """PolicyService.Authorize as a plain callable that raises mesh errors."""
-
-    def __init__(self, channel: grpc.Channel, timeout_s: float) -> None:
-        self._stub = policy_grpc.PolicyServiceStub(channel)
-        self._timeout = timeout_s
-
-    def __call__(self, request: policy_pb2.AuthorizeRequest) -> policy_pb2.AuthorizeResponse:
-        try:
-            resp: policy_pb2.AuthorizeResponse = self._stub.Authorize(request, timeout=self._timeout)
-        except grpc.RpcError as err:
-            raise errors.from_rpc_error(err) from err
-        return resp
 
 
 def definition(entry: CapabilityEntry) -> pb.CapabilityDefinition:

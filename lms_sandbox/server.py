@@ -25,11 +25,11 @@ import hmac
 import json
 import logging
 import secrets
-import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from agentmesh.background_http import BackgroundHttpServer
 from lms_sandbox.data import LmsData
 from lms_sandbox.faults import HOSTILE_ISSUER, HOSTILE_TITLE, Fault, FaultMode, FaultTable
 
@@ -235,8 +235,10 @@ class _Handler(BaseHTTPRequestHandler):
             pass
 
 
-class LmsSandbox:
+class LmsSandbox(BackgroundHttpServer):
     """The sandbox LMS server; start it in a thread or serve in the foreground."""
+
+    thread_name = "lms-sandbox"
 
     def __init__(
         self,
@@ -255,53 +257,6 @@ class LmsSandbox:
         self.data = data
         self.faults = FaultTable(data.faults)
         self.admin_token: str = admin_token or secrets.token_urlsafe(32)
-        self.stopping = threading.Event()
-        self._server = _Server((host, port), _Handler)
-        self._server.sandbox = self
-        self._thread: threading.Thread | None = None
-        self._serving = False
-
-    @property
-    def address(self) -> tuple[str, int]:
-        """The bound (host, port)."""
-        host, port = self._server.server_address[:2]
-        return str(host), int(port)
-
-    @property
-    def base_url(self) -> str:
-        """``http://host:port``, for the gateway's ``base_url``."""
-        host, port = self.address
-        if ":" in host:
-            host = f"[{host}]"
-        return f"http://{host}:{port}"
-
-    def start(self) -> LmsSandbox:
-        """Serve in a daemon thread; returns ``self``."""
-        # Set before the thread runs so an immediate stop() still shuts it down.
-        self._serving = True
-        self._thread = threading.Thread(target=self.serve_forever, name="lms-sandbox", daemon=True)
-        self._thread.start()
-        return self
-
-    def serve_forever(self) -> None:
-        """Serve in the calling thread until :meth:`stop` is called from another."""
-        self._serving = True
-        # A short poll interval makes stop() prompt (the default waits 0.5 s).
-        self._server.serve_forever(poll_interval=0.05)
-
-    def stop(self) -> None:
-        """Stop serving, release hanging requests and close the socket."""
-        self.stopping.set()
-        if self._serving:
-            # shutdown() waits for serve_forever to return; on a server that
-            # never served it would wait forever.
-            self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> LmsSandbox:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        server = _Server((host, port), _Handler)
+        server.sandbox = self
+        super().__init__(server)

@@ -1,9 +1,10 @@
-"""Which capabilities each agent has registered, read from the agent manifests.
+"""Which capabilities and knowledge scopes each agent has registered, read from the agent manifests.
 
 The policy engine checks "agent ≤ user" against this data: registration is
 necessary, never sufficient. The manifests are the agent registry's own
 files (``supervisor_svc/agents/*.yaml`` by default), read once at start-up;
-an agent that is not registered has no capabilities (fail closed).
+an agent that is not registered has no capabilities and no knowledge scopes
+(fail closed).
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ def default_manifest_dir() -> Path:
 
 
 class AgentRegistrations:
-    """agent id → registered capability ids."""
+    """agent id → registered capability ids and knowledge scopes."""
 
-    def __init__(self, capabilities: dict[str, tuple[str, ...]]) -> None:
+    def __init__(self, capabilities: dict[str, tuple[str, ...]],
+                 knowledge_scopes: dict[str, tuple[str, ...]] | None = None) -> None:
         self._capabilities = dict(capabilities)
+        self._knowledge_scopes = dict(knowledge_scopes or {})
 
     @classmethod
     def load(cls, manifest_dir: Path | None = None) -> AgentRegistrations:
@@ -37,6 +40,7 @@ class AgentRegistrations:
         if not root.is_dir():
             raise AgentRegistrationError(f"{root}: agent manifest directory does not exist")
         found: dict[str, tuple[str, ...]] = {}
+        scopes: dict[str, tuple[str, ...]] = {}
         for path in sorted(root.glob("*.yaml")):
             try:
                 doc: Any = yaml.safe_load(path.read_text())
@@ -50,7 +54,11 @@ class AgentRegistrations:
             if not isinstance(caps, list) or not all(isinstance(c, str) for c in caps):
                 raise AgentRegistrationError(f"{path}: capabilities must be a list of capability ids")
             found[agent_id] = tuple(caps)
-        return cls(found)
+            knowledge = doc.get("knowledge_scopes", [])
+            if not isinstance(knowledge, list) or not all(isinstance(s, str) and s for s in knowledge):
+                raise AgentRegistrationError(f"{path}: knowledge_scopes must be a list of scope ids")
+            scopes[agent_id] = tuple(knowledge)
+        return cls(found, scopes)
 
     def agent_ids(self) -> tuple[str, ...]:
         """Every registered agent id."""
@@ -59,3 +67,7 @@ class AgentRegistrations:
     def capabilities(self, agent_id: str) -> tuple[str, ...]:
         """The agent's registered capabilities; () for an unknown agent."""
         return self._capabilities.get(agent_id, ())
+
+    def knowledge_scopes(self, agent_id: str) -> tuple[str, ...]:
+        """The agent's registered knowledge scopes; () for an unknown agent."""
+        return self._knowledge_scopes.get(agent_id, ())

@@ -18,7 +18,11 @@ into the Cedar entity graph, rebuilt whenever a tenant changes:
   policy can tell a system actor's work from a user's by the requester id;
 - ``TenantDirectory::"configured"`` has ``names``: every configured tenant, so
   the work of a tenant that is not configured is refused by name
-  (``tenant.not_configured``).
+  (``tenant.not_configured``);
+- ``Model::"m"`` (in ``ModelGroup::"known"``) has ``permitted``: every
+  ``"<tenant>/<agent>"`` whose tenant lists the model for the agent (the
+  tenant's ``models``), and ``fallback_permitted``: those of them whose calls
+  may fall back to it.
 
 Resolving ``includes`` here is data preparation, not a rule: the rule
 ("one of the user's roles permits the capability") is the Cedar policy.
@@ -26,6 +30,7 @@ Resolving ``includes`` here is data preparation, not a rule: the rule
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,6 +44,7 @@ from policy_svc.errors import PolicyLoadError
 
 NAMESPACE = "AgentMesh"
 KNOWN_GROUP = "known"
+KNOWLEDGE_GROUP = "knowledge"
 SYSTEM_ACTOR_DIRECTORY = "all"
 TENANT_DIRECTORY = "configured"
 
@@ -72,6 +78,11 @@ class _Model(pydantic.BaseModel):
 
 class _CapabilitySpec(_Model):
     kind: CapabilityKind
+    knowledge: bool = False
+
+
+class _ModelSpec(_Model):
+    description: str = ""
 
 
 class _SystemActorSpec(_Model):
@@ -82,6 +93,7 @@ class _DataFile(_Model):
     capabilities: dict[str, _CapabilitySpec]
     privileges: list[str] = []
     system_actors: dict[str, _SystemActorSpec] = {}
+    models: dict[str, _ModelSpec] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +103,17 @@ class RoleSpec:
     capabilities: tuple[str, ...] = ()
     includes: tuple[str, ...] = ()
     privileges: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TenantPolicy:
+    """What the policy engine holds of one tenant: its roles and the models its agents may use."""
+
+    roles: Mapping[str, RoleSpec]
+    #: Agent id (``supervisor`` for the supervisor's own calls) -> the model ids it may use.
+    models: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    #: Agents whose call may fall back to another of their models when the first choice is unavailable.
+    fallback: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +127,10 @@ class PlatformData:
     system_actors: Mapping[str, tuple[str, ...]]
     #: The file's bytes (part of the policy set version).
     source: bytes = b""
+    #: The capabilities that read a knowledge scope (``knowledge: true``).
+    knowledge_capabilities: frozenset[str] = frozenset()
+    #: Model ids of the catalogue.
+    models: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,10 +139,14 @@ class PolicyData:
 
     #: Capability id -> kind.
     capabilities: Mapping[str, CapabilityKind]
+    #: The capabilities that read a knowledge scope (``knowledge: true``).
+    knowledge_capabilities: frozenset[str]
     #: Tenant id -> role names defined in it.
     roles: Mapping[str, tuple[str, ...]]
     #: System actor names.
     system_actors: tuple[str, ...]
+    #: Model ids of the catalogue.
+    models: tuple[str, ...]
     #: The static Cedar entities (JSON-ready list).
     entities: tuple[JsonObject, ...]
 
@@ -143,6 +174,9 @@ def load_platform_data(path: Path) -> PlatformData:
         hint = (" (tenants are data: apply them with `agentmesh tenants apply`)"
                 if isinstance(raw, dict) and "tenants" in raw else "")
         raise _invalid(path, f"data file does not match its format{hint}: {exc}") from exc
+    for cap, cap_spec in spec.capabilities.items():
+        if cap_spec.knowledge and cap_spec.kind != "read":
+            raise _invalid(path, f"capabilities.{cap}: a knowledge capability is of kind read")
     for actor, actor_spec in spec.system_actors.items():
         where = f"system_actors.{actor}"
         if not NAME_PATTERN.match(actor):
@@ -155,6 +189,8 @@ def load_platform_data(path: Path) -> PlatformData:
         privileges=tuple(spec.privileges),
         system_actors={a: tuple(s.capabilities) for a, s in spec.system_actors.items()},
         source=raw_bytes,
+        knowledge_capabilities=frozenset(cap for cap, cap_spec in spec.capabilities.items() if cap_spec.knowledge),
+        models=tuple(spec.models),
     )
 
 
@@ -185,13 +221,34 @@ def tenant_roles(platform: PlatformData, roles: Mapping[str, RoleSpec]) -> dict[
     return dict(roles)
 
 
-def build_policy_data(platform: PlatformData, tenants: Mapping[str, Mapping[str, RoleSpec]]) -> PolicyData:
-    """The Cedar entities of the platform and the tenants' roles (each already checked by :func:`tenant_roles`)."""
+def tenant_models(platform: PlatformData, models: Mapping[str, tuple[str, ...]],
+                  fallback: tuple[str, ...]) -> None:
+    """A tenant's model use, checked against the platform: agent names, models of the catalogue, fallback
+    only for an agent that uses a model.
+
+    Raises:
+        TenantRolesInvalid: naming the field (``models.<agent>.model_ids[<i>]``).
+    """
+    for agent, ids in models.items():
+        if not NAME_PATTERN.match(agent):
+            raise TenantRolesInvalid(f"an agent id must match {NAME_PATTERN.pattern}", field=f"models.{agent}")
+        for i, model in enumerate(ids):
+            if model not in platform.models:
+                raise TenantRolesInvalid(f"unknown model {model!r}", field=f"models.{agent}.model_ids[{i}]")
+    for agent in fallback:
+        if not models.get(agent):
+            raise TenantRolesInvalid(f"{agent!r} uses no model", field=f"models.{agent}.fallback")
+
+
+def build_policy_data(platform: PlatformData, tenants: Mapping[str, TenantPolicy]) -> PolicyData:
+    """The Cedar entities of the platform and the tenants (each already checked by :func:`tenant_roles` and
+    :func:`tenant_models`)."""
     # Effective permissions of each role: its own plus those of every role it
     # includes, transitively (cycles were refused when the tenant was applied).
     permitted_roles: dict[str, set[str]] = {cap: set() for cap in platform.capabilities}
     held_by: dict[str, set[str]] = {p: set() for p in platform.privileges}
-    for tenant_id, roles in tenants.items():
+    for tenant_id, tenant in tenants.items():
+        roles = tenant.roles
         for role_name in roles:
             scoped = role_id(tenant_id, role_name)
             for included in _closure(roles, role_name):
@@ -201,6 +258,7 @@ def build_policy_data(platform: PlatformData, tenants: Mapping[str, Mapping[str,
                     held_by[privilege].add(scoped)
     capability_parents: dict[str, list[dict[str, str]]] = {
         cap: [uid("CapabilityGroup", KNOWN_GROUP), uid("CapabilityGroup", kind)]
+        + ([uid("CapabilityGroup", KNOWLEDGE_GROUP)] if cap in platform.knowledge_capabilities else [])
         for cap, kind in platform.capabilities.items()
     }
     for actor, caps in platform.system_actors.items():
@@ -209,7 +267,7 @@ def build_policy_data(platform: PlatformData, tenants: Mapping[str, Mapping[str,
 
     entities: list[JsonObject] = []
     entities += [_entity("SystemActor", a, {}, []) for a in platform.system_actors]
-    groups = [KNOWN_GROUP, "read", "mutate", "external_write"]
+    groups = [KNOWN_GROUP, "read", "mutate", "external_write", KNOWLEDGE_GROUP]
     entities += [_entity("CapabilityGroup", g, {}, []) for g in groups]
     entities += [
         _entity("Capability", cap, {"permitted_roles": sorted(permitted_roles[cap])}, parents)
@@ -219,10 +277,23 @@ def build_policy_data(platform: PlatformData, tenants: Mapping[str, Mapping[str,
     entities.append(_entity("SystemActorDirectory", SYSTEM_ACTOR_DIRECTORY,
                             {"names": sorted(platform.system_actors)}, []))
     entities.append(_entity("TenantDirectory", TENANT_DIRECTORY, {"names": sorted(tenants)}, []))
+    permitted: dict[str, set[str]] = {m: set() for m in platform.models}
+    fallback: dict[str, set[str]] = {m: set() for m in platform.models}
+    for tenant_id, tenant in tenants.items():
+        for agent, models in tenant.models.items():
+            for m in models:
+                permitted[m].add(f"{tenant_id}/{agent}")
+                if agent in tenant.fallback:
+                    fallback[m].add(f"{tenant_id}/{agent}")
+    entities.append(_entity("ModelGroup", KNOWN_GROUP, {}, []))
+    entities += [_entity("Model", m, {"permitted": sorted(permitted[m]), "fallback_permitted": sorted(fallback[m])},
+                         [uid("ModelGroup", KNOWN_GROUP)]) for m in platform.models]
     return PolicyData(
         capabilities=dict(platform.capabilities),
-        roles={t: tuple(roles) for t, roles in tenants.items()},
+        knowledge_capabilities=platform.knowledge_capabilities,
+        roles={t: tuple(tenant.roles) for t, tenant in tenants.items()},
         system_actors=tuple(platform.system_actors),
+        models=platform.models,
         entities=tuple(entities),
     )
 

@@ -46,7 +46,7 @@ from policy_svc.data import (
     JsonObject,
     PlatformData,
     PolicyData,
-    RoleSpec,
+    TenantPolicy,
     build_policy_data,
     entity_type,
     load_platform_data,
@@ -113,11 +113,19 @@ _ACTIONS = {
     OperationKind.REVIEW: "review",
     OperationKind.READ_EXECUTION: "read_execution",
     OperationKind.CANCEL_EXECUTION: "cancel_execution",
+    OperationKind.USE_MODEL: "use_model",
 }
 # Operations on a supervisor execution: the resource is the Execution, not a
 # capability, so they name none.
 _ON_AN_EXECUTION = frozenset({OperationKind.READ_EXECUTION, OperationKind.CANCEL_EXECUTION})
 EXECUTION_RESOURCE_TYPE = "Execution"
+# A read of a knowledge store names its scope as the resource; the policies see the scope and the
+# agent's registered scopes (optional context attributes, absent from every other request).
+KNOWLEDGE_RESOURCE_TYPE = "KnowledgeScope"
+MODEL_RESOURCE_TYPE = "Model"
+MODEL_CAPABILITY_PREFIX = "model:"
+"""A model call's ``capability_id`` in the Cedar context: ``model:<id>``, so a capability kill switch with the
+target ``model:sandbox-large`` stops that model."""
 # Operations about someone's work: each must say whose work it is, or the
 # own-request rules would compare against "" (never the requester, so a
 # decision on one's own request would pass, and one's own execution fail).
@@ -183,7 +191,7 @@ class PolicyEngine:
         self._texts = dict(texts)
         self._schema_text = schema_text
         self._tenant_lock = threading.Lock()
-        self._tenant_roles: dict[str, dict[str, RoleSpec]] = {}
+        self._tenants: dict[str, TenantPolicy] = {}
         self._state = self._build_state({})
         # (state, active switches, static entities + their board); see _entities_with.
         self._board: tuple[_State, _KillSwitches, cedarpy.Entities] | None = None
@@ -294,25 +302,28 @@ class PolicyEngine:
         _log.info("loaded %d policies from %s, version %s", len(metas), root, engine.version)
         return engine
 
-    def _build_state(self, tenants: Mapping[str, Mapping[str, RoleSpec]]) -> _State:
+    def _build_state(self, tenants: Mapping[str, TenantPolicy]) -> _State:
         data = build_policy_data(self._platform, tenants)
         entities = cedarpy.Entities.from_json_str(json.dumps(list(data.entities)), self._schema)
-        roles = {t: {r: [list(spec.capabilities), list(spec.includes), list(spec.privileges)]
-                     for r, spec in sorted(rs.items())} for t, rs in sorted(tenants.items())}
+        roles = {t: {"roles": {r: [list(spec.capabilities), list(spec.includes), list(spec.privileges)]
+                               for r, spec in sorted(tp.roles.items())},
+                     "models": {a: list(m) for a, m in sorted(tp.models.items())}, "fallback": sorted(tp.fallback)}
+                 for t, tp in sorted(tenants.items())}
         version = _digest(self._texts, self._schema_text, self._platform.source, schema_name=SCHEMA_FILE,
                           tenants=json.dumps(roles, sort_keys=True).encode())
         return _State(data, entities, version)
 
-    def set_tenants(self, changes: Mapping[str, Mapping[str, RoleSpec]]) -> str:
-        """Puts tenants' roles in force (each tenant named is replaced whole; others stay), atomically:
-        a decision sees either all of the change or none of it. Returns the new version.
+    def set_tenants(self, changes: Mapping[str, TenantPolicy]) -> str:
+        """Puts tenants' roles and model use in force (each tenant named is replaced whole; others stay),
+        atomically: a decision sees either all of the change or none of it. Returns the new version.
 
-        The roles must have been checked with :func:`policy_svc.data.tenant_roles`.
+        They must have been checked with :func:`policy_svc.data.tenant_roles` and
+        :func:`policy_svc.data.tenant_models`.
         """
         with self._tenant_lock:
-            tenants = {**self._tenant_roles, **{t: dict(r) for t, r in changes.items()}}
+            tenants = {**self._tenants, **changes}
             state = self._build_state(tenants)
-            self._tenant_roles = tenants
+            self._tenants = tenants
             self._state = state
         return state.version
 
@@ -657,10 +668,12 @@ def _validate(request: AuthorizationRequest) -> None:
     if request.delegation_depth < 0 or request.delegation_depth > _MAX_DEPTH_VALUE:
         raise InvalidRequestError.invalid("delegation_depth", "must be between 0 and 2^31-1")
     on_execution = request.operation in _ON_AN_EXECUTION
-    if on_execution:
+    on_model = request.operation is OperationKind.USE_MODEL
+    if on_execution or on_model:
         if request.capability_id:
+            what = "an execution" if on_execution else "a model"
             raise InvalidRequestError.invalid(
-                "capability_id", f"must be empty for {request.operation.name}: an execution is not a capability"
+                "capability_id", f"must be empty for {request.operation.name}: {what} is not a capability"
             )
     elif not request.capability_id:
         raise InvalidRequestError.missing("capability_id")
@@ -673,6 +686,8 @@ def _validate(request: AuthorizationRequest) -> None:
         raise InvalidRequestError.invalid(
             "resource.type", f"must be {EXECUTION_RESOURCE_TYPE!r} for {request.operation.name}"
         )
+    if on_model and resource.type != MODEL_RESOURCE_TYPE:
+        raise InvalidRequestError.invalid("resource.type", f"must be {MODEL_RESOURCE_TYPE!r} for USE_MODEL")
     if not resource.id:
         raise InvalidRequestError.missing("resource.id")
     if not resource.tenant_id:
@@ -706,11 +721,12 @@ def _cedar_request(request: AuthorizationRequest) -> JsonObject:
         principal = uid("SystemActor", request.system_actor)
         requester_id = request.system_actor
         roles = []
+    on_model = request.operation is OperationKind.USE_MODEL
     context: JsonObject = {
         "tenant": tenant,
         "requester_id": requester_id,
         "roles": roles,
-        "capability_id": request.capability_id,
+        "capability_id": MODEL_CAPABILITY_PREFIX + resource.id if on_model else request.capability_id,
         "agent_id": agent.agent_id,
         "agent_capabilities": list(agent.capabilities),
         "resource_tenant": resource.tenant_id,
@@ -727,9 +743,17 @@ def _cedar_request(request: AuthorizationRequest) -> JsonObject:
         },
         "override_reason": ctx.override_reason,
         "subject_requester_id": ctx.subject_requester_id,
+        # Which models an agent may use is per tenant: the model entity lists "<tenant>/<agent>".
+        "model_user": f"{tenant}/{agent.agent_id}",
+        "model_fallback": ctx.model_fallback,
     }
+    if resource.type == KNOWLEDGE_RESOURCE_TYPE:
+        context["knowledge_scope"] = resource.id
+        context["agent_knowledge_scopes"] = list(agent.knowledge_scopes)
     if request.operation in _ON_AN_EXECUTION:
         cedar_resource = uid("Execution", resource.id)
+    elif on_model:
+        cedar_resource = uid("Model", resource.id)
     else:
         cedar_resource = uid("Capability", request.capability_id)
     return {

@@ -37,6 +37,9 @@ class OperationKind(enum.Enum):
     #: Cancelling an execution: the requester, or a holder of
     #: ``execution.cancel`` in the tenant (admin).
     CANCEL_EXECUTION = "CANCEL_EXECUTION"
+    #: Calling a language model through the model service: the resource is the
+    #: model (type ``Model``), which the tenant's data lets the agent use or not.
+    USE_MODEL = "USE_MODEL"
 
 
 class RiskLevel(enum.Enum):
@@ -103,6 +106,8 @@ class AgentPrincipal:
     delegation_chain: tuple[str, ...] = ()
     #: Capability ids the agent has registered.
     capabilities: tuple[str, ...] = ()
+    #: Knowledge scopes the agent has registered (its manifest's ``knowledge_scopes``, PRD §31).
+    knowledge_scopes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +151,8 @@ class OperationContext:
     #: or the system actor), so the requester reaches their own. Required for
     #: all four; ignored for INVOKE.
     subject_requester_id: str = ""
+    #: For USE_MODEL: the model answers as a fallback for one that was unavailable.
+    model_fallback: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,11 @@ from policy_svc.tenants import AdministrationDenied, TenantDirectory, TenantNotC
 log = logging.getLogger(__name__)
 
 AgentCapabilities = Callable[[str], tuple[str, ...]]
+AgentKnowledgeScopes = Callable[[str], tuple[str, ...]]
+
+
+def _no_scopes(agent_id: str) -> tuple[str, ...]:
+    return ()
 
 
 def _enum(enum_cls: type[Any], proto_enum: Any, value: int, prefix: str) -> Any:
@@ -39,8 +44,10 @@ def _enum(enum_cls: type[Any], proto_enum: Any, value: int, prefix: str) -> Any:
     return enum_cls[name]
 
 
-def to_request(req: pb.AuthorizeRequest, agent_capabilities: AgentCapabilities) -> model.AuthorizationRequest:
-    """Maps the wire request to the engine's request; registered capabilities come from the registry."""
+def to_request(req: pb.AuthorizeRequest, agent_capabilities: AgentCapabilities,
+               agent_knowledge_scopes: AgentKnowledgeScopes = _no_scopes) -> model.AuthorizationRequest:
+    """Maps the wire request to the engine's request; registered capabilities and knowledge scopes come from
+    the registry, never from the request."""
     user = None
     if req.HasField("user"):
         u = req.user
@@ -50,7 +57,8 @@ def to_request(req: pb.AuthorizeRequest, agent_capabilities: AgentCapabilities) 
     if req.HasField("agent"):
         a = req.agent
         agent = model.AgentPrincipal(a.agent_id, a.agent_version, a.execution_id, a.parent_agent_id,
-                                     tuple(a.delegation_chain), agent_capabilities(a.agent_id))
+                                     tuple(a.delegation_chain), agent_capabilities(a.agent_id),
+                                     agent_knowledge_scopes(a.agent_id))
     resource = None
     if req.HasField("resource"):
         resource = model.ResourceRef(req.resource.type, req.resource.id, req.resource.tenant_id)
@@ -68,7 +76,7 @@ def to_request(req: pb.AuthorizeRequest, agent_capabilities: AgentCapabilities) 
         capability_version=req.capability_version,
         resource=resource,
         context=model.OperationContext(c.confirmation_given, c.human_approval_id, c.human_approver_id, risk,
-                                       c.override_reason, c.subject_requester_id),
+                                       c.override_reason, c.subject_requester_id, c.model_fallback),
         operation=_enum(model.OperationKind, pb.OperationKind, req.operation, "OPERATION_KIND_"),
     )
 
@@ -110,17 +118,19 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
     """The gRPC face of the policy engine."""
 
     def __init__(self, engine: PolicyEngine, switches: KillSwitchStore, agent_capabilities: AgentCapabilities,
-                 audit: AuditRecorder | None) -> None:
+                 audit: AuditRecorder | None, agent_knowledge_scopes: AgentKnowledgeScopes = _no_scopes) -> None:
         self._engine = engine
         self._switches = switches
         self._agent_capabilities = agent_capabilities
+        self._agent_knowledge_scopes = agent_knowledge_scopes
         self._audit = audit
 
     def Authorize(self, request: pb.AuthorizeRequest, context: grpc.ServicerContext) -> pb.AuthorizeResponse:
         try:
             # Reading the switches can fail; then there is no decision at all (never an ALLOW).
             active = self._switches.active()
-            decision = self._engine.authorize(to_request(request, self._agent_capabilities), kill_switches=active)
+            decision = self._engine.authorize(
+                to_request(request, self._agent_capabilities, self._agent_knowledge_scopes), kill_switches=active)
         except PolicyError as err:
             raise _mesh_error(err) from err
         return to_decision(decision)

@@ -43,7 +43,7 @@ from agentmesh.database import Database, open_database
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import tenant_service_pb2 as pb
-from policy_svc.data import RoleSpec, TenantRolesInvalid, tenant_roles
+from policy_svc.data import RoleSpec, TenantPolicy, TenantRolesInvalid, tenant_models, tenant_roles
 from policy_svc.engine import PolicyEngine
 from policy_svc.errors import InvalidRequestError, PolicyError
 from policy_svc.model import Effect
@@ -64,7 +64,7 @@ TENANT_ID = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
 MAX_TENANTS_PER_APPLY = 100
 LIMIT_KEYS = frozenset({"default", "MAX_DEPTH_EXCEEDED", "MAX_TASKS_EXCEEDED", "MAX_HANDOFFS_EXCEEDED",
                         "MAX_EXECUTION_TIME_EXCEEDED", "MAX_COST_EXCEEDED", "MAX_TOKENS_EXCEEDED",
-                        "MAX_MODEL_CALLS_EXCEEDED"})
+                        "MAX_MODEL_CALLS_EXCEEDED", "MAX_MODEL_COST_EXCEEDED"})
 """The keys of ``on_exceeded``."""
 _OUTPUT_FIELDS = ("revision", "digest", "changed_by", "changed_at")
 
@@ -120,13 +120,17 @@ def definition_digest(definition: pb.TenantDefinition) -> str:
     return hashlib.sha256(body.SerializeToString(deterministic=True)).hexdigest()
 
 
-def _roles(definition: pb.TenantDefinition) -> dict[str, RoleSpec]:
-    return {name: RoleSpec(tuple(r.capabilities), tuple(r.includes), tuple(r.privileges))
-            for name, r in definition.roles.items()}
+def _policy(definition: pb.TenantDefinition) -> TenantPolicy:
+    """What the policy engine holds of a definition: its roles and its agents' models."""
+    return TenantPolicy(
+        roles={name: RoleSpec(tuple(r.capabilities), tuple(r.includes), tuple(r.privileges))
+               for name, r in definition.roles.items()},
+        models={agent: tuple(use.model_ids) for agent, use in definition.models.items()},
+        fallback=frozenset(agent for agent, use in definition.models.items() if use.fallback))
 
 
 def check_definitions(definitions: Sequence[pb.TenantDefinition], engine: PolicyEngine,
-                      agents: Iterable[str]) -> list[tuple[pb.TenantDefinition, dict[str, RoleSpec]]]:
+                      agents: Iterable[str]) -> list[tuple[pb.TenantDefinition, TenantPolicy]]:
     """Every definition checked against the platform (capabilities, privileges, registered agents), with its
     roles; the output fields are cleared.
 
@@ -139,7 +143,7 @@ def check_definitions(definitions: Sequence[pb.TenantDefinition], engine: Policy
         raise InvalidRequestError.invalid("tenants", f"at most {MAX_TENANTS_PER_APPLY} tenants per apply")
     known_agents = set(agents)
     seen: dict[str, int] = {}
-    out: list[tuple[pb.TenantDefinition, dict[str, RoleSpec]]] = []
+    out: list[tuple[pb.TenantDefinition, TenantPolicy]] = []
     for i, given in enumerate(definitions):
         at = f"tenants[{i}]"
         definition = pb.TenantDefinition()
@@ -158,8 +162,10 @@ def check_definitions(definitions: Sequence[pb.TenantDefinition], engine: Policy
             raise InvalidRequestError.missing(f"{at}.display_name")
         if len(definition.display_name) > 200:
             raise InvalidRequestError.invalid(f"{at}.display_name", "at most 200 characters")
+        policy = _policy(definition)
         try:
-            roles = tenant_roles(engine.platform, _roles(definition))
+            tenant_roles(engine.platform, policy.roles)
+            tenant_models(engine.platform, policy.models, tuple(policy.fallback))
         except TenantRolesInvalid as err:
             raise InvalidRequestError.invalid(f"{at}.{err.field}", err.message) from None
         for j, agent in enumerate(definition.allowed_agents):
@@ -168,7 +174,7 @@ def check_definitions(definitions: Sequence[pb.TenantDefinition], engine: Policy
             if list(definition.allowed_agents).index(agent) != j:
                 raise InvalidRequestError.invalid(f"{at}.allowed_agents[{j}]", f"{agent!r} is listed twice")
         for name in ("max_depth", "max_tasks", "max_handoffs", "max_execution_time_ms", "max_cost", "max_tokens",
-                     "max_model_calls"):
+                     "max_model_calls", "max_model_cost"):
             if definition.limits.HasField(name):
                 value = getattr(definition.limits, name)
                 if not value >= 0 or value != value or value == float("inf"):
@@ -179,7 +185,7 @@ def check_definitions(definitions: Sequence[pb.TenantDefinition], engine: Policy
                                                   f"not a limit; one of {', '.join(sorted(LIMIT_KEYS))}")
             if action not in (pb.LIMIT_ACTION_STOP, pb.LIMIT_ACTION_HUMAN_REVIEW):
                 raise InvalidRequestError.invalid(f"{at}.on_exceeded.{key}", "must be STOP or HUMAN_REVIEW")
-        out.append((definition, roles))
+        out.append((definition, policy))
     return out
 
 
@@ -261,7 +267,7 @@ class TenantDirectory:
         self._clock = clock
         self._lock = threading.Lock()
         self._tenants: dict[str, pb.TenantDefinition] = {d.tenant_id: d for d in store.all()}
-        engine.set_tenants({t: _roles(d) for t, d in self._tenants.items()})
+        engine.set_tenants({t: _policy(d) for t, d in self._tenants.items()})
 
     def get(self, tenant_id: str) -> pb.TenantDefinition:
         """The tenant in force.
@@ -305,8 +311,8 @@ class TenantDirectory:
             checked = check_definitions(definitions, self._engine, self._agents)
             now = self._clock.now(dt.UTC)
             results: list[Applied] = []
-            changed: list[tuple[pb.TenantDefinition, dict[str, RoleSpec], pb.TenantChange]] = []
-            for definition, roles in checked:
+            changed: list[tuple[pb.TenantDefinition, TenantPolicy, pb.TenantChange]] = []
+            for definition, policy in checked:
                 digest = definition_digest(definition)
                 before = self._tenants.get(definition.tenant_id)
                 if before is not None and before.digest == digest:
@@ -317,7 +323,7 @@ class TenantDirectory:
                 definition.changed_by = caller
                 definition.changed_at.CopyFrom(_ts(now))
                 change = pb.TENANT_CHANGE_CREATED if before is None else pb.TENANT_CHANGE_UPDATED
-                changed.append((definition, roles, change))
+                changed.append((definition, policy, change))
                 results.append(Applied(definition, change))
             for definition, _, change in changed:
                 # The change lets authority take effect: it is durable in the log first, or nothing happens.
@@ -332,7 +338,7 @@ class TenantDirectory:
                                       reason_codes=["NOT_APPLIED", "TENANT_STORE_FAILED",
                                                     f"revision={definition.revision}"])
                     raise
-                self._engine.set_tenants({d.tenant_id: roles for d, roles, _ in changed})
+                self._engine.set_tenants({d.tenant_id: policy for d, policy, _ in changed})
                 for definition, _, _ in changed:
                     self._tenants[definition.tenant_id] = definition
                 log.info("tenants applied by %s: %s", caller,

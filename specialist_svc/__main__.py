@@ -12,6 +12,7 @@ from agentmesh import spiffe
 from agentmesh.clock import mesh_today
 from agentmesh.service import ServiceContext, ServiceSpec, StartupError, base_parser, knows_peer, run
 from agentmesh.v1 import capability_service_pb2_grpc as capability_grpc
+from agentmesh.v1 import model_service_pb2_grpc as model_grpc
 from agentmesh.v1 import specialist_service_pb2_grpc as specialist_grpc
 from specialist_svc.agent import SpecialistAgent, UnknownAgent
 from specialist_svc.servicer import SpecialistServicer
@@ -45,8 +46,12 @@ def spec(args: argparse.Namespace) -> ServiceSpec:
         # The same recorder (and outbox) as the caller table's refusals at this agent's door.
         audit = ctx.audit() if knows_peer(ctx.config, "audit") else None
         ctx.require_peer("capability")  # an agent acts only through capabilities
+        # An agent whose rules may ask a model reaches one only through the model service; without it,
+        # they run deterministic rules only (the model is never required for health).
+        models = model_grpc.ModelServiceStub(ctx.channel("model")) \
+            if agent.rules.models and knows_peer(ctx.config, "model") else None
         specialist_grpc.add_SpecialistServiceServicer_to_server(
-            SpecialistServicer(running, stub, fixed_delay_s=delay_s, audit=audit), server)
+            SpecialistServicer(running, stub, fixed_delay_s=delay_s, audit=audit, models=models), server)
 
     return ServiceSpec(agent.agent_id, identity, SERVICES, register)
 

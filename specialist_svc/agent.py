@@ -24,7 +24,7 @@ from agentmesh import errors
 from agentmesh.v1 import common_pb2
 from specialist_svc.agents import RULES, AgentRules
 from specialist_svc.phrases import speaking
-from specialist_svc.rules import CapabilityClient, TaskContext, TaskInputInvalid, plain
+from specialist_svc.rules import CapabilityClient, ModelPort, TaskContext, TaskInputInvalid, plain
 from supervisor_svc.registry import AgentEntry, AgentManifest, default_agents_dir, load_manifests
 
 __all__ = ["RUNTIME_VERSION", "SpecialistAgent", "UnknownAgent"]
@@ -113,12 +113,14 @@ class SpecialistAgent:
         return data
 
     def run(self, task: common_pb2.AgentTask, client: CapabilityClient,
-            handoffs: Sequence[common_pb2.HandoffOutcome] = (), *, again: bool = False) -> common_pb2.AgentResult:
+            handoffs: Sequence[common_pb2.HandoffOutcome] = (), *, again: bool = False,
+            models: ModelPort | None = None) -> common_pb2.AgentResult:
         """Runs the rules on one task and returns the stamped result.
 
         ``handoffs`` (with ``again``): the task is called again after it answered WAITING, with the
         outcome of each handoff it asked for. A WAITING result is not an answer, so it is not checked
-        against the output schema.
+        against the output schema. ``models`` reaches the rules of an agent that uses a model
+        (``AgentRules.models``); None (no model service) lets them run without, deterministic rules only.
 
         Raises:
             agentmesh.errors.InvalidArgument: the input breaks the schema or lacks what the rules need.
@@ -130,7 +132,8 @@ class SpecialistAgent:
                               again=again or bool(handoffs))
         try:
             with speaking(task.locale):  # statements in the user's language
-                result = self.rules.run(data, client, context)
+                result = self.rules.run(data, client, context, models=models) if self.rules.models \
+                    else self.rules.run(data, client, context)
         except TaskInputInvalid as err:
             field = f"task.input.{err.field}"
             raise errors.InvalidArgument(str(err), reason="TASK_INPUT_INVALID", field=field) from err

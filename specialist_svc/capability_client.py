@@ -102,12 +102,19 @@ class GrpcCapabilityClient:
         self._deadline = deadline
         self._lock = threading.Lock()
         self._policy_versions: set[str] = set()
+        self._knowledge_versions: set[str] = set()
 
     @property
     def policy_versions(self) -> list[str]:
         """The policy versions of the decisions that allowed this task's calls."""
         with self._lock:
             return sorted(self._policy_versions)
+
+    @property
+    def knowledge_versions(self) -> list[str]:
+        """The knowledge this task's calls read, as the capability service named it (``<scope>@<digest>``)."""
+        with self._lock:
+            return sorted(self._knowledge_versions)
 
     def call(
         self, capability_id: str, input: Mapping[str, Any], idempotency_key: str | None = None
@@ -129,8 +136,10 @@ class GrpcCapabilityClient:
             response: cap_pb2.InvokeCapabilityResponse = self._stub.InvokeCapability(request, timeout=timeout)
         except grpc.RpcError as err:
             raise errors.from_rpc_error(err) from err
-        if response.decision.policy_version:
-            with self._lock:
+        with self._lock:
+            if response.decision.policy_version:
                 self._policy_versions.add(response.decision.policy_version)
+            if response.knowledge_version:
+                self._knowledge_versions.add(response.knowledge_version)
         output: dict[str, Any] = plain(json_format.MessageToDict(response.output))
         return output, list(response.evidence)

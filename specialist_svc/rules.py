@@ -53,6 +53,9 @@ __all__ = [
     "CallFailure",
     "CapabilityClient",
     "ContextRuleFn",
+    "ModelAnswer",
+    "ModelInput",
+    "ModelPort",
     "ResultBuilder",
     "RuleFn",
     "TaskContext",
@@ -100,8 +103,44 @@ class CapabilityClient(Protocol):
         ...
 
 
-RuleFn = Callable[[Mapping[str, Any], CapabilityClient], common_pb2.AgentResult]
-"""An agent's rules: task input (the projected context) and the capability port in, result out.
+@dataclass(frozen=True)
+class ModelInput:
+    """One piece of external text for a model: sent as data (its own delimited message), never instructions."""
+
+    name: str
+    text: str
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class ModelAnswer:
+    """A model's answer through the model service: valid against the prompt's schema, and still a proposal."""
+
+    answer: dict[str, Any]
+    call_id: str
+    model_id: str
+    model_version: str
+    prompt: str
+    """``id@version`` of the prompt."""
+    answer_digest: str
+
+
+class ModelPort(Protocol):
+    """The only way an agent's rules reach a language model: one governed call of a registered prompt.
+
+    Implementations: :class:`specialist_svc.model_client.GrpcModelClient`; fakes in unit tests.
+    What comes back is at most an INFERENCE: the rules check it against what they know (e.g. that a
+    quote really is in the text) and never turn it into a FACT.
+    """
+
+    def complete(self, prompt_id: str, parameters: Mapping[str, Any], data: Sequence[ModelInput]) -> ModelAnswer:
+        """Raises agentmesh.errors.MeshError when the call fails or is refused (e.g. an exhausted budget)."""
+        ...
+
+
+RuleFn = Callable[..., common_pb2.AgentResult]
+"""An agent's rules: task input (the projected context) and the capability port in, result out;
+the rules of an agent that uses a model also take ``models`` (a :class:`ModelPort` or None) by keyword.
 
 The result has ``status``, ``result``, ``evidence``, ``statements``, ``confidence``
 and ``error_reason``; ids, timestamps and versions are stamped by the caller.
@@ -120,8 +159,9 @@ class TaskContext:
     """Whether this call follows a WAITING answer (then every handoff asked for has its outcome here)."""
 
 
-ContextRuleFn = Callable[[Mapping[str, Any], CapabilityClient, TaskContext], common_pb2.AgentResult]
-"""Rules that also read the :class:`TaskContext` (the mesh's date, handoff outcomes)."""
+ContextRuleFn = Callable[..., common_pb2.AgentResult]
+"""Rules that also read the :class:`TaskContext` (the mesh's date, handoff outcomes):
+``(task_input, client, context)``, plus ``models`` by keyword for an agent that uses a model."""
 
 
 def handoff(action_id: str, target_agent_id: str, *, purpose: str, required_capabilities: Sequence[str],
@@ -200,6 +240,7 @@ _SYSTEMS = {
     "compliance.getChecklist": "COMPLIANCE_REGISTRY",
     "employee.get": "HR_REGISTRY",
     "medical.getEligibility": "OCCUPATIONAL_HEALTH",
+    "knowledge.search": "KNOWLEDGE",
 }
 _MALFORMED_REASONS = frozenset({
     "EXTERNAL_MALFORMED", "EXTERNAL_MALFORMED_JSON", "EXTERNAL_CONTENT_TYPE", "EXTERNAL_SCHEMA_INVALID",

@@ -54,10 +54,12 @@ from agentmesh.audit_client import AuditRecorder
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import capability_service_pb2_grpc as cap_grpc
 from agentmesh.v1 import common_pb2
+from agentmesh.v1 import model_service_pb2_grpc as model_grpc
 from agentmesh.v1 import specialist_service_pb2 as pb
 from agentmesh.v1 import specialist_service_pb2_grpc as pb_grpc
 from specialist_svc.agent import SpecialistAgent
 from specialist_svc.capability_client import Deadline, GrpcCapabilityClient, principal_for
+from specialist_svc.model_client import GrpcModelClient
 from specialist_svc.rules import CapabilityClient
 
 __all__ = ["SpecialistServicer", "StopWhenCallEnds"]
@@ -123,10 +125,13 @@ class SpecialistServicer(pb_grpc.SpecialistServiceServicer):
     """RunTask and DescribeAgent for the one agent this process runs."""
 
     def __init__(self, agent: SpecialistAgent, capability: cap_grpc.CapabilityServiceStub, *,
-                 fixed_delay_s: float = 0.0, audit: AuditRecorder | None = None) -> None:
+                 fixed_delay_s: float = 0.0, audit: AuditRecorder | None = None,
+                 models: model_grpc.ModelServiceStub | None = None) -> None:
         """Args:
         agent: The agent this process runs.
         capability: A stub on the mTLS channel to the capability service.
+        models: A stub on the mTLS channel to the model service, for an agent whose rules
+            may ask a model; None runs them without one.
         fixed_delay_s: Sleep this long inside every RunTask before the rules run
             (benchmarks and parallelism tests); cut short if the call ends.
         audit: Records each refusal of a task (durably); None records nothing.
@@ -135,6 +140,7 @@ class SpecialistServicer(pb_grpc.SpecialistServiceServicer):
         self._capability = capability
         self._fixed_delay_s = fixed_delay_s
         self._audit = audit
+        self._models = models
 
     def RunTask(self, request: pb.RunTaskRequest, context: grpc.ServicerContext) -> pb.RunTaskResponse:
         try:
@@ -193,14 +199,24 @@ class SpecialistServicer(pb_grpc.SpecialistServiceServicer):
         grpc_client = GrpcCapabilityClient(self._capability, grant=request.grant, principal=principal, trace=trace,
                                            deadline=deadline)
         client = StopWhenCallEnds(grpc_client, context.is_active)
+        model_client = GrpcModelClient(self._models, grant=request.grant, principal=principal, trace=trace,
+                                       deadline=deadline, is_active=context.is_active) \
+            if self._models is not None and self._agent.rules.models else None
         attributes: dict[str, Any] = {"agentmesh.agent_id": self._agent.agent_id, "agentmesh.task_id": task.task_id}
         with telemetry.mesh_ids(execution_id=trace.execution_id, correlation_id=trace.correlation_id), \
                 telemetry.tracer(__name__).start_as_current_span("AgentTask", attributes=attributes):
             result = self._agent.run(task, client, request.handoff_outcomes,
-                                     again=len(request.handoff_outcomes) > 0)
+                                     again=len(request.handoff_outcomes) > 0, models=model_client)
+        if model_client is not None:
+            usage = model_client.usage
+            if usage.calls or usage.exhausted_reason:
+                result.model_usage.CopyFrom(usage)
+            result.versions.model_version = ",".join(model_client.model_versions)
         if client.stopped:
             log.info("task %s stopped: its call ended (cancelled, or the supervisor is gone)", task.task_id)
         result.versions.policy_version = ",".join(grpc_client.policy_versions)
+        # The knowledge version of the task (PRD §58): what the capability service said each read read.
+        result.versions.knowledge_version = ",".join(grpc_client.knowledge_versions)
         return pb.RunTaskResponse(result=result)
 
     def DescribeAgent(

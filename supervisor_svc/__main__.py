@@ -11,7 +11,7 @@ import uuid
 import grpc
 
 from agentmesh import assertion, database, errors, grants, signing, spiffe
-from agentmesh.service import ServiceContext, ServiceSpec, StartupError, base_parser, run
+from agentmesh.service import ServiceContext, ServiceSpec, StartupError, base_parser, knows_peer, run
 from agentmesh.v1 import agent_registry_service_pb2_grpc as registry_grpc
 from agentmesh.v1 import capability_service_pb2 as cap_pb2
 from agentmesh.v1 import capability_service_pb2_grpc as cap_grpc
@@ -24,6 +24,7 @@ from supervisor_svc.dispatch import TaskDispatcher
 from supervisor_svc.errors import SupervisorError
 from supervisor_svc.events import EventHandler
 from supervisor_svc.executions import ExecutionStore
+from supervisor_svc.model_intent import IntentCatalogue, IntentClassifier
 from supervisor_svc.orchestrator import Orchestrator
 from supervisor_svc.projection import ProjectionConfig, Projector
 from supervisor_svc.registry import AgentRegistry
@@ -32,6 +33,7 @@ from supervisor_svc.servicer import (
     AgentRegistryServicer,
     DecisionCenterServicer,
     GrpcAuthorizer,
+    GrpcModels,
     GrpcSpecialists,
     PolicyTenants,
     SupervisorServicer,
@@ -82,7 +84,12 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
         raise StartupError(f"executions database: {err}") from err
     audit = ctx.audit()
     selector = AgentSelector(registry, tenants)
-    specialists = GrpcSpecialists(ctx.channel, timeout_s=ctx.config.call_timeout_s)
+    # With a model service, a request the rules do not understand may be classified by a model.
+    models = knows_peer(ctx.config, "model")
+    specialists = GrpcSpecialists(ctx.channel, timeout_s=ctx.config.call_timeout_s, model_service=models)
+    intents = IntentClassifier(IntentCatalogue.of(domains),
+                               GrpcModels(ctx.channel("model"), ctx.config.call_timeout_s)) \
+        if models else None
     authorize = GrpcAuthorizer(ctx.channel("policy"), ctx.config.call_timeout_s)
     dispatcher = TaskDispatcher(identity=ctx.identity, registry=registry, signer=signer, specialists=specialists,
                                 audit=audit, store=store, task_timeout_s=ctx.config.task_timeout_s,
@@ -94,7 +101,8 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
         identity=ctx.identity, registry=registry, selector=selector, tenants=tenants, projector=projector,
         store=store, signer=signer, specialists=specialists, audit=audit,
         verify_assertion=functools.partial(assertion.verify, key=idp_key), authorize=authorize,
-        task_timeout_s=ctx.config.task_timeout_s, actions=actions, revoker=specialists, domains=domains)
+        task_timeout_s=ctx.config.task_timeout_s, actions=actions, revoker=specialists, domains=domains,
+        intents=intents)
     center = DecisionCenter(store=store, actions=actions, authorize=authorize, dispatcher=dispatcher,
                             visible=orchestrator.visible, snapshot=orchestrator.snapshot, domains=domains,
                             continue_past_limit=orchestrator.continue_past_limit)

@@ -429,7 +429,12 @@ def _read(outcome: TaskOutcome, policy: EvidencePolicy | None = None) -> _Read:
 
     facts: dict[str, list[common_pb2.Statement]] = {}
     for s in result.statements:
-        if s.kind == common_pb2.STATEMENT_KIND_FACT and s.evidence_indexes:
+        # A model's statement is at most an INFERENCE (PRD §35, §37): a "FACT" whose only evidence is a
+        # model inference backs nothing, so no verdict — and no release — ever rests on a model alone.
+        if s.kind == common_pb2.STATEMENT_KIND_FACT and any(
+                0 <= i < len(result.evidence)
+                and result.evidence[i].authority != common_pb2.AUTHORITY_LEVEL_MODEL_INFERENCE
+                for i in s.evidence_indexes):
             facts.setdefault(s.subject, []).append(s)
     gaps: list[str] = []
     fail_codes: list[str] = []

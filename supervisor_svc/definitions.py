@@ -77,6 +77,7 @@ __all__ = [
     "EventStep",
     "Expr",
     "IntentDef",
+    "ModelHints",
     "OutcomeDef",
     "PlanDef",
     "ReportDef",
@@ -368,6 +369,19 @@ class IntentDef:
     message: Text
     action: str | None = None
     action_message: Text | None = None
+    model: ModelHints | None = None
+    """How a model is shown the intent when no rule understood a request (None: never shown to one)."""
+
+
+@dataclass(frozen=True)
+class ModelHints:
+    """An intent as a model sees it (supervisor_svc.model_intent): words, and each subject's id pattern."""
+
+    description: str
+    examples: tuple[str, ...]
+    keywords: tuple[str, ...]
+    subjects: Mapping[str, str]
+    """Subject name -> the pattern of its canonical id (``WP-[0-9]{1,12}``), as the model is to write it."""
 
 
 @dataclass(frozen=True)
@@ -591,6 +605,15 @@ class _RuleModel(_Strict):
     asks_action: bool = False
 
 
+class _ModelHintsModel(_Strict):
+    description: Annotated[str, pydantic.StringConstraints(min_length=1, max_length=300)]
+    examples: list[Annotated[str, pydantic.StringConstraints(max_length=200)]] = pydantic.Field(
+        default=[], max_length=6)
+    keywords: list[Annotated[str, pydantic.StringConstraints(min_length=1, max_length=40)]] = []
+    subjects: dict[Annotated[str, pydantic.StringConstraints(pattern=_ID)],
+                   Annotated[str, pydantic.StringConstraints(min_length=1, max_length=100)]]
+
+
 class _IntentModel(_Strict):
     kind: Annotated[str, pydantic.StringConstraints(pattern=_CODE)]
     subjects: list[Annotated[str, pydantic.StringConstraints(pattern=_ID)]] = pydantic.Field(min_length=1)
@@ -598,6 +621,7 @@ class _IntentModel(_Strict):
     message: _TextModel
     action: Annotated[str, pydantic.StringConstraints(pattern=_ID)] | None = None
     action_message: _TextModel | None = None
+    model: _ModelHintsModel | None = None
 
 
 class _RequiresModel(_Strict):
@@ -1025,7 +1049,8 @@ class _Loader:
                 key=key, kind=i.kind, domain=m.domain, subjects=tuple(i.subjects), plan=i.plan,
                 message=self.text(i.message, *loc, "message", allowed=i.subjects), action=i.action,
                 action_message=None if i.action_message is None else self.text(
-                    i.action_message, *loc, "action_message", allowed=i.subjects))
+                    i.action_message, *loc, "action_message", allowed=i.subjects),
+                model=None if i.model is None else self._model_hints(i.model, i.subjects, *loc, "model"))
         kinds = [i.kind for i in out.values()]
         for key, defined in out.items():
             if kinds.count(defined.kind) > 1:
@@ -1087,6 +1112,16 @@ class _Loader:
             verified=a.verified, unknown_codes=tuple(a.unknown_codes),
             nothing_written_codes=tuple(a.nothing_written_codes),
             verification_failed_code=a.verification_failed_code or "")
+
+    def _model_hints(self, h: _ModelHintsModel, subjects: Sequence[str], *loc: str | int) -> ModelHints:
+        if sorted(h.subjects) != sorted(subjects):
+            raise self.fail(f"names the intent's subjects exactly ({', '.join(subjects)})", *loc, "subjects")
+        for name, pattern in h.subjects.items():
+            try:
+                re.compile(pattern)
+            except re.error as err:
+                raise self.fail(f"not a regular expression: {err}", *loc, "subjects", name) from None
+        return ModelHints(h.description, tuple(h.examples), tuple(h.keywords), dict(h.subjects))
 
     def _event(self, domain: str, kind: str, e: _EventModel) -> EventDef:
         loc = ("events", kind)

@@ -81,16 +81,20 @@ class Actor:
 def delegate(signer: grants.GrantSigner, issuer: spiffe.SpiffeId, entry: AgentEntry, node: common_pb2.AgentTask,
              actor: Actor, *, rules: ResourceRules, ttl: dt.timedelta, confirmed_action_digest: str = "",
              confirmation_id: str = "", human_approval_id: str = "", human_approver_id: str = "",
+             model_budgets: tuple[common_pb2.AgentBudget, common_pb2.AgentBudget] | None = None,
              ) -> tuple[common_pb2.SignedTaskGrant, common_pb2.AgentPrincipal]:
     """The signed grant and the principal of one task (user -> supervisor -> agent).
 
     The grant lists never more than the agent registered, whatever the task asks for,
     and names the resources of the task's input (``rules``; see supervisor_svc.projection):
-    the capability runtime refuses any other resource.
+    the capability runtime refuses any other resource. ``model_budgets`` (the task's and the
+    execution's, :meth:`supervisor_svc.limits.ExecutionBudget.grant_budgets`) go into the grant
+    for the model service; without them the task can make no model call.
     """
     agent_id = entry.agent_id
     allowed = [c for c in node.required_capabilities if c in entry.manifest.capabilities]
-    resources = rules.resources(json_format.MessageToDict(node.input), allowed, actor.tenant_id)
+    resources = rules.resources(json_format.MessageToDict(node.input), allowed, actor.tenant_id,
+                                entry.manifest.knowledge_scopes)
     grant = signer.issue(
         issuer=str(issuer), audience=str(spiffe.agent(agent_id)), execution_id=node.execution_id,
         task_id=node.task_id, tenant_id=actor.tenant_id, user_id=actor.user_id,
@@ -99,7 +103,7 @@ def delegate(signer: grants.GrantSigner, issuer: spiffe.SpiffeId, entry: AgentEn
         depth=node.depth, roles=actor.roles, actor_type=actor.actor_type, session_id=actor.session_id,
         conversation_id=actor.conversation_id, confirmed_action_digest=confirmed_action_digest,
         confirmation_id=confirmation_id, human_approval_id=human_approval_id, human_approver_id=human_approver_id,
-        ttl=ttl)
+        ttl=ttl, model_budgets=model_budgets)
     principal = common_pb2.AgentPrincipal(
         agent_id=agent_id, agent_version=entry.manifest.version, execution_id=node.execution_id,
         parent_agent_id=node.source_agent_id,

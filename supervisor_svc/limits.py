@@ -18,11 +18,22 @@ max_execution_time_ms      MAX_EXECUTION_TIME_EXCEEDED  budget.max_execution_tim
 max_cost                   MAX_COST_EXCEEDED            budget.max_cost            100.0
 max_tokens                 MAX_TOKENS_EXCEEDED          budget.max_tokens          none
 max_model_calls            MAX_MODEL_CALLS_EXCEEDED     budget.max_model_calls     none
+max_model_cost             MAX_MODEL_COST_EXCEEDED      budget.max_model_cost      none
 =========================  ===========================  =========================  =======
 
 A reviewer may let one execution go past a limit it reached (a
 ``REVIEW_KIND_LIMIT`` approval): :meth:`ExecutionBudget.waive` lifts that limit
 for the rest of the execution, and only that one.
+
+The three model limits travel signed in every grant (:meth:`ExecutionBudget.grant_budgets`):
+the model service reserves each call's maximum against the task's and the
+execution's budget before the call and refuses what would exceed them; a limit
+left unset means no model use at all (the grant carries 0, which the model
+service refuses). Agents report their usage with their results
+(``AgentResult.model_usage``): :meth:`ExecutionBudget.record_model_usage` adds
+it, and a call the model service refused for a limit
+(``model_usage.exhausted_reason``) ends the execution as the tenant's
+``on_exceeded`` says (:meth:`ExecutionBudget.model_budget_exhausted`).
 
 The domain never reads a clock: the caller passes elapsed time, so the checks
 are deterministic and testable.
@@ -66,6 +77,7 @@ LIMIT_REASONS = (
     "MAX_COST_EXCEEDED",
     "MAX_TOKENS_EXCEEDED",
     "MAX_MODEL_CALLS_EXCEEDED",
+    "MAX_MODEL_COST_EXCEEDED",
 )
 """Every reason a LimitExceeded can carry (also the valid keys of ``on_exceeded``)."""
 
@@ -88,6 +100,8 @@ class Limits:
     """Model tokens across the execution (deterministic agents use none)."""
     max_model_calls: int | None = None
     """Model calls across the execution."""
+    max_model_cost: float | None = None
+    """Money spent on model calls across the execution (the backends' per-token prices)."""
 
     def __post_init__(self) -> None:
         for name in ("max_depth", "max_tasks", "max_handoffs", "max_execution_time_ms"):
@@ -95,6 +109,8 @@ class Limits:
                 raise ValueError(f"{name} must not be negative")
         if not math.isfinite(self.max_cost) or self.max_cost < 0:
             raise ValueError("max_cost must be a finite, non-negative number")
+        if self.max_model_cost is not None and (not math.isfinite(self.max_model_cost) or self.max_model_cost < 0):
+            raise ValueError("max_model_cost must be a finite, non-negative number")
 
 
 @dataclass(frozen=True)
@@ -121,6 +137,7 @@ class Usage:
     max_depth: int = 0
     tokens: int = 0
     model_calls: int = 0
+    model_cost: float = 0.0
 
 
 def _tighten(
@@ -182,6 +199,8 @@ class ExecutionBudget:
             base.max_tokens, budget.max_tokens, "budget.max_tokens", "limits.max_tokens")
         calls, self._source["max_model_calls"] = _tighten(
             base.max_model_calls, budget.max_model_calls, "budget.max_model_calls", "limits.max_model_calls")
+        model_cost, self._source["max_model_cost"] = _tighten(
+            base.max_model_cost, budget.max_model_cost, "budget.max_model_cost", "limits.max_model_cost")
         self.limits = replace(
             base,
             max_handoffs=int(handoffs) if handoffs is not None else base.max_handoffs,
@@ -189,6 +208,7 @@ class ExecutionBudget:
             max_cost=float(cost) if cost is not None else base.max_cost,
             max_tokens=int(tokens) if tokens is not None else None,
             max_model_calls=int(calls) if calls is not None else None,
+            max_model_cost=float(model_cost) if model_cost is not None else None,
         )
         """The effective limits: the tenant's, tightened by the request budget."""
 
@@ -282,19 +302,20 @@ class ExecutionBudget:
             return None
         return max(0, self.limits.max_execution_time_ms - elapsed_ms)
 
-    def record_model_usage(self, *, tokens: int = 0, model_calls: int = 0) -> None:
-        """Record model tokens / calls reported by an agent.
+    def record_model_usage(self, *, tokens: int = 0, model_calls: int = 0, cost: float = 0.0) -> None:
+        """Record model tokens / calls / cost reported by an agent.
 
         Unlike admission this records first: the tokens were spent already. The
         error tells the caller to stop before anything else runs.
 
         Raises:
-            LimitExceeded: ``MAX_TOKENS_EXCEEDED`` or ``MAX_MODEL_CALLS_EXCEEDED``.
+            LimitExceeded: ``MAX_TOKENS_EXCEEDED``, ``MAX_MODEL_CALLS_EXCEEDED`` or ``MAX_MODEL_COST_EXCEEDED``.
         """
         limits = self.limits
         with self._lock:
             u = replace(self._usage, tokens=self._usage.tokens + tokens,
-                        model_calls=self._usage.model_calls + model_calls)
+                        model_calls=self._usage.model_calls + model_calls,
+                        model_cost=self._usage.model_cost + cost)
             self._usage = u
         waived = self._waived
         if limits.max_tokens is not None and u.tokens > limits.max_tokens and "MAX_TOKENS_EXCEEDED" not in waived:
@@ -303,6 +324,38 @@ class ExecutionBudget:
                 "MAX_MODEL_CALLS_EXCEEDED" not in waived:
             raise self._exceeded(
                 "MAX_MODEL_CALLS_EXCEEDED", "max_model_calls", limits.max_model_calls, u.model_calls, "model calls")
+        if limits.max_model_cost is not None and u.model_cost > limits.max_model_cost + 1e-12 and \
+                "MAX_MODEL_COST_EXCEEDED" not in waived:
+            raise self._exceeded(
+                "MAX_MODEL_COST_EXCEEDED", "max_model_cost", limits.max_model_cost, u.model_cost, "model cost")
+
+    _MODEL_LIMITS = {"MAX_TOKENS_EXCEEDED": ("max_tokens", "tokens", "tokens"),
+                     "MAX_MODEL_CALLS_EXCEEDED": ("max_model_calls", "model_calls", "model calls"),
+                     "MAX_MODEL_COST_EXCEEDED": ("max_model_cost", "model_cost", "model cost")}
+
+    def model_budget_exhausted(self, reason: str) -> LimitExceeded | None:
+        """The LimitExceeded for a model call the model service refused for ``reason``; None if not a limit."""
+        known = self._MODEL_LIMITS.get(reason)
+        if known is None:
+            return None
+        name, used, what = known
+        limit = getattr(self.limits, name)
+        observed = getattr(self.usage, used)
+        return self._exceeded(reason, name, limit if limit is not None else 0, observed,
+                              f"{what} (the model service refused the next call)")
+
+    def grant_budgets(self) -> tuple[common_pb2.AgentBudget, common_pb2.AgentBudget]:
+        """The model budgets a task's grant carries: the task's (what is left of the execution's, as the
+        supervisor knows it) and the whole execution's. An unset limit is 0: no model use."""
+        limits, u = self.limits, self.usage
+        execution = common_pb2.AgentBudget(
+            max_tokens=limits.max_tokens or 0, max_model_calls=limits.max_model_calls or 0,
+            max_model_cost=limits.max_model_cost or 0.0)
+        task = common_pb2.AgentBudget(
+            max_tokens=max(0, execution.max_tokens - u.tokens), max_model_calls=max(
+                0, execution.max_model_calls - u.model_calls),
+            max_model_cost=max(0.0, execution.max_model_cost - u.model_cost))
+        return task, execution
 
     def task_budget(self, elapsed_ms: int) -> common_pb2.AgentBudget:
         """The budget to put on a new task: what is left of the execution's."""
@@ -315,4 +368,6 @@ class ExecutionBudget:
             max_execution_time_ms=remaining if remaining is not None else 0,
             max_cost=max(0.0, limits.max_cost - u.cost),
             max_delegations=max(0, limits.max_handoffs - u.handoffs),
+            max_model_cost=(max(0.0, limits.max_model_cost - u.model_cost)
+                            if limits.max_model_cost is not None else 0.0),
         )

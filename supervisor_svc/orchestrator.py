@@ -79,8 +79,9 @@ from supervisor_svc.contract import context_of
 from supervisor_svc.definitions import DomainCatalog, default_catalog, execution_intent
 from supervisor_svc.dispatch import Actor, close_stored_delegations, delegate, delegated_unfinished
 from supervisor_svc.executions import ClaimLost, ExecutionStore, LeaseLost, ResumeInfo
-from supervisor_svc.intent import Classifier, Intent, check_tenant, parse_intent
+from supervisor_svc.intent import UNKNOWN, Classification, Intent, check_tenant, parse_intent
 from supervisor_svc.limits import ExecutionBudget, LimitAction, Usage
+from supervisor_svc.model_intent import IntentClassifier
 from supervisor_svc.planner import (
     HandoffRequest,
     NotRun,
@@ -203,6 +204,7 @@ class _Live:
     """The user asked for the intent's action too (the release, phase two): proposed once the analysis is
     decided."""
     confirmation_ttl_s: int = 0
+    """A model budget a task's agent found exhausted: the execution stops at the end of the stage."""
     delegated_before: set[str] = field(default_factory=set)
     """Tasks a previous supervisor process may have delegated (TASK_DELEGATED on the record) without
     finishing them: if one ends here without running, its delegation is closed (see _close_delegation)."""
@@ -220,6 +222,16 @@ class _Call:
     result: common_pb2.AgentResult | None = None
     reason: str = ""
     not_run: TaskOutcome | None = None
+
+
+class _Fixed:
+    """A classifier that gives one reading already found (a model's accepted answer) to the intent parser."""
+
+    def __init__(self, found: Classification) -> None:
+        self._found = found
+
+    def classify(self, text: str, catalog: DomainCatalog) -> Classification | None:
+        return self._found
 
 
 class Orchestrator:
@@ -244,19 +256,20 @@ class Orchestrator:
         actions: ReleaseActions | None = None,
         revoker: Revoker | None = None,
         domains: DomainCatalog | None = None,
-        classifier: Classifier | None = None,
+        intents: IntentClassifier | None = None,
     ) -> None:
         """``revoker`` stops an execution's work at the capability service; by default the
         specialists port, when it can (``GrpcSpecialists`` reaches the capability service too).
-        ``domains``: the domain definitions served (the shipped ones by default); ``classifier``:
-        asked about a request no rule of theirs understands (see supervisor_svc.intent)."""
+        ``domains``: the domain definitions served (the shipped ones by default); ``intents``
+        classifies, through the model service, a request no rule of theirs understands; without it
+        such a request is refused."""
         self._id = identity
         self._registry = registry
         self._selector = selector
         self._tenants = tenants
         self._projector = projector
         self._domains = domains or default_catalog()
-        self._classifier = classifier
+        self._intents = intents
         self._store = store
         self._signer = signer
         self._specialists = specialists
@@ -265,6 +278,7 @@ class Orchestrator:
         self._guard = ExecutionGuard(authorize=authorize, audit=audit, agent_id=identity.name)
         self._task_timeout_s = task_timeout_s
         self._actions = actions
+        self._intents = intents
         self._revoker = revoker if revoker is not None else (
             specialists if isinstance(specialists, Revoker) else None)
         self._pool = futures.ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="task")
@@ -384,7 +398,9 @@ class Orchestrator:
         except sup_errors.TenantMismatch as err:
             raise self._refuse(errors.PermissionDenied(err.message, reason=err.reason,
                                                        metadata={"field": "request_text"}), user) from err
-        if not intent.actionable:  # an unknown request, or a subject it needs is not named
+        if not intent.actionable and not self._model_may_classify(intent):
+            # An unknown request, or no permit named: refused (only a request the rules have no rule for
+            # may go to a model, in _begin, once the execution has its id).
             raise errors.InvalidArgument(intent.message, reason="UNKNOWN_INTENT", metadata={"field": "request_text"})
 
         execution_id = f"exe-{uuid.uuid4().hex[:16]}"
@@ -427,8 +443,8 @@ class Orchestrator:
         return Accepted(execution_id, user)
 
     def parse(self, request_text: str) -> Intent:
-        """The intent of a request, from the domain definitions (and the classifier, if any)."""
-        return parse_intent(request_text, catalog=self._domains, classifier=self._classifier)
+        """The intent of a request, from the domain definitions' rules."""
+        return parse_intent(request_text, catalog=self._domains)
 
     def _claimed_by_a_dead_process(self, user: assertion.UserIdentity, crid: str, execution_id: str) -> bool:
         """Whether a client request's execution can never come to exist: on a store of one supervisor
@@ -451,10 +467,75 @@ class Orchestrator:
                                          "retry", reason="EXECUTION_STARTING", metadata={"field": "client_request_id"})
             time.sleep(0.02)
 
+    def _model_may_classify(self, intent: Intent) -> bool:
+        """Deterministic first (PRD §49): only a request the rules have no rule for may go to a model."""
+        return self._intents is not None and intent.kind == UNKNOWN and intent.rule == "NO_RULE"
+
+    def _classify(self, request: pb.AnalyzeRequest, user: assertion.UserIdentity, rules: Intent,
+                  execution_id: str, budget: ExecutionBudget) -> tuple[Intent, pb.IntentClassification]:
+        """A request the rules do not understand, classified by a model (supervisor_svc.model_intent).
+
+        The call runs on the user's authority under a grant the supervisor issues to itself for
+        this execution (no capability, no resource; the execution's model budget). Anything but
+        an accepted answer refuses the request, naming why.
+        """
+        assert self._intents is not None
+        grant = self._signer.issue(
+            issuer=str(self._id), audience=str(self._id), execution_id=execution_id, task_id=f"intent-{execution_id}",
+            tenant_id=user.tenant_id, user_id=user.user_id, assertion_digest=user.digest, capabilities=[],
+            resources=[], depth=1, roles=tuple(user.roles), session_id=user.session_id,
+            conversation_id=user.conversation_id, model_budgets=budget.grant_budgets(),
+            ttl=dt.timedelta(seconds=60))
+        principal = common_pb2.AgentPrincipal(agent_id=self._id.name, execution_id=execution_id, grants=[grant])
+        trace = common_pb2.TraceContext(execution_id=execution_id,
+                                        correlation_id=telemetry.current_ids().get(telemetry.CORRELATION_ID, ""))
+        try:
+            found = self._intents.classify(request.request_text, grant=grant, principal=principal, trace=trace)
+        except errors.MeshError as err:
+            if isinstance(err, errors.Unavailable | errors.DeadlineExceeded):
+                raise errors.Unavailable(
+                    f"{rules.message} (the model service that could classify it failed: {err.reason})",
+                    reason="INTENT_MODEL_UNAVAILABLE", metadata={"field": "request_text"}) from err
+            raise errors.InvalidArgument(f"{rules.message} (no model could classify it: {err.reason})",
+                                         reason="UNKNOWN_INTENT", metadata={"field": "request_text"}) from err
+        if found is None:  # nothing relevant to show a model: no call was made
+            raise errors.InvalidArgument(rules.message, reason="UNKNOWN_INTENT", metadata={"field": "request_text"})
+        with contextlib.suppress(sup_errors.LimitExceeded):  # enforced by the model service; spent already
+            budget.record_model_usage(tokens=found.usage.prompt_tokens + found.usage.completion_tokens,
+                                      model_calls=found.usage.calls, cost=found.usage.cost)
+        intent = None if found.classification is None else self._resolve(request.request_text, found.classification)
+        if intent is None or not intent.actionable:
+            why = found.why_not or "NOT_RESOLVED"
+            raise errors.InvalidArgument(
+                f"{rules.message} (a model was asked; its answer was not accepted: {why})",
+                reason="UNKNOWN_INTENT",
+                metadata={"field": "request_text", "model_call_id": found.record.model_call_id})
+        return intent, found.record
+
+    def _resolve(self, text: str, found: Classification) -> Intent:
+        """A model's accepted reading, resolved through the domain definitions as a rule's would be (never
+        asking for the intent's action: that takes words the rules understand, or ``request_release``)."""
+        reading = Classification(found.kind, dict(found.subjects), found.name, action_requested=False)
+        return parse_intent(text, catalog=self._domains, classifier=_Fixed(reading))
+
+    @staticmethod
+    def _budget(request: pb.AnalyzeRequest, tenant: TenantConfig) -> ExecutionBudget:
+        try:
+            return ExecutionBudget(tenant.limit_policy, request.budget if request.HasField("budget") else None)
+        except sup_errors.SupervisorError as err:
+            raise errors.InvalidArgument(err.message, reason=err.reason,
+                                         metadata={"field": err.field or "budget"}) from err
+
     def _begin(self, request: pb.AnalyzeRequest, user: assertion.UserIdentity, intent: Intent, caller: str,
                execution_id: str, tenant: TenantConfig) -> None:
         correlation_id = request.correlation_id or f"corr-{uuid.uuid4().hex[:12]}"
         with telemetry.mesh_ids(execution_id=execution_id, correlation_id=correlation_id):
+            budget = self._budget(request, tenant)
+            if intent.actionable:
+                classification = pb.IntentClassification(source="RULES", intent=intent.kind,
+                                                          subjects=dict(intent.subjects))
+            else:
+                intent, classification = self._classify(request, user, intent, execution_id, budget)
             ids = telemetry.current_ids()
             execution = pb.Execution(
                 execution_id=execution_id, status=pb.EXECUTION_STATUS_RUNNING, request_text=request.request_text,
@@ -463,13 +544,9 @@ class Orchestrator:
                 user_id=user.user_id, actor_type=common_pb2.ACTOR_TYPE_USER, user_roles=user.roles,
                 trace=common_pb2.TraceContext(trace_id=ids.get("trace_id", ""), correlation_id=correlation_id,
                                               execution_id=execution_id),
-                started_at=_ts(), client_request_id=request.client_request_id)
+                started_at=_ts(), client_request_id=request.client_request_id,
+                intent_classification=classification)
             user_ctx = user.to_context()
-            try:
-                budget = ExecutionBudget(tenant.limit_policy, request.budget if request.HasField("budget") else None)
-            except sup_errors.SupervisorError as err:
-                raise errors.InvalidArgument(err.message, reason=err.reason,
-                                             metadata={"field": err.field or "budget"}) from err
             live = _Live(execution, None, user, budget, intent.language if intent.language != "unknown" else "en",
                          allowed_agents=tenant.allowed_agents,
                          release_requested=(intent.action_requested or request.request_release)
@@ -479,7 +556,9 @@ class Orchestrator:
                       outcome=audit_pb2.AUDIT_OUTCOME_PENDING, execution_id=execution_id,
                       correlation_id=correlation_id, tenant_id=user.tenant_id, user_id=user.user_id,
                       reason_codes=[f"intent={intent.kind}", f"rule={intent.rule}", f"caller={caller}",
-                                    f"domain={intent.domain_id}"],
+                                    f"domain={intent.domain_id}",
+                                    *([f"model={classification.model_id}", f"model_call={classification.model_call_id}"]
+                                      if classification.source == "MODEL" else [])],
                       resource=_first_resource(intent))
             with telemetry.tracer().start_as_current_span("AgentSelection") as span:
                 try:
@@ -751,12 +830,8 @@ class Orchestrator:
                 if call.not_run is not None:
                     return call.not_run
                 state, result, reason = call.state, call.result, call.reason
-                if result is not None and live.budget is not None:
-                    try:
-                        live.budget.record_model_usage(tokens=result.usage.tokens,
-                                                       model_calls=result.usage.model_calls)
-                    except sup_errors.LimitExceeded as err:
-                        self._limit_reached(live, err)
+                if result is not None and result.HasField("model_usage"):
+                    self._model_usage(live, result.model_usage)
                 if result is None or result.status != common_pb2.RESULT_STATUS_WAITING:
                     break
                 # The agent waits for the handoffs it asked for (PRD §12, §20).
@@ -824,7 +899,8 @@ class Orchestrator:
         node.locale = live.language
         grant, principal = delegate(self._signer, self._id, entry, node, Actor.of_user(user),
                                     rules=self._projector.resource_rules,
-                                    ttl=dt.timedelta(seconds=timeout_s + 30))
+                                    ttl=dt.timedelta(seconds=timeout_s + 30),
+                                    model_budgets=live.budget.grant_budgets())
         with live.lock:
             # Stored before the delegation is on the record: a restart in between knows the task may
             # have been delegated (see _rebuild), and closes that delegation if it does not run it.
@@ -1039,6 +1115,20 @@ class Orchestrator:
         with live.lock:
             if live.limit is None:
                 live.limit = err
+
+    def _model_usage(self, live: _Live, usage: common_pb2.ModelUsage) -> None:
+        """An agent's model usage feeds the execution's limits; an exhausted budget stops the execution
+        once the stage ends (the tenant's ``on_exceeded``: STOP or HUMAN_REVIEW)."""
+        hit: sup_errors.LimitExceeded | None = None
+        try:
+            live.budget.record_model_usage(tokens=usage.prompt_tokens + usage.completion_tokens,
+                                           model_calls=usage.calls, cost=usage.cost)
+        except sup_errors.LimitExceeded as err:
+            hit = err
+        if hit is None and usage.exhausted_reason:
+            hit = live.budget.model_budget_exhausted(usage.exhausted_reason)
+        if hit is not None:
+            self._limit_reached(live, hit)
 
     def _stop_for_limit(self, live: _Live, err: sup_errors.LimitExceeded,
                         outcomes: dict[str, TaskOutcome] | None = None) -> None:
@@ -1414,6 +1504,10 @@ class Orchestrator:
             return None
         try:
             intent = self.parse(ex.request_text)
+            found = ex.intent_classification
+            if found.source == "MODEL" and not intent.actionable:
+                # Understood by a model when it was accepted: the accepted reading, not a new call.
+                intent = self._resolve(ex.request_text, Classification(found.intent, dict(found.subjects), "MODEL"))
             stored_kind = ex.intent_kind or pb.ExecutionIntent.Name(ex.intent).removeprefix("EXECUTION_INTENT_")
             if stored_kind != intent.kind or ex.intent_rule != intent.rule:
                 raise sup_errors.PlanError(f"the request now reads as {intent.kind}:{intent.rule}, not "
@@ -1424,8 +1518,9 @@ class Orchestrator:
                                           requester.session_id, requester.conversation_id, requester.assertion_digest)
             tenant = self._tenants.get(user.tenant_id)
             # Model usage already spent counts again; the planned tasks are admitted below.
-            used = Usage(tokens=sum(r.usage.tokens for r in ex.results),
-                         model_calls=sum(r.usage.model_calls for r in ex.results))
+            used = Usage(tokens=sum(r.model_usage.prompt_tokens + r.model_usage.completion_tokens for r in ex.results),
+                         model_calls=sum(r.model_usage.calls for r in ex.results),
+                         model_cost=sum(r.model_usage.cost for r in ex.results))
             budget = ExecutionBudget(tenant.limit_policy, info.budget, usage=used)
             budget.waive(ex.waived_limits)
             graph = common_pb2.AgentTaskGraph()

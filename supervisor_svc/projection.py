@@ -39,16 +39,21 @@ The same file says which resources a task's grant names (``resources``)::
         permit_id: permit
         "workers[].worker_id": worker
       tenant_wide: [workPermit.search]
+      knowledge: [knowledge.search]
 
 A task's resources are every id found at those paths of its input (its
 projected context, or the input the supervisor gave it), as ``TYPE:ID`` in
 the order of the file and of the input, without repeats; plus
 ``tenant:<tenant>`` when the task is granted a ``tenant_wide`` capability (one
-that works over the tenant as a whole, such as a search). A value that is not
+that works over the tenant as a whole, such as a search); plus
+``knowledge:<scope>`` for each knowledge scope the agent's manifest registers
+(``knowledge_scopes``) when the task is granted a ``knowledge`` capability
+(one that reads a knowledge store): an agent reads knowledge within its own
+scopes, never another's (the policy engine checks it again). A value that is not
 an id is never listed. The capability runtime refuses a call on a resource the
 grant does not list, so a task whose input names nothing can act on nothing
 (fail closed). The types are those of the capability registry's manifests
-(``resource.type``); ``tenant`` is reserved. Without a ``resources`` section
+(``resource.type``); ``tenant`` and ``knowledge`` are reserved. Without a ``resources`` section
 grants name nothing.
 """
 
@@ -94,12 +99,15 @@ _CapabilityId = Annotated[str, pydantic.StringConstraints(pattern=r"^[A-Za-z][A-
 _RESOURCE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 TENANT = "tenant"
 """The resource type of an operation over the whole tenant."""
+KNOWLEDGE = "knowledge"
+"""The resource type of a knowledge scope."""
 
 
 class _ResourcesModel(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", strict=True, frozen=True)
     fields: dict[_Path, _ResourceType]
     tenant_wide: list[_CapabilityId] = []
+    knowledge: list[_CapabilityId] = []
 
 
 class _FileModel(pydantic.BaseModel):
@@ -145,16 +153,24 @@ class ResourceRules:
     """(input path, resource type), in file order."""
     tenant_wide: frozenset[str] = frozenset()
     """Capabilities that work over the whole tenant: a task granted one names ``tenant:<tenant>``."""
+    knowledge: frozenset[str] = frozenset()
+    """Capabilities that read a knowledge store: a task granted one names ``knowledge:<scope>`` for each of its
+    agent's registered knowledge scopes."""
 
-    def resources(self, task_input: Mapping[str, Any], capabilities: Iterable[str], tenant_id: str) -> list[str]:
-        """The ``TYPE:ID`` resources of a task with this input and these granted capabilities."""
+    def resources(self, task_input: Mapping[str, Any], capabilities: Iterable[str], tenant_id: str,
+                  knowledge_scopes: Iterable[str] = ()) -> list[str]:
+        """The ``TYPE:ID`` resources of a task with this input and these granted capabilities, its agent
+        registering ``knowledge_scopes``."""
         out: list[str] = []
+        granted = set(capabilities)
         for path, kind in self.fields:
             for value in _values(task_input, _tokens(path)):
                 if isinstance(value, str) and _RESOURCE_ID.match(value) and f"{kind}:{value}" not in out:
                     out.append(f"{kind}:{value}")
-        if tenant_id and self.tenant_wide.intersection(capabilities):
+        if tenant_id and self.tenant_wide.intersection(granted):
             out.append(f"{TENANT}:{tenant_id}")
+        if self.knowledge.intersection(granted):
+            out += [f"{KNOWLEDGE}:{s}" for s in dict.fromkeys(knowledge_scopes) if _RESOURCE_ID.match(s)]
         return out
 
 
@@ -196,12 +212,16 @@ class ProjectionConfig:
                             reason="PROJECTION_SENSITIVE_FIELD",
                         )
                 whitelists[agent_id][purpose] = tuple(sorted(set(paths)))
+        reserved = {TENANT: "an operation over the whole tenant (tenant_wide)",
+                    # The scopes a grant names come from the agent's manifest, never from a task's input.
+                    KNOWLEDGE: "the knowledge scopes of the agent's manifest (knowledge)"}
         for p, kind in model.resources.fields.items():
-            if kind == TENANT:
-                raise ConfigError(f"{kind!r} is reserved for an operation over the whole tenant (tenant_wide)",
+            if kind in reserved:
+                raise ConfigError(f"{kind!r} is reserved for {reserved[kind]}",
                                   file=str(path), field=f"resources.fields.{p}",
                                   line=doc.line_of(("resources", "fields", p)), reason="RESOURCE_TYPE_RESERVED")
-        rules = ResourceRules(tuple(model.resources.fields.items()), frozenset(model.resources.tenant_wide))
+        rules = ResourceRules(tuple(model.resources.fields.items()), frozenset(model.resources.tenant_wide),
+                              frozenset(model.resources.knowledge))
         return cls(sensitive, whitelists, rules)
 
     def merged(self, whitelists: Mapping[str, Mapping[str, tuple[str, ...]]], *, source: str) -> ProjectionConfig:

@@ -20,6 +20,8 @@ from agentmesh.v1 import capability_service_pb2_grpc as cap_grpc
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
 from agentmesh.v1 import decision_center_service_pb2_grpc as dc_grpc
+from agentmesh.v1 import model_service_pb2 as model_pb2
+from agentmesh.v1 import model_service_pb2_grpc as model_grpc
 from agentmesh.v1 import policy_service_pb2 as policy_pb2
 from agentmesh.v1 import policy_service_pb2_grpc as policy_grpc
 from agentmesh.v1 import specialist_service_pb2 as spec_pb2
@@ -85,11 +87,14 @@ EXECUTION_ID_METADATA = "agentmesh-execution-id"
 
 
 class GrpcSpecialists:
-    """Reaches each specialist over its own mTLS channel, and stops an execution's work at the capability service."""
+    """Reaches each specialist over its own mTLS channel, and stops an execution's work at the capability
+    service (and at the model service, when the mesh has one)."""
 
-    def __init__(self, channel_for: Callable[[str], grpc.Channel], timeout_s: float = 5.0) -> None:
+    def __init__(self, channel_for: Callable[[str], grpc.Channel], timeout_s: float = 5.0, *,
+                 model_service: bool = False) -> None:
         self._channel_for = channel_for
         self._timeout_s = timeout_s
+        self._model_service = model_service
 
     def start(self, agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float) -> _GrpcTaskCall:
         stub = spec_grpc.SpecialistServiceStub(self._channel_for(agent_id))
@@ -103,8 +108,29 @@ class GrpcSpecialists:
         try:
             cap_grpc.CapabilityServiceStub(self._channel_for("capability")).RevokeExecution(
                 request, timeout=self._timeout_s)
+            if self._model_service:
+                model_request = model_pb2.ModelServiceRevokeExecutionRequest(execution_id=execution_id, reason=reason)
+                if issued_before is not None:
+                    model_request.issued_before.FromDatetime(issued_before)
+                model_grpc.ModelServiceStub(self._channel_for("model")).RevokeExecution(
+                    model_request, timeout=self._timeout_s)
         except grpc.RpcError as err:
             raise errors.from_rpc_error(err) from err
+
+
+class GrpcModels:
+    """ModelService.Complete over the supervisor's mTLS channel; failures are MeshErrors."""
+
+    def __init__(self, channel: grpc.Channel, timeout_s: float) -> None:
+        self._stub = model_grpc.ModelServiceStub(channel)
+        self._timeout_s = timeout_s
+
+    def complete(self, request: model_pb2.CompleteRequest) -> model_pb2.CompleteResponse:
+        try:
+            response: model_pb2.CompleteResponse = self._stub.Complete(request, timeout=self._timeout_s)
+        except grpc.RpcError as err:
+            raise errors.from_rpc_error(err) from err
+        return response
 
 
 class GrpcAuthorizer:

@@ -47,12 +47,13 @@ class _LimitsModel(_Strict):
     max_cost: Annotated[float | int, pydantic.Field(ge=0, allow_inf_nan=False)] | None = None
     max_tokens: Annotated[int, pydantic.Field(ge=0)] | None = None
     max_model_calls: Annotated[int, pydantic.Field(ge=0)] | None = None
+    max_model_cost: Annotated[float | int, pydantic.Field(ge=0, allow_inf_nan=False)] | None = None
 
 
 _Action = Literal["STOP", "HUMAN_REVIEW"]
 _ActionKey = Literal[
     "default", "MAX_DEPTH_EXCEEDED", "MAX_TASKS_EXCEEDED", "MAX_HANDOFFS_EXCEEDED", "MAX_EXECUTION_TIME_EXCEEDED",
-    "MAX_COST_EXCEEDED", "MAX_TOKENS_EXCEEDED", "MAX_MODEL_CALLS_EXCEEDED",
+    "MAX_COST_EXCEEDED", "MAX_TOKENS_EXCEEDED", "MAX_MODEL_CALLS_EXCEEDED", "MAX_MODEL_COST_EXCEEDED",
 ]
 assert set(get_args(_ActionKey)) == {"default", *LIMIT_REASONS}  # the two lists must not drift
 

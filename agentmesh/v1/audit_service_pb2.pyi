@@ -29,6 +29,7 @@ class AuditEventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     AUDIT_EVENT_TYPE_REVIEW_DECIDED: _ClassVar[AuditEventType]
     AUDIT_EVENT_TYPE_CONFIRMATION: _ClassVar[AuditEventType]
     AUDIT_EVENT_TYPE_VERIFICATION: _ClassVar[AuditEventType]
+    AUDIT_EVENT_TYPE_MODEL_CALL: _ClassVar[AuditEventType]
     AUDIT_EVENT_TYPE_TENANT_CHANGED: _ClassVar[AuditEventType]
 
 class AuditOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
@@ -55,6 +56,7 @@ AUDIT_EVENT_TYPE_REVIEW_CREATED: AuditEventType
 AUDIT_EVENT_TYPE_REVIEW_DECIDED: AuditEventType
 AUDIT_EVENT_TYPE_CONFIRMATION: AuditEventType
 AUDIT_EVENT_TYPE_VERIFICATION: AuditEventType
+AUDIT_EVENT_TYPE_MODEL_CALL: AuditEventType
 AUDIT_EVENT_TYPE_TENANT_CHANGED: AuditEventType
 AUDIT_OUTCOME_UNSPECIFIED: AuditOutcome
 AUDIT_OUTCOME_SUCCESS: AuditOutcome
@@ -64,7 +66,7 @@ AUDIT_OUTCOME_PENDING: AuditOutcome
 AUDIT_OUTCOME_TIMEOUT: AuditOutcome
 
 class AuditRecord(_message.Message):
-    __slots__ = ("record_id", "index", "recorded_at", "event_type", "recorded_by", "tenant_id", "user_id", "trace_id", "correlation_id", "execution_id", "task_id", "agent_id", "principal", "capability_id", "capability_version", "policy_decision", "versions", "outcome", "reason_codes", "input_digest", "output_digest", "evidence", "confidence", "resource", "analysis_decision", "span_id")
+    __slots__ = ("record_id", "index", "recorded_at", "event_type", "recorded_by", "tenant_id", "user_id", "trace_id", "correlation_id", "execution_id", "task_id", "agent_id", "principal", "capability_id", "capability_version", "policy_decision", "versions", "outcome", "reason_codes", "input_digest", "output_digest", "evidence", "confidence", "resource", "analysis_decision", "span_id", "model_call")
     RECORD_ID_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     RECORDED_AT_FIELD_NUMBER: _ClassVar[int]
@@ -91,6 +93,7 @@ class AuditRecord(_message.Message):
     RESOURCE_FIELD_NUMBER: _ClassVar[int]
     ANALYSIS_DECISION_FIELD_NUMBER: _ClassVar[int]
     SPAN_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_CALL_FIELD_NUMBER: _ClassVar[int]
     record_id: str
     index: int
     recorded_at: _timestamp_pb2.Timestamp
@@ -117,7 +120,28 @@ class AuditRecord(_message.Message):
     resource: str
     analysis_decision: _common_pb2.AnalysisDecision
     span_id: str
-    def __init__(self, record_id: _Optional[str] = ..., index: _Optional[int] = ..., recorded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., event_type: _Optional[_Union[AuditEventType, str]] = ..., recorded_by: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., trace_id: _Optional[str] = ..., correlation_id: _Optional[str] = ..., execution_id: _Optional[str] = ..., task_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., principal: _Optional[_Union[_common_pb2.AgentPrincipal, _Mapping]] = ..., capability_id: _Optional[str] = ..., capability_version: _Optional[str] = ..., policy_decision: _Optional[_Union[_common_pb2.PolicyDecision, _Mapping]] = ..., versions: _Optional[_Union[_common_pb2.VersionStamp, _Mapping]] = ..., outcome: _Optional[_Union[AuditOutcome, str]] = ..., reason_codes: _Optional[_Iterable[str]] = ..., input_digest: _Optional[str] = ..., output_digest: _Optional[str] = ..., evidence: _Optional[_Iterable[_Union[_common_pb2.EvidenceReference, _Mapping]]] = ..., confidence: _Optional[float] = ..., resource: _Optional[str] = ..., analysis_decision: _Optional[_Union[_common_pb2.AnalysisDecision, str]] = ..., span_id: _Optional[str] = ...) -> None: ...
+    model_call: ModelCallRecord
+    def __init__(self, record_id: _Optional[str] = ..., index: _Optional[int] = ..., recorded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., event_type: _Optional[_Union[AuditEventType, str]] = ..., recorded_by: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., trace_id: _Optional[str] = ..., correlation_id: _Optional[str] = ..., execution_id: _Optional[str] = ..., task_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., principal: _Optional[_Union[_common_pb2.AgentPrincipal, _Mapping]] = ..., capability_id: _Optional[str] = ..., capability_version: _Optional[str] = ..., policy_decision: _Optional[_Union[_common_pb2.PolicyDecision, _Mapping]] = ..., versions: _Optional[_Union[_common_pb2.VersionStamp, _Mapping]] = ..., outcome: _Optional[_Union[AuditOutcome, str]] = ..., reason_codes: _Optional[_Iterable[str]] = ..., input_digest: _Optional[str] = ..., output_digest: _Optional[str] = ..., evidence: _Optional[_Iterable[_Union[_common_pb2.EvidenceReference, _Mapping]]] = ..., confidence: _Optional[float] = ..., resource: _Optional[str] = ..., analysis_decision: _Optional[_Union[_common_pb2.AnalysisDecision, str]] = ..., span_id: _Optional[str] = ..., model_call: _Optional[_Union[ModelCallRecord, _Mapping]] = ...) -> None: ...
+
+class ModelCallRecord(_message.Message):
+    __slots__ = ("call_id", "prompt", "model_id", "model_version", "usage", "latency_ms", "finish_reason", "route")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    prompt: str
+    model_id: str
+    model_version: str
+    usage: _common_pb2.ModelUsage
+    latency_ms: int
+    finish_reason: str
+    route: _common_pb2.ModelRoute
+    def __init__(self, call_id: _Optional[str] = ..., prompt: _Optional[str] = ..., model_id: _Optional[str] = ..., model_version: _Optional[str] = ..., usage: _Optional[_Union[_common_pb2.ModelUsage, _Mapping]] = ..., latency_ms: _Optional[int] = ..., finish_reason: _Optional[str] = ..., route: _Optional[_Union[_common_pb2.ModelRoute, _Mapping]] = ...) -> None: ...
 
 class AppendRecordRequest(_message.Message):
     __slots__ = ("record",)

@@ -60,7 +60,7 @@ class InvocationApproval(_message.Message):
     def __init__(self, confirmation_token: _Optional[str] = ..., human_approval_id: _Optional[str] = ...) -> None: ...
 
 class InvokeCapabilityResponse(_message.Message):
-    __slots__ = ("capability_id", "capability_version", "output", "evidence", "decision", "verified", "completed_at", "replayed")
+    __slots__ = ("capability_id", "capability_version", "output", "evidence", "decision", "verified", "completed_at", "replayed", "knowledge_version")
     CAPABILITY_ID_FIELD_NUMBER: _ClassVar[int]
     CAPABILITY_VERSION_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
@@ -69,6 +69,7 @@ class InvokeCapabilityResponse(_message.Message):
     VERIFIED_FIELD_NUMBER: _ClassVar[int]
     COMPLETED_AT_FIELD_NUMBER: _ClassVar[int]
     REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    KNOWLEDGE_VERSION_FIELD_NUMBER: _ClassVar[int]
     capability_id: str
     capability_version: str
     output: _struct_pb2.Struct
@@ -77,7 +78,8 @@ class InvokeCapabilityResponse(_message.Message):
     verified: bool
     completed_at: _timestamp_pb2.Timestamp
     replayed: bool
-    def __init__(self, capability_id: _Optional[str] = ..., capability_version: _Optional[str] = ..., output: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., evidence: _Optional[_Iterable[_Union[_common_pb2.EvidenceReference, _Mapping]]] = ..., decision: _Optional[_Union[_common_pb2.PolicyDecision, _Mapping]] = ..., verified: _Optional[bool] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., replayed: _Optional[bool] = ...) -> None: ...
+    knowledge_version: str
+    def __init__(self, capability_id: _Optional[str] = ..., capability_version: _Optional[str] = ..., output: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., evidence: _Optional[_Iterable[_Union[_common_pb2.EvidenceReference, _Mapping]]] = ..., decision: _Optional[_Union[_common_pb2.PolicyDecision, _Mapping]] = ..., verified: _Optional[bool] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., replayed: _Optional[bool] = ..., knowledge_version: _Optional[str] = ...) -> None: ...
 
 class ListCapabilitiesRequest(_message.Message):
     __slots__ = ()

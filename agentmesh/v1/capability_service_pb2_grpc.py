@@ -96,7 +96,9 @@ class CapabilityServiceServicer:
         `MISSING_FIELD` (capability_id, idempotency_key of a mutation),
         `INPUT_INVALID` (input, against the capability's JSON Schema; metadata
         field is the path inside input); NOT_FOUND `CAPABILITY_NOT_FOUND`,
-        `RESOURCE_NOT_FOUND` (also for another tenant's resource, byte for byte);
+        `RESOURCE_NOT_FOUND` (also for another tenant's resource, byte for byte),
+        `KNOWLEDGE_SCOPE_NOT_FOUND` (a knowledge scope the grant names that no
+        store holds);
         FAILED_PRECONDITION `CAPABILITY_NOT_ACTIVE` (DISABLED or not executable),
         `CONFIRMATION_REQUIRED`, `HUMAN_APPROVAL_REQUIRED`, `PRECONDITION_FAILED`
         and the backend's own precondition reasons (e.g. `PERMIT_NOT_RELEASABLE`,

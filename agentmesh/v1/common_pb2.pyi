@@ -269,18 +269,20 @@ class TraceContext(_message.Message):
     def __init__(self, trace_id: _Optional[str] = ..., correlation_id: _Optional[str] = ..., execution_id: _Optional[str] = ...) -> None: ...
 
 class AgentBudget(_message.Message):
-    __slots__ = ("max_tokens", "max_model_calls", "max_execution_time_ms", "max_cost", "max_delegations")
+    __slots__ = ("max_tokens", "max_model_calls", "max_execution_time_ms", "max_cost", "max_delegations", "max_model_cost")
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_MODEL_CALLS_FIELD_NUMBER: _ClassVar[int]
     MAX_EXECUTION_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_COST_FIELD_NUMBER: _ClassVar[int]
     MAX_DELEGATIONS_FIELD_NUMBER: _ClassVar[int]
+    MAX_MODEL_COST_FIELD_NUMBER: _ClassVar[int]
     max_tokens: int
     max_model_calls: int
     max_execution_time_ms: int
     max_cost: float
     max_delegations: int
-    def __init__(self, max_tokens: _Optional[int] = ..., max_model_calls: _Optional[int] = ..., max_execution_time_ms: _Optional[int] = ..., max_cost: _Optional[float] = ..., max_delegations: _Optional[int] = ...) -> None: ...
+    max_model_cost: float
+    def __init__(self, max_tokens: _Optional[int] = ..., max_model_calls: _Optional[int] = ..., max_execution_time_ms: _Optional[int] = ..., max_cost: _Optional[float] = ..., max_delegations: _Optional[int] = ..., max_model_cost: _Optional[float] = ...) -> None: ...
 
 class AgentContextProjection(_message.Message):
     __slots__ = ("source_context_id", "target_agent_id", "allowed_fields", "redacted_fields", "purpose", "expires_at", "digest")
@@ -428,16 +430,8 @@ class HandoffOutcome(_message.Message):
     reason: str
     def __init__(self, action_id: _Optional[str] = ..., task_id: _Optional[str] = ..., target_agent_id: _Optional[str] = ..., state: _Optional[_Union[HandoffState, str]] = ..., result: _Optional[_Union[AgentResult, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
 
-class AgentUsage(_message.Message):
-    __slots__ = ("tokens", "model_calls")
-    TOKENS_FIELD_NUMBER: _ClassVar[int]
-    MODEL_CALLS_FIELD_NUMBER: _ClassVar[int]
-    tokens: int
-    model_calls: int
-    def __init__(self, tokens: _Optional[int] = ..., model_calls: _Optional[int] = ...) -> None: ...
-
 class AgentResult(_message.Message):
-    __slots__ = ("task_id", "agent_id", "status", "result", "evidence", "confidence", "statements", "requested_actions", "completed_at", "error_reason", "versions", "usage")
+    __slots__ = ("task_id", "agent_id", "status", "result", "evidence", "confidence", "statements", "requested_actions", "completed_at", "error_reason", "versions", "model_usage")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -449,7 +443,7 @@ class AgentResult(_message.Message):
     COMPLETED_AT_FIELD_NUMBER: _ClassVar[int]
     ERROR_REASON_FIELD_NUMBER: _ClassVar[int]
     VERSIONS_FIELD_NUMBER: _ClassVar[int]
-    USAGE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_USAGE_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     agent_id: str
     status: ResultStatus
@@ -461,8 +455,60 @@ class AgentResult(_message.Message):
     completed_at: _timestamp_pb2.Timestamp
     error_reason: str
     versions: VersionStamp
-    usage: AgentUsage
-    def __init__(self, task_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., status: _Optional[_Union[ResultStatus, str]] = ..., result: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., evidence: _Optional[_Iterable[_Union[EvidenceReference, _Mapping]]] = ..., confidence: _Optional[float] = ..., statements: _Optional[_Iterable[_Union[Statement, _Mapping]]] = ..., requested_actions: _Optional[_Iterable[_Union[RequestedAction, _Mapping]]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error_reason: _Optional[str] = ..., versions: _Optional[_Union[VersionStamp, _Mapping]] = ..., usage: _Optional[_Union[AgentUsage, _Mapping]] = ...) -> None: ...
+    model_usage: ModelUsage
+    def __init__(self, task_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., status: _Optional[_Union[ResultStatus, str]] = ..., result: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., evidence: _Optional[_Iterable[_Union[EvidenceReference, _Mapping]]] = ..., confidence: _Optional[float] = ..., statements: _Optional[_Iterable[_Union[Statement, _Mapping]]] = ..., requested_actions: _Optional[_Iterable[_Union[RequestedAction, _Mapping]]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error_reason: _Optional[str] = ..., versions: _Optional[_Union[VersionStamp, _Mapping]] = ..., model_usage: _Optional[_Union[ModelUsage, _Mapping]] = ...) -> None: ...
+
+class ModelUsage(_message.Message):
+    __slots__ = ("prompt_tokens", "completion_tokens", "calls", "cost", "models", "exhausted_reason")
+    PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    COST_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    EXHAUSTED_REASON_FIELD_NUMBER: _ClassVar[int]
+    prompt_tokens: int
+    completion_tokens: int
+    calls: int
+    cost: float
+    models: _containers.RepeatedScalarFieldContainer[str]
+    exhausted_reason: str
+    def __init__(self, prompt_tokens: _Optional[int] = ..., completion_tokens: _Optional[int] = ..., calls: _Optional[int] = ..., cost: _Optional[float] = ..., models: _Optional[_Iterable[str]] = ..., exhausted_reason: _Optional[str] = ...) -> None: ...
+
+class ModelRouteScore(_message.Message):
+    __slots__ = ("model_id", "complexity_score", "risk_score", "latency_score", "cost_score", "availability_score", "final_score", "excluded_reason", "decision_id")
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    COMPLEXITY_SCORE_FIELD_NUMBER: _ClassVar[int]
+    RISK_SCORE_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_SCORE_FIELD_NUMBER: _ClassVar[int]
+    COST_SCORE_FIELD_NUMBER: _ClassVar[int]
+    AVAILABILITY_SCORE_FIELD_NUMBER: _ClassVar[int]
+    FINAL_SCORE_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDED_REASON_FIELD_NUMBER: _ClassVar[int]
+    DECISION_ID_FIELD_NUMBER: _ClassVar[int]
+    model_id: str
+    complexity_score: float
+    risk_score: float
+    latency_score: float
+    cost_score: float
+    availability_score: float
+    final_score: float
+    excluded_reason: str
+    decision_id: str
+    def __init__(self, model_id: _Optional[str] = ..., complexity_score: _Optional[float] = ..., risk_score: _Optional[float] = ..., latency_score: _Optional[float] = ..., cost_score: _Optional[float] = ..., availability_score: _Optional[float] = ..., final_score: _Optional[float] = ..., excluded_reason: _Optional[str] = ..., decision_id: _Optional[str] = ...) -> None: ...
+
+class ModelRoute(_message.Message):
+    __slots__ = ("scores", "chosen_model_id", "fallback_from", "fallback_reason", "fallback_decision_id")
+    SCORES_FIELD_NUMBER: _ClassVar[int]
+    CHOSEN_MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    FALLBACK_FROM_FIELD_NUMBER: _ClassVar[int]
+    FALLBACK_REASON_FIELD_NUMBER: _ClassVar[int]
+    FALLBACK_DECISION_ID_FIELD_NUMBER: _ClassVar[int]
+    scores: _containers.RepeatedCompositeFieldContainer[ModelRouteScore]
+    chosen_model_id: str
+    fallback_from: str
+    fallback_reason: str
+    fallback_decision_id: str
+    def __init__(self, scores: _Optional[_Iterable[_Union[ModelRouteScore, _Mapping]]] = ..., chosen_model_id: _Optional[str] = ..., fallback_from: _Optional[str] = ..., fallback_reason: _Optional[str] = ..., fallback_decision_id: _Optional[str] = ...) -> None: ...
 
 class AgentSelectionScore(_message.Message):
     __slots__ = ("agent_id", "domain_score", "capability_score", "knowledge_score", "availability_score", "cost_score", "history_score", "final_score")
@@ -485,7 +531,7 @@ class AgentSelectionScore(_message.Message):
     def __init__(self, agent_id: _Optional[str] = ..., domain_score: _Optional[float] = ..., capability_score: _Optional[float] = ..., knowledge_score: _Optional[float] = ..., availability_score: _Optional[float] = ..., cost_score: _Optional[float] = ..., history_score: _Optional[float] = ..., final_score: _Optional[float] = ...) -> None: ...
 
 class TaskGrant(_message.Message):
-    __slots__ = ("grant_id", "execution_id", "task_id", "tenant_id", "user_id", "assertion_digest", "issuer", "audience", "capabilities", "projection_digest", "depth", "issued_at", "expires_at", "actor_type", "roles", "session_id", "conversation_id", "parent_grant_id", "confirmed_action_digest", "confirmation_id", "human_approval_id", "human_approver_id", "resources")
+    __slots__ = ("grant_id", "execution_id", "task_id", "tenant_id", "user_id", "assertion_digest", "issuer", "audience", "capabilities", "projection_digest", "depth", "issued_at", "expires_at", "actor_type", "roles", "session_id", "conversation_id", "parent_grant_id", "confirmed_action_digest", "confirmation_id", "human_approval_id", "human_approver_id", "resources", "budget", "execution_budget")
     GRANT_ID_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
@@ -509,6 +555,8 @@ class TaskGrant(_message.Message):
     HUMAN_APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
     HUMAN_APPROVER_ID_FIELD_NUMBER: _ClassVar[int]
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_BUDGET_FIELD_NUMBER: _ClassVar[int]
     grant_id: str
     execution_id: str
     task_id: str
@@ -532,7 +580,9 @@ class TaskGrant(_message.Message):
     human_approval_id: str
     human_approver_id: str
     resources: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, grant_id: _Optional[str] = ..., execution_id: _Optional[str] = ..., task_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., assertion_digest: _Optional[str] = ..., issuer: _Optional[str] = ..., audience: _Optional[str] = ..., capabilities: _Optional[_Iterable[str]] = ..., projection_digest: _Optional[str] = ..., depth: _Optional[int] = ..., issued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., actor_type: _Optional[_Union[ActorType, str]] = ..., roles: _Optional[_Iterable[str]] = ..., session_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., parent_grant_id: _Optional[str] = ..., confirmed_action_digest: _Optional[str] = ..., confirmation_id: _Optional[str] = ..., human_approval_id: _Optional[str] = ..., human_approver_id: _Optional[str] = ..., resources: _Optional[_Iterable[str]] = ...) -> None: ...
+    budget: AgentBudget
+    execution_budget: AgentBudget
+    def __init__(self, grant_id: _Optional[str] = ..., execution_id: _Optional[str] = ..., task_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., assertion_digest: _Optional[str] = ..., issuer: _Optional[str] = ..., audience: _Optional[str] = ..., capabilities: _Optional[_Iterable[str]] = ..., projection_digest: _Optional[str] = ..., depth: _Optional[int] = ..., issued_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., actor_type: _Optional[_Union[ActorType, str]] = ..., roles: _Optional[_Iterable[str]] = ..., session_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., parent_grant_id: _Optional[str] = ..., confirmed_action_digest: _Optional[str] = ..., confirmation_id: _Optional[str] = ..., human_approval_id: _Optional[str] = ..., human_approver_id: _Optional[str] = ..., resources: _Optional[_Iterable[str]] = ..., budget: _Optional[_Union[AgentBudget, _Mapping]] = ..., execution_budget: _Optional[_Union[AgentBudget, _Mapping]] = ...) -> None: ...
 
 class SignedTaskGrant(_message.Message):
     __slots__ = ("grant", "signature", "key_id", "record_signature")

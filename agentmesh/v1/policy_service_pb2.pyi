@@ -27,6 +27,7 @@ class OperationKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OPERATION_KIND_REVIEW: _ClassVar[OperationKind]
     OPERATION_KIND_READ_EXECUTION: _ClassVar[OperationKind]
     OPERATION_KIND_CANCEL_EXECUTION: _ClassVar[OperationKind]
+    OPERATION_KIND_USE_MODEL: _ClassVar[OperationKind]
 KILL_SWITCH_SCOPE_UNSPECIFIED: KillSwitchScope
 KILL_SWITCH_SCOPE_AGENT: KillSwitchScope
 KILL_SWITCH_SCOPE_CAPABILITY: KillSwitchScope
@@ -38,6 +39,7 @@ OPERATION_KIND_OVERRIDE: OperationKind
 OPERATION_KIND_REVIEW: OperationKind
 OPERATION_KIND_READ_EXECUTION: OperationKind
 OPERATION_KIND_CANCEL_EXECUTION: OperationKind
+OPERATION_KIND_USE_MODEL: OperationKind
 
 class ResourceRef(_message.Message):
     __slots__ = ("type", "id", "tenant_id")
@@ -50,20 +52,22 @@ class ResourceRef(_message.Message):
     def __init__(self, type: _Optional[str] = ..., id: _Optional[str] = ..., tenant_id: _Optional[str] = ...) -> None: ...
 
 class OperationContext(_message.Message):
-    __slots__ = ("confirmation_given", "human_approval_id", "human_approver_id", "risk_profile", "override_reason", "subject_requester_id")
+    __slots__ = ("confirmation_given", "human_approval_id", "human_approver_id", "risk_profile", "override_reason", "subject_requester_id", "model_fallback")
     CONFIRMATION_GIVEN_FIELD_NUMBER: _ClassVar[int]
     HUMAN_APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
     HUMAN_APPROVER_ID_FIELD_NUMBER: _ClassVar[int]
     RISK_PROFILE_FIELD_NUMBER: _ClassVar[int]
     OVERRIDE_REASON_FIELD_NUMBER: _ClassVar[int]
     SUBJECT_REQUESTER_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FALLBACK_FIELD_NUMBER: _ClassVar[int]
     confirmation_given: bool
     human_approval_id: str
     human_approver_id: str
     risk_profile: _common_pb2.RiskProfile
     override_reason: str
     subject_requester_id: str
-    def __init__(self, confirmation_given: _Optional[bool] = ..., human_approval_id: _Optional[str] = ..., human_approver_id: _Optional[str] = ..., risk_profile: _Optional[_Union[_common_pb2.RiskProfile, _Mapping]] = ..., override_reason: _Optional[str] = ..., subject_requester_id: _Optional[str] = ...) -> None: ...
+    model_fallback: bool
+    def __init__(self, confirmation_given: _Optional[bool] = ..., human_approval_id: _Optional[str] = ..., human_approver_id: _Optional[str] = ..., risk_profile: _Optional[_Union[_common_pb2.RiskProfile, _Mapping]] = ..., override_reason: _Optional[str] = ..., subject_requester_id: _Optional[str] = ..., model_fallback: _Optional[bool] = ...) -> None: ...
 
 class AuthorizeRequest(_message.Message):
     __slots__ = ("user", "actor_type", "system_actor", "agent", "delegation_depth", "capability_id", "capability_version", "resource", "context", "operation", "trace")

@@ -203,7 +203,7 @@ class Conflict(_message.Message):
     def __init__(self, subject: _Optional[str] = ..., agent_a: _Optional[str] = ..., agent_b: _Optional[str] = ..., evidence_a: _Optional[_Iterable[_Union[_common_pb2.EvidenceReference, _Mapping]]] = ..., evidence_b: _Optional[_Iterable[_Union[_common_pb2.EvidenceReference, _Mapping]]] = ..., applicable_rules: _Optional[_Iterable[str]] = ..., resolution: _Optional[str] = ..., review_id: _Optional[str] = ...) -> None: ...
 
 class Execution(_message.Message):
-    __slots__ = ("execution_id", "status", "decision", "request_text", "tenant_id", "user_id", "graph", "results", "selection_scores", "conflicts", "reason", "trace", "started_at", "finished_at", "summary", "action", "actor_type", "system_actor", "recommended_resources", "client_request_id", "intent", "intent_rule", "missing", "user_roles", "intent_kind", "domain", "waived_limits")
+    __slots__ = ("execution_id", "status", "decision", "request_text", "tenant_id", "user_id", "graph", "results", "selection_scores", "conflicts", "reason", "trace", "started_at", "finished_at", "summary", "action", "actor_type", "system_actor", "recommended_resources", "client_request_id", "intent", "intent_rule", "missing", "user_roles", "intent_classification", "intent_kind", "domain", "waived_limits")
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     DECISION_FIELD_NUMBER: _ClassVar[int]
@@ -228,6 +228,7 @@ class Execution(_message.Message):
     INTENT_RULE_FIELD_NUMBER: _ClassVar[int]
     MISSING_FIELD_NUMBER: _ClassVar[int]
     USER_ROLES_FIELD_NUMBER: _ClassVar[int]
+    INTENT_CLASSIFICATION_FIELD_NUMBER: _ClassVar[int]
     INTENT_KIND_FIELD_NUMBER: _ClassVar[int]
     DOMAIN_FIELD_NUMBER: _ClassVar[int]
     WAIVED_LIMITS_FIELD_NUMBER: _ClassVar[int]
@@ -255,10 +256,38 @@ class Execution(_message.Message):
     intent_rule: str
     missing: _containers.RepeatedCompositeFieldContainer[MissingItem]
     user_roles: _containers.RepeatedScalarFieldContainer[str]
+    intent_classification: IntentClassification
     intent_kind: str
     domain: str
     waived_limits: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, execution_id: _Optional[str] = ..., status: _Optional[_Union[ExecutionStatus, str]] = ..., decision: _Optional[_Union[_common_pb2.AnalysisDecision, str]] = ..., request_text: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., graph: _Optional[_Union[_common_pb2.AgentTaskGraph, _Mapping]] = ..., results: _Optional[_Iterable[_Union[_common_pb2.AgentResult, _Mapping]]] = ..., selection_scores: _Optional[_Iterable[_Union[_common_pb2.AgentSelectionScore, _Mapping]]] = ..., conflicts: _Optional[_Iterable[_Union[Conflict, _Mapping]]] = ..., reason: _Optional[str] = ..., trace: _Optional[_Union[_common_pb2.TraceContext, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., summary: _Optional[str] = ..., action: _Optional[_Union[ProposedAction, _Mapping]] = ..., actor_type: _Optional[_Union[_common_pb2.ActorType, str]] = ..., system_actor: _Optional[str] = ..., recommended_resources: _Optional[_Iterable[str]] = ..., client_request_id: _Optional[str] = ..., intent: _Optional[_Union[ExecutionIntent, str]] = ..., intent_rule: _Optional[str] = ..., missing: _Optional[_Iterable[_Union[MissingItem, _Mapping]]] = ..., user_roles: _Optional[_Iterable[str]] = ..., intent_kind: _Optional[str] = ..., domain: _Optional[str] = ..., waived_limits: _Optional[_Iterable[str]] = ...) -> None: ...
+    def __init__(self, execution_id: _Optional[str] = ..., status: _Optional[_Union[ExecutionStatus, str]] = ..., decision: _Optional[_Union[_common_pb2.AnalysisDecision, str]] = ..., request_text: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., graph: _Optional[_Union[_common_pb2.AgentTaskGraph, _Mapping]] = ..., results: _Optional[_Iterable[_Union[_common_pb2.AgentResult, _Mapping]]] = ..., selection_scores: _Optional[_Iterable[_Union[_common_pb2.AgentSelectionScore, _Mapping]]] = ..., conflicts: _Optional[_Iterable[_Union[Conflict, _Mapping]]] = ..., reason: _Optional[str] = ..., trace: _Optional[_Union[_common_pb2.TraceContext, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., summary: _Optional[str] = ..., action: _Optional[_Union[ProposedAction, _Mapping]] = ..., actor_type: _Optional[_Union[_common_pb2.ActorType, str]] = ..., system_actor: _Optional[str] = ..., recommended_resources: _Optional[_Iterable[str]] = ..., client_request_id: _Optional[str] = ..., intent: _Optional[_Union[ExecutionIntent, str]] = ..., intent_rule: _Optional[str] = ..., missing: _Optional[_Iterable[_Union[MissingItem, _Mapping]]] = ..., user_roles: _Optional[_Iterable[str]] = ..., intent_classification: _Optional[_Union[IntentClassification, _Mapping]] = ..., intent_kind: _Optional[str] = ..., domain: _Optional[str] = ..., waived_limits: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class IntentClassification(_message.Message):
+    __slots__ = ("source", "intent", "subjects", "candidates", "model_id", "model_version", "model_call_id", "confidence")
+    class SubjectsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    INTENT_FIELD_NUMBER: _ClassVar[int]
+    SUBJECTS_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    MODEL_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    MODEL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    intent: str
+    subjects: _containers.ScalarMap[str, str]
+    candidates: _containers.RepeatedScalarFieldContainer[str]
+    model_id: str
+    model_version: str
+    model_call_id: str
+    confidence: float
+    def __init__(self, source: _Optional[str] = ..., intent: _Optional[str] = ..., subjects: _Optional[_Mapping[str, str]] = ..., candidates: _Optional[_Iterable[str]] = ..., model_id: _Optional[str] = ..., model_version: _Optional[str] = ..., model_call_id: _Optional[str] = ..., confidence: _Optional[float] = ...) -> None: ...
 
 class AnalyzeRequest(_message.Message):
     __slots__ = ("user_assertion", "request_text", "tenant_id", "correlation_id", "budget", "detach", "request_release", "confirmation_ttl_seconds", "client_request_id")

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!agentmesh/v1/tenant_service.proto\x12\x0c\x61gentmesh.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"H\n\nTenantRole\x12\x14\n\x0c\x63\x61pabilities\x18\x01 \x03(\t\x12\x10\n\x08includes\x18\x02 \x03(\t\x12\x12\n\nprivileges\x18\x03 \x03(\t\"\xc2\x02\n\x0cTenantLimits\x12\x16\n\tmax_depth\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x16\n\tmax_tasks\x18\x02 \x01(\x05H\x01\x88\x01\x01\x12\x19\n\x0cmax_handoffs\x18\x03 \x01(\x05H\x02\x88\x01\x01\x12\"\n\x15max_execution_time_ms\x18\x04 \x01(\x03H\x03\x88\x01\x01\x12\x15\n\x08max_cost\x18\x05 \x01(\x01H\x04\x88\x01\x01\x12\x17\n\nmax_tokens\x18\x06 \x01(\x03H\x05\x88\x01\x01\x12\x1c\n\x0fmax_model_calls\x18\x07 \x01(\x03H\x06\x88\x01\x01\x42\x0c\n\n_max_depthB\x0c\n\n_max_tasksB\x0f\n\r_max_handoffsB\x18\n\x16_max_execution_time_msB\x0b\n\t_max_costB\r\n\x0b_max_tokensB\x12\n\x10_max_model_calls\"\xfa\x03\n\x10TenantDefinition\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\x12\x38\n\x05roles\x18\x03 \x03(\x0b\x32).agentmesh.v1.TenantDefinition.RolesEntry\x12\x16\n\x0e\x61llowed_agents\x18\x04 \x03(\t\x12*\n\x06limits\x18\x05 \x01(\x0b\x32\x1a.agentmesh.v1.TenantLimits\x12\x43\n\x0bon_exceeded\x18\x06 \x03(\x0b\x32..agentmesh.v1.TenantDefinition.OnExceededEntry\x12\x10\n\x08revision\x18\x07 \x01(\x03\x12\x0e\n\x06\x64igest\x18\x08 \x01(\t\x12\x12\n\nchanged_by\x18\t \x01(\t\x12.\n\nchanged_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x1a\x46\n\nRolesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\'\n\x05value\x18\x02 \x01(\x0b\x32\x18.agentmesh.v1.TenantRole:\x02\x38\x01\x1aL\n\x0fOnExceededEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12(\n\x05value\x18\x02 \x01(\x0e\x32\x19.agentmesh.v1.LimitAction:\x02\x38\x01\"F\n\x13\x41pplyTenantsRequest\x12/\n\x07tenants\x18\x01 \x03(\x0b\x32\x1e.agentmesh.v1.TenantDefinition\"k\n\rAppliedTenant\x12.\n\x06tenant\x18\x01 \x01(\x0b\x32\x1e.agentmesh.v1.TenantDefinition\x12*\n\x06\x63hange\x18\x02 \x01(\x0e\x32\x1a.agentmesh.v1.TenantChange\"\\\n\x14\x41pplyTenantsResponse\x12,\n\x07results\x18\x01 \x03(\x0b\x32\x1b.agentmesh.v1.AppliedTenant\x12\x16\n\x0epolicy_version\x18\x02 \x01(\t\"%\n\x10GetTenantRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\"C\n\x11GetTenantResponse\x12.\n\x06tenant\x18\x01 \x01(\x0b\x32\x1e.agentmesh.v1.TenantDefinition\"\x14\n\x12ListTenantsRequest\"F\n\x13ListTenantsResponse\x12/\n\x07tenants\x18\x01 \x03(\x0b\x32\x1e.agentmesh.v1.TenantDefinition*a\n\x0bLimitAction\x12\x1c\n\x18LIMIT_ACTION_UNSPECIFIED\x10\x00\x12\x15\n\x11LIMIT_ACTION_STOP\x10\x01\x12\x1d\n\x19LIMIT_ACTION_HUMAN_REVIEW\x10\x02*\x80\x01\n\x0cTenantChange\x12\x1d\n\x19TENANT_CHANGE_UNSPECIFIED\x10\x00\x12\x19\n\x15TENANT_CHANGE_CREATED\x10\x01\x12\x19\n\x15TENANT_CHANGE_UPDATED\x10\x02\x12\x1b\n\x17TENANT_CHANGE_UNCHANGED\x10\x03\x32\x88\x02\n\rTenantService\x12U\n\x0c\x41pplyTenants\x12!.agentmesh.v1.ApplyTenantsRequest\x1a\".agentmesh.v1.ApplyTenantsResponse\x12L\n\tGetTenant\x12\x1e.agentmesh.v1.GetTenantRequest\x1a\x1f.agentmesh.v1.GetTenantResponse\x12R\n\x0bListTenants\x12 .agentmesh.v1.ListTenantsRequest\x1a!.agentmesh.v1.ListTenantsResponseB\x8f\x01\n\x12local.agentmesh.v1B\x12TenantServiceProtoP\x01Z/agentmesh.local/gen/go/agentmesh/v1;agentmeshv1\xa2\x02\x03\x41VX\xaa\x02\x0c\x41gentmesh.V1\xca\x02\x0c\x41gentmesh\\V1\xea\x02\rAgentmesh::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!agentmesh/v1/tenant_service.proto\x12\x0c\x61gentmesh.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"H\n\nTenantRole\x12\x14\n\x0c\x63\x61pabilities\x18\x01 \x03(\t\x12\x10\n\x08includes\x18\x02 \x03(\t\x12\x12\n\nprivileges\x18\x03 \x03(\t\"\xf2\x02\n\x0cTenantLimits\x12\x16\n\tmax_depth\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x16\n\tmax_tasks\x18\x02 \x01(\x05H\x01\x88\x01\x01\x12\x19\n\x0cmax_handoffs\x18\x03 \x01(\x05H\x02\x88\x01\x01\x12\"\n\x15max_execution_time_ms\x18\x04 \x01(\x03H\x03\x88\x01\x01\x12\x15\n\x08max_cost\x18\x05 \x01(\x01H\x04\x88\x01\x01\x12\x17\n\nmax_tokens\x18\x06 \x01(\x03H\x05\x88\x01\x01\x12\x1c\n\x0fmax_model_calls\x18\x07 \x01(\x03H\x06\x88\x01\x01\x12\x1b\n\x0emax_model_cost\x18\x08 \x01(\x01H\x07\x88\x01\x01\x42\x0c\n\n_max_depthB\x0c\n\n_max_tasksB\x0f\n\r_max_handoffsB\x18\n\x16_max_execution_time_msB\x0b\n\t_max_costB\r\n\x0b_max_tokensB\x12\n\x10_max_model_callsB\x11\n\x0f_max_model_cost\"5\n\x0eTenantModelUse\x12\x11\n\tmodel_ids\x18\x01 \x03(\t\x12\x10\n\x08\x66\x61llback\x18\x02 \x01(\x08\"\x83\x05\n\x10TenantDefinition\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\x12\x38\n\x05roles\x18\x03 \x03(\x0b\x32).agentmesh.v1.TenantDefinition.RolesEntry\x12\x16\n\x0e\x61llowed_agents\x18\x04 \x03(\t\x12*\n\x06limits\x18\x05 \x01(\x0b\x32\x1a.agentmesh.v1.TenantLimits\x12\x43\n\x0bon_exceeded\x18\x06 \x03(\x0b\x32..agentmesh.v1.TenantDefinition.OnExceededEntry\x12\x10\n\x08revision\x18\x07 \x01(\x03\x12\x0e\n\x06\x64igest\x18\x08 \x01(\t\x12\x12\n\nchanged_by\x18\t \x01(\t\x12.\n\nchanged_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12:\n\x06models\x18\x0b \x03(\x0b\x32*.agentmesh.v1.TenantDefinition.ModelsEntry\x1a\x46\n\nRolesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\'\n\x05value\x18\x02 \x01(\x0b\x32\x18.agentmesh.v1.TenantRole:\x02\x38\x01\x1aL\n\x0fOnExceededEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12(\n\x05value\x18\x02 \x01(\x0e\x32\x19.agentmesh.v1.LimitAction:\x02\x38\x01\x1aK\n\x0bModelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12+\n\x05value\x18\x02 \x01(\x0b\x32\x1c.agentmesh.v1.TenantModelUse:\x02\x38\x01\"F\n\x13\x41pplyTenantsRequest\x12/\n\x07tenants\x18\x01 \x03(\x0b\x32\x1e.agentmesh.v1.TenantDefinition\"k\n\rAppliedTenant\x12.\n\x06tenant\x18\x01 \x01(\x0b\x32\x1e.agentmesh.v1.TenantDefinition\x12*\n\x06\x63hange\x18\x02 \x01(\x0e\x32\x1a.agentmesh.v1.TenantChange\"\\\n\x14\x41pplyTenantsResponse\x12,\n\x07results\x18\x01 \x03(\x0b\x32\x1b.agentmesh.v1.AppliedTenant\x12\x16\n\x0epolicy_version\x18\x02 \x01(\t\"%\n\x10GetTenantRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\"C\n\x11GetTenantResponse\x12.\n\x06tenant\x18\x01 \x01(\x0b\x32\x1e.agentmesh.v1.TenantDefinition\"\x14\n\x12ListTenantsRequest\"F\n\x13ListTenantsResponse\x12/\n\x07tenants\x18\x01 \x03(\x0b\x32\x1e.agentmesh.v1.TenantDefinition*a\n\x0bLimitAction\x12\x1c\n\x18LIMIT_ACTION_UNSPECIFIED\x10\x00\x12\x15\n\x11LIMIT_ACTION_STOP\x10\x01\x12\x1d\n\x19LIMIT_ACTION_HUMAN_REVIEW\x10\x02*\x80\x01\n\x0cTenantChange\x12\x1d\n\x19TENANT_CHANGE_UNSPECIFIED\x10\x00\x12\x19\n\x15TENANT_CHANGE_CREATED\x10\x01\x12\x19\n\x15TENANT_CHANGE_UPDATED\x10\x02\x12\x1b\n\x17TENANT_CHANGE_UNCHANGED\x10\x03\x32\x88\x02\n\rTenantService\x12U\n\x0c\x41pplyTenants\x12!.agentmesh.v1.ApplyTenantsRequest\x1a\".agentmesh.v1.ApplyTenantsResponse\x12L\n\tGetTenant\x12\x1e.agentmesh.v1.GetTenantRequest\x1a\x1f.agentmesh.v1.GetTenantResponse\x12R\n\x0bListTenants\x12 .agentmesh.v1.ListTenantsRequest\x1a!.agentmesh.v1.ListTenantsResponseB\x8f\x01\n\x12local.agentmesh.v1B\x12TenantServiceProtoP\x01Z/agentmesh.local/gen/go/agentmesh/v1;agentmeshv1\xa2\x02\x03\x41VX\xaa\x02\x0c\x41gentmesh.V1\xca\x02\x0c\x41gentmesh\\V1\xea\x02\rAgentmesh::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,34 +37,40 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TENANTDEFINITION_ROLESENTRY']._serialized_options = b'8\001'
   _globals['_TENANTDEFINITION_ONEXCEEDEDENTRY']._loaded_options = None
   _globals['_TENANTDEFINITION_ONEXCEEDEDENTRY']._serialized_options = b'8\001'
-  _globals['_LIMITACTION']._serialized_start=1469
-  _globals['_LIMITACTION']._serialized_end=1566
-  _globals['_TENANTCHANGE']._serialized_start=1569
-  _globals['_TENANTCHANGE']._serialized_end=1697
+  _globals['_TENANTDEFINITION_MODELSENTRY']._loaded_options = None
+  _globals['_TENANTDEFINITION_MODELSENTRY']._serialized_options = b'8\001'
+  _globals['_LIMITACTION']._serialized_start=1709
+  _globals['_LIMITACTION']._serialized_end=1806
+  _globals['_TENANTCHANGE']._serialized_start=1809
+  _globals['_TENANTCHANGE']._serialized_end=1937
   _globals['_TENANTROLE']._serialized_start=84
   _globals['_TENANTROLE']._serialized_end=156
   _globals['_TENANTLIMITS']._serialized_start=159
-  _globals['_TENANTLIMITS']._serialized_end=481
-  _globals['_TENANTDEFINITION']._serialized_start=484
-  _globals['_TENANTDEFINITION']._serialized_end=990
-  _globals['_TENANTDEFINITION_ROLESENTRY']._serialized_start=842
-  _globals['_TENANTDEFINITION_ROLESENTRY']._serialized_end=912
-  _globals['_TENANTDEFINITION_ONEXCEEDEDENTRY']._serialized_start=914
-  _globals['_TENANTDEFINITION_ONEXCEEDEDENTRY']._serialized_end=990
-  _globals['_APPLYTENANTSREQUEST']._serialized_start=992
-  _globals['_APPLYTENANTSREQUEST']._serialized_end=1062
-  _globals['_APPLIEDTENANT']._serialized_start=1064
-  _globals['_APPLIEDTENANT']._serialized_end=1171
-  _globals['_APPLYTENANTSRESPONSE']._serialized_start=1173
-  _globals['_APPLYTENANTSRESPONSE']._serialized_end=1265
-  _globals['_GETTENANTREQUEST']._serialized_start=1267
-  _globals['_GETTENANTREQUEST']._serialized_end=1304
-  _globals['_GETTENANTRESPONSE']._serialized_start=1306
-  _globals['_GETTENANTRESPONSE']._serialized_end=1373
-  _globals['_LISTTENANTSREQUEST']._serialized_start=1375
-  _globals['_LISTTENANTSREQUEST']._serialized_end=1395
-  _globals['_LISTTENANTSRESPONSE']._serialized_start=1397
-  _globals['_LISTTENANTSRESPONSE']._serialized_end=1467
-  _globals['_TENANTSERVICE']._serialized_start=1700
-  _globals['_TENANTSERVICE']._serialized_end=1964
+  _globals['_TENANTLIMITS']._serialized_end=529
+  _globals['_TENANTMODELUSE']._serialized_start=531
+  _globals['_TENANTMODELUSE']._serialized_end=584
+  _globals['_TENANTDEFINITION']._serialized_start=587
+  _globals['_TENANTDEFINITION']._serialized_end=1230
+  _globals['_TENANTDEFINITION_ROLESENTRY']._serialized_start=1005
+  _globals['_TENANTDEFINITION_ROLESENTRY']._serialized_end=1075
+  _globals['_TENANTDEFINITION_ONEXCEEDEDENTRY']._serialized_start=1077
+  _globals['_TENANTDEFINITION_ONEXCEEDEDENTRY']._serialized_end=1153
+  _globals['_TENANTDEFINITION_MODELSENTRY']._serialized_start=1155
+  _globals['_TENANTDEFINITION_MODELSENTRY']._serialized_end=1230
+  _globals['_APPLYTENANTSREQUEST']._serialized_start=1232
+  _globals['_APPLYTENANTSREQUEST']._serialized_end=1302
+  _globals['_APPLIEDTENANT']._serialized_start=1304
+  _globals['_APPLIEDTENANT']._serialized_end=1411
+  _globals['_APPLYTENANTSRESPONSE']._serialized_start=1413
+  _globals['_APPLYTENANTSRESPONSE']._serialized_end=1505
+  _globals['_GETTENANTREQUEST']._serialized_start=1507
+  _globals['_GETTENANTREQUEST']._serialized_end=1544
+  _globals['_GETTENANTRESPONSE']._serialized_start=1546
+  _globals['_GETTENANTRESPONSE']._serialized_end=1613
+  _globals['_LISTTENANTSREQUEST']._serialized_start=1615
+  _globals['_LISTTENANTSREQUEST']._serialized_end=1635
+  _globals['_LISTTENANTSRESPONSE']._serialized_start=1637
+  _globals['_LISTTENANTSRESPONSE']._serialized_end=1707
+  _globals['_TENANTSERVICE']._serialized_start=1940
+  _globals['_TENANTSERVICE']._serialized_end=2204
 # @@protoc_insertion_point(module_scope)

@@ -41,7 +41,7 @@ class TenantRole(_message.Message):
     def __init__(self, capabilities: _Optional[_Iterable[str]] = ..., includes: _Optional[_Iterable[str]] = ..., privileges: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TenantLimits(_message.Message):
-    __slots__ = ("max_depth", "max_tasks", "max_handoffs", "max_execution_time_ms", "max_cost", "max_tokens", "max_model_calls")
+    __slots__ = ("max_depth", "max_tasks", "max_handoffs", "max_execution_time_ms", "max_cost", "max_tokens", "max_model_calls", "max_model_cost")
     MAX_DEPTH_FIELD_NUMBER: _ClassVar[int]
     MAX_TASKS_FIELD_NUMBER: _ClassVar[int]
     MAX_HANDOFFS_FIELD_NUMBER: _ClassVar[int]
@@ -49,6 +49,7 @@ class TenantLimits(_message.Message):
     MAX_COST_FIELD_NUMBER: _ClassVar[int]
     MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MAX_MODEL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    MAX_MODEL_COST_FIELD_NUMBER: _ClassVar[int]
     max_depth: int
     max_tasks: int
     max_handoffs: int
@@ -56,10 +57,19 @@ class TenantLimits(_message.Message):
     max_cost: float
     max_tokens: int
     max_model_calls: int
-    def __init__(self, max_depth: _Optional[int] = ..., max_tasks: _Optional[int] = ..., max_handoffs: _Optional[int] = ..., max_execution_time_ms: _Optional[int] = ..., max_cost: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_model_calls: _Optional[int] = ...) -> None: ...
+    max_model_cost: float
+    def __init__(self, max_depth: _Optional[int] = ..., max_tasks: _Optional[int] = ..., max_handoffs: _Optional[int] = ..., max_execution_time_ms: _Optional[int] = ..., max_cost: _Optional[float] = ..., max_tokens: _Optional[int] = ..., max_model_calls: _Optional[int] = ..., max_model_cost: _Optional[float] = ...) -> None: ...
+
+class TenantModelUse(_message.Message):
+    __slots__ = ("model_ids", "fallback")
+    MODEL_IDS_FIELD_NUMBER: _ClassVar[int]
+    FALLBACK_FIELD_NUMBER: _ClassVar[int]
+    model_ids: _containers.RepeatedScalarFieldContainer[str]
+    fallback: bool
+    def __init__(self, model_ids: _Optional[_Iterable[str]] = ..., fallback: _Optional[bool] = ...) -> None: ...
 
 class TenantDefinition(_message.Message):
-    __slots__ = ("tenant_id", "display_name", "roles", "allowed_agents", "limits", "on_exceeded", "revision", "digest", "changed_by", "changed_at")
+    __slots__ = ("tenant_id", "display_name", "roles", "allowed_agents", "limits", "on_exceeded", "revision", "digest", "changed_by", "changed_at", "models")
     class RolesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -74,6 +84,13 @@ class TenantDefinition(_message.Message):
         key: str
         value: LimitAction
         def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[LimitAction, str]] = ...) -> None: ...
+    class ModelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: TenantModelUse
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[TenantModelUse, _Mapping]] = ...) -> None: ...
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
     DISPLAY_NAME_FIELD_NUMBER: _ClassVar[int]
     ROLES_FIELD_NUMBER: _ClassVar[int]
@@ -84,6 +101,7 @@ class TenantDefinition(_message.Message):
     DIGEST_FIELD_NUMBER: _ClassVar[int]
     CHANGED_BY_FIELD_NUMBER: _ClassVar[int]
     CHANGED_AT_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
     tenant_id: str
     display_name: str
     roles: _containers.MessageMap[str, TenantRole]
@@ -94,7 +112,8 @@ class TenantDefinition(_message.Message):
     digest: str
     changed_by: str
     changed_at: _timestamp_pb2.Timestamp
-    def __init__(self, tenant_id: _Optional[str] = ..., display_name: _Optional[str] = ..., roles: _Optional[_Mapping[str, TenantRole]] = ..., allowed_agents: _Optional[_Iterable[str]] = ..., limits: _Optional[_Union[TenantLimits, _Mapping]] = ..., on_exceeded: _Optional[_Mapping[str, LimitAction]] = ..., revision: _Optional[int] = ..., digest: _Optional[str] = ..., changed_by: _Optional[str] = ..., changed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    models: _containers.MessageMap[str, TenantModelUse]
+    def __init__(self, tenant_id: _Optional[str] = ..., display_name: _Optional[str] = ..., roles: _Optional[_Mapping[str, TenantRole]] = ..., allowed_agents: _Optional[_Iterable[str]] = ..., limits: _Optional[_Union[TenantLimits, _Mapping]] = ..., on_exceeded: _Optional[_Mapping[str, LimitAction]] = ..., revision: _Optional[int] = ..., digest: _Optional[str] = ..., changed_by: _Optional[str] = ..., changed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., models: _Optional[_Mapping[str, TenantModelUse]] = ...) -> None: ...
 
 class ApplyTenantsRequest(_message.Message):
     __slots__ = ("tenants",)

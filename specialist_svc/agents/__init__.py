@@ -28,11 +28,14 @@ class AgentRules:
     agent_id: str
     capabilities: tuple[str, ...]
     run: ContextRuleFn
+    models: bool = False
+    """The rules take ``models`` (a ModelPort or None) by keyword: they may ask a model."""
 
 
 def _without_context(rules: RuleFn) -> ContextRuleFn:
-    def run(data: Mapping[str, Any], client: CapabilityClient, context: TaskContext) -> common_pb2.AgentResult:
-        return rules(data, client)
+    def run(data: Mapping[str, Any], client: CapabilityClient, context: TaskContext,
+            **models: Any) -> common_pb2.AgentResult:
+        return rules(data, client, **models)
 
     return run
 
@@ -40,7 +43,7 @@ def _without_context(rules: RuleFn) -> ContextRuleFn:
 def rules_of(module: ModuleType) -> AgentRules:
     """The :class:`AgentRules` of one agent module."""
     run: ContextRuleFn = getattr(module, "run_in_context", None) or _without_context(module.run)
-    return AgentRules(module.AGENT_ID, tuple(module.CAPABILITIES), run)
+    return AgentRules(module.AGENT_ID, tuple(module.CAPABILITIES), run, bool(getattr(module, "USES_MODELS", False)))
 
 
 RULES: dict[str, AgentRules] = {

@@ -21,18 +21,41 @@ subject                     verdict  rule
 ``result.risk_level`` is the assessment's overall level (null when not assessed).
 The permit not found → ``permit:<id>/risk`` UNKNOWN with UNCERTAINTY
 ``PERMIT_NOT_FOUND`` (the work-permit agent owns that answer).
+
+The permit's description (free text the rules cannot read)
+------------------------------------------------------------
+
+With a model service, the description (projected as ``description``) is read by
+a model through the prompt ``risk.hazards_in_text``: the description and the
+registered hazards' names go to the model as data, never as instructions. The
+answer is a proposal, kept only where it holds against the text: a category the
+agent asked about, and a quote found verbatim in the description. Each hazard
+category the model finds mentioned and not covered by a registered hazard
+becomes an INFERENCE ``MODEL_HAZARD_NOT_ASSESSED`` on ``permit:<id>/description``
+whose evidence is the description (the quote, as data) and the model's answer
+(authority MODEL_INFERENCE: model, version, call id, answer digest). It judges no
+subject, so it never changes the verdict, the status or the decision; a reviewer
+sees it in the report. ``result.model_reading`` says how the reading went:
+``READ`` (with ``proposed``, ``kept``, ``rejected`` counts), ``UNAVAILABLE`` (the
+call failed or was refused, with its reason: the analysis stands without it),
+or ``NOT_ASKED`` (no description, or no model service). A model budget
+exhausted on the way is reported with the result (``model_usage``) and ends the
+execution as the tenant's policy says.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agentmesh import errors
 from agentmesh.v1 import common_pb2
 from specialist_svc.phrases import say
 from specialist_svc.rules import (
     CallFailure,
     CapabilityClient,
+    ModelInput,
+    ModelPort,
     ResultBuilder,
     TaskInputInvalid,
     call_or_failure,
@@ -53,9 +76,70 @@ CAPABILITIES = (CAPABILITY,)
 LEVELS = ("LOW", "MEDIUM", "HIGH", "CRITICAL")
 BLOCKING_LEVEL = "CRITICAL"
 """A hazard at this level fails even with every control in place."""
+USES_MODELS = True
+"""The rules may ask a model (the description); see the module docstring."""
+TEXT_PROMPT = "risk.hazards_in_text"
+HAZARD_CATEGORIES = ("CHEMICAL", "CONFINED_SPACE", "ELECTRICAL", "HOT_WORK", "LIFTING", "WORK_AT_HEIGHT")
+"""The hazard categories the model is asked about."""
 
 
-def run(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentResult:
+def _category_word(category: str) -> str:
+    """How a statement names a hazard category, in the user's language."""
+    return {"WORK_AT_HEIGHT": say("work-at-height"), "ELECTRICAL": say("electrical"),
+            "CONFINED_SPACE": say("confined-space"), "HOT_WORK": say("hot-work"), "CHEMICAL": say("chemical"),
+            "LIFTING": say("lifting")}[category]
+
+
+def read_description(out: ResultBuilder, permit_id: str, description: str, hazards: Sequence[Mapping[str, Any]],
+                     models: ModelPort | None) -> dict[str, Any]:
+    """A model's reading of the permit description as INFERENCEs (see the module docstring); the reading's summary."""
+    if models is None or not description.strip():
+        return {"status": "NOT_ASKED"}
+    registered = "; ".join(str(h.get("hazard")) for h in hazards if isinstance(h.get("hazard"), str))
+    try:
+        reply = models.complete(TEXT_PROMPT, {"categories": list(HAZARD_CATEGORIES)}, [
+            ModelInput("permit.description", description, "permit-registry"),
+            ModelInput("risk.registered_hazards", registered or "(none)", "risk-register")])
+    except errors.MeshError as err:
+        return {"status": "UNAVAILABLE", "reason": err.reason}
+    proposed = reply.answer.get("hazards")
+    items = proposed if isinstance(proposed, list) else []
+    subject = f"permit:{permit_id}/description"
+    kept = rejected = 0
+    seen: set[str] = set()
+    for item in items:
+        category = item.get("category") if isinstance(item, Mapping) else None
+        quote = item.get("quote") if isinstance(item, Mapping) else None
+        covered = item.get("covered") if isinstance(item, Mapping) else None
+        # Only what holds against the text is kept: a category asked about, once, and words that are there.
+        if category not in HAZARD_CATEGORIES or category in seen or not isinstance(quote, str) or not quote.strip() \
+                or quote not in description or not isinstance(covered, bool):
+            rejected += 1
+            continue
+        seen.add(category)
+        if covered:
+            continue
+        kept += 1
+        source = out.evidence(common_pb2.EvidenceReference(
+            source="permit-registry", reference=f"permit/{permit_id}#description",
+            authority=common_pb2.AUTHORITY_LEVEL_OFFICIAL_RECORD), data={"field": "description", "quote": quote})
+        model = out.evidence(common_pb2.EvidenceReference(
+            source=f"model:{reply.model_id}", reference=reply.call_id,
+            authority=common_pb2.AUTHORITY_LEVEL_MODEL_INFERENCE, capability=f"model:{reply.prompt}"),
+            data={"model_version": reply.model_version, "prompt": reply.prompt, "answer_sha256": reply.answer_digest,
+                  "category": category})
+        out.inference(
+            "MODEL_HAZARD_NOT_ASSESSED",
+            say("A model reads the description of permit {permit_id} as mentioning a {category} hazard that no "
+                "registered hazard covers (a model's inference, not a verified fact; the words are in the evidence)",
+                permit_id=permit_id, category=_category_word(category)),
+            subject=subject, evidence=[source, model])
+    return {"status": "READ", "model_id": reply.model_id, "proposed": len(items), "kept": kept,
+            "rejected": rejected}
+
+
+def run(data: Mapping[str, Any], client: CapabilityClient, *,
+        models: ModelPort | None = None) -> common_pb2.AgentResult:
     """The risk analysis of one permit (see the module docstring).
 
     Raises:
@@ -64,6 +148,9 @@ def run(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentRe
     permit_id = require_str(data, "permit_id")
     if not is_id(permit_id):
         raise TaskInputInvalid("not a permit id", field="permit_id")
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        raise TaskInputInvalid("a string is expected", field="description")
 
     def rules() -> common_pb2.AgentResult:
         overall = f"permit:{permit_id}/risk"
@@ -195,6 +282,7 @@ def run(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentRe
                     evidence=[ev],
                 )
 
+        reading = read_description(out, permit_id, description, hazards, models)
         shown_level = level if level in LEVELS else say("unrecognised")
         if failing:
             out.judge(overall, Verdict.FAIL)
@@ -234,6 +322,6 @@ def run(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentRe
                 subject=overall,
                 evidence=[summary],
             )
-        return out.build({"risk_level": level if level in LEVELS else None})
+        return out.build({"risk_level": level if level in LEVELS else None, "model_reading": reading})
 
     return run_guarded(rules)

@@ -87,6 +87,9 @@ NOT_FOUND (the permit)                           ``PERMIT_NOT_FOUND``
 policy or audit unavailable (nothing executed)   ``GOVERNANCE_UNAVAILABLE``
 timeout, unavailable, internal, other ABORTED    ``RELEASE_OUTCOME_UNKNOWN`` (the
                                                  write may have happened)
+ABORTED ``IDEMPOTENCY_KEY_FAILED`` (the key's     ``RELEASE_FAILED_EARLIER`` (the
+first call failed once its effect was attempted;  permit read back, its status
+it never runs again)                             appended and in ``result.release``)
 INVALID_ARGUMENT, UNIMPLEMENTED, ...             ``CAPABILITY_REJECTED``
 the release answered, the read-back failed       ``RELEASE_NOT_VERIFIED``
 the read-back does not show ``RELEASED``         ``RELEASE_NOT_VISIBLE``
@@ -513,6 +516,25 @@ def _release_failed(permit_id: str, err: errors.MeshError) -> AgentFailed:
     return AgentFailed(code, detail, payload=_release_payload(permit_id, err.reason, **extra))
 
 
+def _failed_earlier(permit_id: str, err: errors.MeshError, client: CapabilityClient) -> AgentFailed:
+    """The FAILED result of a release whose key's first call failed once its effect was attempted.
+
+    The capability service never runs that key again, so the answer is definite: the release
+    failed (the first call's reason is in the message). What the permit is now is read back and
+    said, since the first call may have left it either way.
+    """
+    detail = f"{RELEASE} {err.reason}: {err.message}"
+    answer = _call(client, CAPABILITY, {"permit_id": permit_id})
+    if isinstance(answer, CallFailure):
+        detail += f"; the read-back failed: {answer.code} {answer.detail}"
+        return AgentFailed("RELEASE_FAILED_EARLIER", detail, payload=_release_payload(permit_id, err.reason))
+    permit, get_refs = answer
+    observed = token(permit.get("status"), say("unrecognised")) if get_refs else say("no evidence")
+    detail += f"; {CAPABILITY} reads back {observed}"
+    return AgentFailed("RELEASE_FAILED_EARLIER", detail,
+                       payload=_release_payload(permit_id, err.reason, status=observed))
+
+
 def _release(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentResult:
     permit_id = _id_field(data, "permit_id")
     reason = require_str(data, "reason")
@@ -526,6 +548,8 @@ def _release(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.Ag
                 RELEASE, {"permit_id": permit_id, "reason": reason}, idempotency_key=key
             )
         except errors.MeshError as err:
+            if isinstance(err, errors.Aborted) and err.reason == "IDEMPOTENCY_KEY_FAILED":
+                raise _failed_earlier(permit_id, err, client) from err
             raise _release_failed(permit_id, err) from err
         if not release_refs:
             raise AgentFailed(

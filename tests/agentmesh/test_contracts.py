@@ -13,6 +13,7 @@ from agentmesh.v1 import (
     capability_service_pb2,
     common_pb2,
     decision_center_service_pb2,
+    model_service_pb2,
     policy_service_pb2,
     specialist_service_pb2,
     supervisor_service_pb2,
@@ -21,8 +22,8 @@ from agentmesh.v1 import (
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = [agent_registry_service_pb2, audit_service_pb2, capability_service_pb2, common_pb2,
-         decision_center_service_pb2, policy_service_pb2, specialist_service_pb2, supervisor_service_pb2,
-         tenant_service_pb2]
+         decision_center_service_pb2, model_service_pb2, policy_service_pb2, specialist_service_pb2,
+         supervisor_service_pb2, tenant_service_pb2]
 OPTIONS = {
     "go_package": "agentmesh.local/gen/go/agentmesh/v1;agentmeshv1",
     "java_package": "local.agentmesh.v1",
@@ -50,7 +51,8 @@ def test_every_file_names_its_package_for_each_language(module: object) -> None:
 
 def _source_literals() -> set[str]:
     literals: set[str] = set()
-    for package in ("agentmesh", "supervisor_svc", "specialist_svc", "policy_svc", "capability_svc", "audit_svc"):
+    for package in ("agentmesh", "supervisor_svc", "specialist_svc", "policy_svc", "capability_svc", "audit_svc",
+                    "model_svc"):
         for path in (ROOT / package).rglob("*.py"):
             if "/v1/" not in str(path):
                 literals.update(re.findall(r"[\"']([A-Z][A-Z0-9_]+)[\"']", path.read_text()))

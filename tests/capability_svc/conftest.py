@@ -12,6 +12,7 @@ import pytest
 from capability_svc.external_gateway import ExternalGateway, GatewayConfig, LmsClient
 from capability_svc.internal_runtime import InternalBackend, InternalStore
 from capability_svc.invocation import InvocationContext
+from capability_svc.knowledge_store import KnowledgeBackend, KnowledgeLibrary
 from capability_svc.registry import CapabilityRegistry, default_capabilities_dir
 from capability_svc.world import load_world
 from lms_sandbox import LmsSandbox, load_lms_data
@@ -60,6 +61,18 @@ def store(tmp_path: Path, clock: FakeClock) -> InternalStore:
 @pytest.fixture
 def backend(store: InternalStore) -> InternalBackend:
     return InternalBackend(store)
+
+
+@pytest.fixture(scope="session")
+def knowledge_library() -> KnowledgeLibrary:
+    """The shipped knowledge stores, loaded once."""
+    return KnowledgeLibrary.load()
+
+
+@pytest.fixture
+def knowledge(knowledge_library: KnowledgeLibrary) -> KnowledgeBackend:
+    """The knowledge backend over the shipped stores, on the demo's clock."""
+    return KnowledgeBackend(knowledge_library, clock=lambda: NOW)
 
 
 @pytest.fixture

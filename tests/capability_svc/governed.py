@@ -30,6 +30,7 @@ from capability_svc.external_gateway import LmsClient
 from capability_svc.governance import GovernedInvoker
 from capability_svc.idempotency import IdempotencyStore
 from capability_svc.internal_runtime import InternalBackend, InternalStore
+from capability_svc.knowledge_store import KnowledgeBackend, KnowledgeLibrary
 from capability_svc.registry import CapabilityRegistry
 from capability_svc.runtime import CapabilityRuntime
 
@@ -198,9 +199,10 @@ def wire(err: errors.MeshError) -> bytes:
 def make_mesh(tmp_path: Path, registry: CapabilityRegistry, store: InternalStore,
               backend: InternalBackend) -> tuple[Mesh, IdempotencyStore]:
     """A Mesh over the demo world; close the returned store at the end."""
-    executor = CapabilityExecutor(registry, backend, {})
-    # The LMS is not on this path; the runtime only needs the internal systems.
-    runtime = CapabilityRuntime(registry, store, backend, cast(LmsClient, None), executor)
+    knowledge = KnowledgeBackend(KnowledgeLibrary.load(), clock=lambda: NOW)
+    executor = CapabilityExecutor(registry, backend, {}, knowledge)
+    # The LMS is not on this path; the runtime only needs the internal systems and the knowledge stores.
+    runtime = CapabilityRuntime(registry, store, backend, cast(LmsClient, None), executor, knowledge)
     idempotency = IdempotencyStore(tmp_path / "idempotency.db")
     key = Ed25519PrivateKey.generate()
     signer = grants.GrantSigner(key)

@@ -22,6 +22,7 @@ from capability_svc.external_gateway import LmsClient
 from capability_svc.governance import mesh_error
 from capability_svc.internal_runtime import InternalBackend, InternalStore
 from capability_svc.invocation import InvocationContext
+from capability_svc.knowledge_store import KnowledgeBackend
 from capability_svc.registry import CapabilityRegistry
 
 
@@ -66,9 +67,9 @@ def fake_lms() -> RecordingLms:
 
 @pytest.fixture
 def executor(
-    registry: CapabilityRegistry, backend: InternalBackend, fake_lms: RecordingLms
+    registry: CapabilityRegistry, backend: InternalBackend, fake_lms: RecordingLms, knowledge: KnowledgeBackend
 ) -> CapabilityExecutor:
-    ex = CapabilityExecutor(registry, backend, {"lms": fake_lms})
+    ex = CapabilityExecutor(registry, backend, {"lms": fake_lms}, knowledge)
     ex.check_wiring()
     return ex
 
@@ -143,11 +144,11 @@ def test_run_carries_the_previous_state_outside_the_output(
 
 def test_mutation_without_compensation_is_refused_at_start_up(
     registry: CapabilityRegistry, backend: InternalBackend, fake_lms: RecordingLms,
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, knowledge: KnowledgeBackend,
 ) -> None:
     monkeypatch.setattr(backend, "has_compensator", lambda capability_id: False)
     with pytest.raises(ManifestError) as info:
-        CapabilityExecutor(registry, backend, {"lms": fake_lms}).check_wiring()
+        CapabilityExecutor(registry, backend, {"lms": fake_lms}, knowledge).check_wiring()
     assert info.value.reason == "MANIFEST_BACKEND_MISSING"
 
 
@@ -249,19 +250,28 @@ def test_tenant_comes_from_the_context_only(
 
 
 def test_wiring_check_refuses_missing_backend(
-    registry: CapabilityRegistry, backend: InternalBackend
+    registry: CapabilityRegistry, backend: InternalBackend, knowledge: KnowledgeBackend
 ) -> None:
     with pytest.raises(ManifestError) as info:
-        CapabilityExecutor(registry, backend, {}).check_wiring()
+        CapabilityExecutor(registry, backend, {}, knowledge).check_wiring()
     assert info.value.reason == "MANIFEST_BACKEND_MISSING"
     assert "training.getStatus" in info.value.message
 
 
+def test_wiring_check_refuses_a_knowledge_capability_without_the_knowledge_backend(
+    registry: CapabilityRegistry, backend: InternalBackend, fake_lms: RecordingLms
+) -> None:
+    with pytest.raises(ManifestError) as info:
+        CapabilityExecutor(registry, backend, {"lms": fake_lms}).check_wiring()
+    assert info.value.reason == "MANIFEST_BACKEND_MISSING"
+    assert "knowledge.search@1.0.0 (knowledge)" in info.value.message
+
+
 def test_real_lms_client_satisfies_the_backend_protocol(
     registry: CapabilityRegistry, backend: InternalBackend, lms_client: LmsClient,
-    acme: InvocationContext,
+    acme: InvocationContext, knowledge: KnowledgeBackend,
 ) -> None:
-    executor = CapabilityExecutor(registry, backend, {"lms": lms_client})
+    executor = CapabilityExecutor(registry, backend, {"lms": lms_client}, knowledge)
     executor.check_wiring()
     out = executor.execute(
         acme, "training.getStatus", {"worker_id": "W-1001", "training_codes": ["NR-35"]}

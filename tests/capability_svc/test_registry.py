@@ -34,6 +34,7 @@ EXPECTED_IDS = {
     "worker.get",
     "employee.get",
     "medical.getEligibility",
+    "knowledge.search",
 }
 
 MINIMAL = """\

@@ -68,9 +68,13 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MeshConfig]:
 
 
 @contextlib.contextmanager
-def launched_mesh(home: Path) -> Iterator[MeshConfig]:
-    """``agentmesh up --detach --ports-auto`` in ``home`` (as its config.yaml says); ``down`` afterwards."""
-    result = agentmesh_cli(home, "up", "--detach", "--ports-auto", "--json")
+def launched_mesh(home: Path, env: dict[str, str] | None = None) -> Iterator[MeshConfig]:
+    """``agentmesh up --detach --ports-auto`` in ``home`` (as its config.yaml says); ``down`` afterwards.
+
+    ``env`` is added to the environment of ``up``, so of every process of the mesh (e.g. an OTLP endpoint).
+    """
+    result = agentmesh_cli(home, "up", "--detach", "--ports-auto", "--json",
+                           **({"env": {**os.environ, **env}} if env else {}))
     cfg = config.load(home=str(home), environ={})
     try:
         assert result.returncode == 0, result.stderr

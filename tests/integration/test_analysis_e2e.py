@@ -180,6 +180,7 @@ def test_budget_limits_end_as_the_tenant_says_with_a_clear_reason(mesh: MeshConf
     ex = analyze(mesh, "Analyze permit WP-10231 and tell me if it can be released",
                  budget=common_pb2.AgentBudget(max_cost=0.01))
     assert ex.status == pb.EXECUTION_STATUS_AWAITING_REVIEW
+    assert ex.decision == common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW
     assert ex.reason.startswith("MAX_COST_EXCEEDED") and "budget.max_cost" in ex.reason
     assert not ex.results
     stopped = analyze(mesh, "Analyze permit WP-10231 and tell me if it can be released",
@@ -197,7 +198,8 @@ def test_audit_trail_shows_the_whole_chain(mesh: MeshConfig) -> None:
         assert needle in out, (needle, out)
     # Every process recorded under the same trace and correlation ids (PRD §54).
     records = audit_records(mesh, execution_id=ex.execution_id)
-    assert {r.recorded_by for r in records} == {str(spiffe.service("supervisor")), str(spiffe.service("capability"))}
+    # The model service too: the risk agent has a model read the permit's description.
+    assert {r.recorded_by for r in records} == {str(spiffe.service(s)) for s in ("supervisor", "capability", "model")}
     assert {r.trace_id for r in records} == {ex.trace.trace_id} and ex.trace.trace_id
     assert {r.correlation_id for r in records} == {ex.trace.correlation_id}
 

@@ -29,7 +29,7 @@ from agentmesh.v1 import supervisor_service_pb2_grpc as sup_grpc
 from ..conftest import Forge
 from .conftest import agentmesh_cli, client_tls, lms_admin_headers, peer_address
 
-EXPECTED = {"audit", "policy", "capability", "supervisor", "work-permit-agent", "training-agent",
+EXPECTED = {"audit", "policy", "capability", "model", "supervisor", "work-permit-agent", "training-agent",
             "risk-agent", "compliance-agent", "employee-agent", "medical-agent"}
 
 

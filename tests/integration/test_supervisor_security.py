@@ -228,8 +228,10 @@ def test_every_grant_of_an_analysis_names_the_resources_of_its_task(mesh: MeshCo
                         if grants.decode(g).audience == str(spiffe.agent(r.agent_id))]
             named[r.agent_id] = list(grant.resources)
     workers = ["worker:W-1001", "worker:W-1002"]
+    # The compliance task, granted knowledge.search, also names its agent's knowledge scope and no other.
     assert named == {"work-permit-agent": ["permit:WP-10231"], "training-agent": ["permit:WP-10231", *workers],
-                     "risk-agent": ["permit:WP-10231"], "compliance-agent": ["permit:WP-10231", *workers]}
+                     "risk-agent": ["permit:WP-10231"],
+                     "compliance-agent": ["permit:WP-10231", *workers, "knowledge:compliance.nr"]}
     assert ex.decision == common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE
 
 

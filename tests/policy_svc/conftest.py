@@ -38,6 +38,7 @@ ALL_CAPABILITIES = (
     "medical.getEligibility",
     "compliance.getChecklist",
     "worker.get",
+    "knowledge.search",
 )
 
 RequestFactory = Callable[..., AuthorizationRequest]
@@ -83,6 +84,7 @@ def build_request(
     system_actor: str = "",
     agent_id: str = "permit-agent",
     agent_capabilities: tuple[str, ...] = ALL_CAPABILITIES,
+    agent_knowledge_scopes: tuple[str, ...] = (),
     delegation_chain: tuple[str, ...] | None = None,
     delegation_depth: int = 2,
     capability: str = "workPermit.get",
@@ -99,6 +101,7 @@ def build_request(
     approver_id: str = "",
     override_reason: str = "",
     subject_requester_id: str = "",
+    model_fallback: bool = False,
 ) -> AuthorizationRequest:
     """A well-formed request; every keyword changes one aspect of it."""
     chain = delegation_chain
@@ -119,6 +122,7 @@ def build_request(
             agent_version="1.0.0",
             delegation_chain=chain,
             capabilities=agent_capabilities,
+            knowledge_scopes=agent_knowledge_scopes,
         ),
         delegation_depth=delegation_depth,
         capability_id=capability,
@@ -140,6 +144,7 @@ def build_request(
             ),
             override_reason=override_reason,
             subject_requester_id=subject_requester_id,
+            model_fallback=model_fallback,
         ),
         operation=operation,
     )

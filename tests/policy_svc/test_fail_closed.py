@@ -11,7 +11,7 @@ import pytest
 
 from agentmesh.tenant_file import load_tenant_file
 from policy_svc import engine as engine_module
-from policy_svc.data import RoleSpec
+from policy_svc.data import RoleSpec, TenantPolicy
 from policy_svc.engine import PolicyEngine
 from policy_svc.errors import InvalidRequestError
 from policy_svc.model import Effect, OperationKind, RiskLevel
@@ -185,9 +185,11 @@ def test_privilege_missing_from_the_data_denies_even_the_requester(policy_dir: P
     # acme's roles, none holding execution.read (the platform no longer has it).
     checked = check_definitions([d for d in load_tenant_file(DEMO_TENANTS).definitions if d.tenant_id == "acme"],
                                 with_demo_tenants(PolicyEngine.load()), AGENTS)
-    engine.set_tenants({d.tenant_id: {name: RoleSpec(r.capabilities, r.includes,
-                                                     tuple(p for p in r.privileges if p != "execution.read"))
-                                      for name, r in roles.items()} for d, roles in checked})
+    def without_read(r: RoleSpec) -> RoleSpec:
+        return RoleSpec(r.capabilities, r.includes, tuple(p for p in r.privileges if p != "execution.read"))
+
+    engine.set_tenants({d.tenant_id: TenantPolicy({name: without_read(r) for name, r in policy.roles.items()})
+                        for d, policy in checked})
     request = make_request(
         operation=OperationKind.READ_EXECUTION, agent_id="supervisor", agent_capabilities=(), capability="",
         resource_type="Execution", resource_id="ex-1", subject_requester_id="alice",
@@ -208,6 +210,9 @@ _ALLOWED_BY_OPERATION: dict[OperationKind, dict[str, Any]] = {
     },
     OperationKind.CANCEL_EXECUTION: {
         "capability": "", "resource_type": "Execution", "resource_id": "ex-1", "subject_requester_id": "alice",
+    },
+    OperationKind.USE_MODEL: {
+        "capability": "", "resource_type": "Model", "resource_id": "sandbox-small", "agent_id": "risk-agent",
     },
 }
 

@@ -181,8 +181,11 @@ def test_directory_without_policies_is_refused(policy_dir: Path) -> None:
         ("system_actors:", "colour: blue\nsystem_actors:", "colour"),
         ("      - workPermit.get\n", "      - workPermit.delete\n", "unknown capability 'workPermit.delete'"),
         ("system_actors:", "tenants: {acme: {roles: {}}}\nsystem_actors:", "tenants are data"),
+        ("  workPermit.release: {kind: mutate}", "  workPermit.release: {kind: mutate, knowledge: true}",
+         "capabilities.workPermit.release: a knowledge capability is of kind read"),
     ],
-    ids=["bad-kind", "unknown-key", "system-actor-unknown-capability", "tenants-in-the-file"],
+    ids=["bad-kind", "unknown-key", "system-actor-unknown-capability", "tenants-in-the-file",
+         "mutating-knowledge-capability"],
 )
 def test_invalid_data_is_refused(policy_dir: Path, old: str, new: str, message: str) -> None:
     path = policy_dir / "entities.yaml"

@@ -66,6 +66,15 @@ BOBS = {"subject_requester_id": "bob"}
 EVENTS = {"subject_requester_id": "TrainingExpirationScanner"}
 GLOBEX = {"tenant": "globex", "delegation_chain": ("user:globex/alice", "svc:supervisor")}
 SCANNER_ON_EXECUTION = {**SCANNER, "agent_id": "supervisor"}
+# A knowledge read as the capability service asks for it: the scope is the resource, the agent's registered
+# scopes come from its manifest.
+KNOWLEDGE = {
+    "capability": "knowledge.search",
+    "resource_type": "KnowledgeScope",
+    "resource_id": "compliance.nr",
+    "agent_id": "compliance-agent",
+    "agent_knowledge_scopes": ("compliance.nr",),
+}
 
 
 @dataclass(frozen=True)
@@ -851,6 +860,59 @@ CASES = [
         ("execution.cancel_own",),
         kill_switches=frozenset({"tenant:acme"}),
     ),
+    # -- knowledge scopes (knowledge.cedar) -------------------------------------
+    Case("a scope the agent registered -> allow", KNOWLEDGE, ALLOW, ("user.invoke",)),
+    Case("globex viewers read knowledge too", {**KNOWLEDGE, **GLOBEX}, ALLOW, ("user.invoke",)),
+    Case(
+        "a scope the agent did not register -> deny, whatever the grant named",
+        {**KNOWLEDGE, "resource_id": "training.nr"},
+        DENY,
+        ("knowledge.scope_not_registered",),
+    ),
+    Case(
+        "an agent with no knowledge scope at all -> deny",
+        {**KNOWLEDGE, "agent_knowledge_scopes": ()},
+        DENY,
+        ("knowledge.scope_not_registered",),
+    ),
+    Case(
+        "an agent registering neither the capability nor the scope -> deny naming both",
+        {**KNOWLEDGE, "agent_id": "training-agent", "agent_capabilities": ("training.getStatus",),
+         "agent_knowledge_scopes": ("training.nr",)},
+        DENY,
+        ("agent.capability_not_registered", "knowledge.scope_not_registered"),
+    ),
+    Case(
+        "a knowledge read naming no scope (another resource) fails closed",
+        {**KNOWLEDGE, "resource_type": "Tenant", "resource_id": "acme"},
+        DENY,
+        ("knowledge.scope_not_registered",),
+    ),
+    Case(
+        "the scope never stands in for the user's role",
+        {**KNOWLEDGE, "roles": ("operator",)},
+        DENY,
+        ("user.capability_not_permitted",),
+    ),
+    Case(
+        "a scope on another tenant's resource is still isolated",
+        {**KNOWLEDGE, "resource_tenant": "globex"},
+        DENY,
+        ("tenant.isolation",),
+    ),
+    Case(
+        "the knowledge capability's kill switch stops it",
+        KNOWLEDGE,
+        DENY,
+        ("kill_switch.capability",),
+        kill_switches=frozenset({"capability:knowledge.search"}),
+    ),
+    Case(
+        "knowledge scopes do not matter to other capabilities",
+        {"agent_knowledge_scopes": ("compliance.nr",), "resource_type": "KnowledgeScope"},
+        ALLOW,
+        ("user.invoke",),
+    ),
     # -- delegation depth ------------------------------------------------------
     Case("depth 5 is allowed", {"delegation_depth": 5}, ALLOW, ("user.invoke",)),
     Case("depth 6 exceeds the maximum", {"delegation_depth": 6}, DENY, ("delegation.max_depth_exceeded",)),
@@ -886,8 +948,9 @@ def test_every_catalogued_capability_is_usable_by_some_acme_role(engine: PolicyE
     # Guards against a data typo leaving a capability unreachable: acme admin
     # includes every other acme role.
     for capability in engine.data.capabilities:
+        knowledge = KNOWLEDGE if capability in engine.data.knowledge_capabilities else {}
         decision = engine.authorize(
-            make_request(roles=("admin",), capability=capability, confirmation_given=True),
+            make_request(**{**knowledge, "roles": ("admin",), "capability": capability, "confirmation_given": True}),
             kill_switches=(),
         )
         assert decision.effect is ALLOW, decision.explanation

@@ -11,6 +11,7 @@ import pytest
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import policy_service_pb2 as pb
 from policy_svc import model
+from policy_svc.agent_registrations import AgentRegistrationError, AgentRegistrations
 from policy_svc.engine import PolicyEngine
 from policy_svc.kill_switches import KillSwitchStore
 from policy_svc.servicer import PolicyServicer, to_request
@@ -130,3 +131,48 @@ def test_read_execution_over_the_servicer(servicer: PolicyServicer, request_kwar
 def test_cancel_execution_over_the_servicer(servicer: PolicyServicer, request_kwargs: dict[str, Any],
                                             expected: tuple[str, list[str]]) -> None:
     assert _reasons(servicer, _on_execution(pb.OPERATION_KIND_CANCEL_EXECUTION, **request_kwargs)) == expected
+
+
+def _knowledge_read(scope: str = "compliance.nr", agent: str = "compliance-agent") -> pb.AuthorizeRequest:
+    """A knowledge read as the capability service sends it: the scope is the resource."""
+    return pb.AuthorizeRequest(
+        user=common_pb2.UserContext(tenant_id="acme", user_id="alice", roles=["viewer"]),
+        actor_type=common_pb2.ACTOR_TYPE_USER,
+        agent=common_pb2.AgentPrincipal(agent_id=agent, delegation_chain=["user:acme/alice", "svc:supervisor",
+                                                                          f"agent:{agent}"]),
+        delegation_depth=2, capability_id="knowledge.search",
+        resource=pb.ResourceRef(type="KnowledgeScope", id=scope, tenant_id="acme"),
+        context=pb.OperationContext(risk_profile=common_pb2.RiskProfile(max_risk=common_pb2.RISK_LEVEL_LOW)),
+        operation=pb.OPERATION_KIND_INVOKE,
+    )
+
+
+def _knowledge_servicer(engine: PolicyEngine, store: KillSwitchStore) -> PolicyServicer:
+    registrations = AgentRegistrations.load()
+    return PolicyServicer(engine, store, registrations.capabilities, None, registrations.knowledge_scopes)
+
+
+def test_knowledge_scopes_come_from_the_registered_manifests_never_the_request(engine: PolicyEngine,
+                                                                               tmp_path: Path) -> None:
+    registrations = AgentRegistrations.load()
+    assert registrations.knowledge_scopes("compliance-agent") == ("compliance.nr",)
+    assert registrations.knowledge_scopes("nobody") == ()
+    request = to_request(_knowledge_read(), registrations.capabilities, registrations.knowledge_scopes)
+    assert request.agent is not None and request.agent.knowledge_scopes == ("compliance.nr",)
+    with KillSwitchStore(tmp_path / "policy.db") as store:
+        servicer = _knowledge_servicer(engine, store)
+        assert _reasons(servicer, _knowledge_read()) == ("POLICY_EFFECT_ALLOW", ["user.invoke"])
+        # The training agent registers training.nr, not compliance.nr (nor knowledge.search).
+        assert _reasons(servicer, _knowledge_read(agent="training-agent")) == (
+            "POLICY_EFFECT_DENY", ["agent.capability_not_registered", "knowledge.scope_not_registered"])
+        assert _reasons(servicer, _knowledge_read(scope="training.nr")) == (
+            "POLICY_EFFECT_DENY", ["knowledge.scope_not_registered"])
+        # Without a registry of scopes (the default), no scope is anyone's: fail closed.
+        bare = PolicyServicer(engine, store, registrations.capabilities, audit=None)
+        assert _reasons(bare, _knowledge_read()) == ("POLICY_EFFECT_DENY", ["knowledge.scope_not_registered"])
+
+
+def test_a_manifest_whose_knowledge_scopes_are_not_a_list_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text("agent_id: a\ncapabilities: []\nknowledge_scopes: compliance.nr\n")
+    with pytest.raises(AgentRegistrationError, match="knowledge_scopes must be a list"):
+        AgentRegistrations.load(tmp_path)

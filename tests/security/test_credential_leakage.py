@@ -1,5 +1,6 @@
 """Credential leakage: no private key, user assertion, grant signature, confirmation token (or the
-sandbox LMS's admin token) in any log file, audit record or error a caller receives.
+sandbox LMS's and the sandbox model server's admin tokens) in any log file, audit record or error a
+caller receives.
 
 The confirmation token is also shown to no one but its requester. The scans run
 at the end of this suite (``security_last``) over everything the session did:
@@ -118,6 +119,7 @@ def _needles(mesh: Mesh) -> tuple[dict[str, str], dict[str, bytes]]:
     for i, token in enumerate(sorted(mesh.confirmation_tokens)):
         text[f"confirmation token #{i}"] = token
     text["the LMS admin token"] = _lms_token(mesh)
+    text["the sandbox model server's admin token"] = mesh.cfg.mesh_home.model_sandbox_admin_token.read_text().strip()
     return text, raw
 
 

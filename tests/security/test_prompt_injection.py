@@ -25,7 +25,7 @@ from .conftest import PLATFORM, RELEASE, WORK_PERMIT, Mesh, lms_trainings, uniqu
 pytestmark = pytest.mark.integration
 
 INJECTION_MARKERS = ("ignore previous instructions", "system:")
-READS = {"workPermit.get", "training.getStatus", "risk.evaluate", "compliance.getChecklist"}
+READS = {"workPermit.get", "training.getStatus", "risk.evaluate", "compliance.getChecklist", "knowledge.search"}
 
 
 def _hostile_permit() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:

@@ -29,6 +29,7 @@ from capability_svc.external_gateway import ExternalGateway, GatewayConfig, LmsC
 from capability_svc.governance import evidence_of, mesh_error
 from capability_svc.internal_runtime import InternalBackend, InternalStore
 from capability_svc.invocation import InvocationContext
+from capability_svc.knowledge_store import KnowledgeBackend, KnowledgeLibrary
 from capability_svc.registry import CapabilityRegistry, default_capabilities_dir
 from capability_svc.world import load_world
 from lms_sandbox import Fault, LmsSandbox, load_lms_data
@@ -87,7 +88,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                               name="lms", wall_clock=lambda: NOW)
     lms_client = LmsClient(gateway)
     try:
-        yield World(CapabilityExecutor(registry, InternalBackend(store), {"lms": lms_client}), registry, lms)
+        knowledge = KnowledgeBackend(KnowledgeLibrary.load(), clock=lambda: NOW)
+        yield World(CapabilityExecutor(registry, InternalBackend(store), {"lms": lms_client}, knowledge), registry,
+                    lms)
     finally:
         lms_client.close()
         lms.stop()
@@ -127,7 +130,7 @@ class LocalCapabilityClient:
 class FakeCapabilityClient:
     """Canned answers keyed by (capability, resource id); each output checked against its output schema.
 
-    The key is the input's ``worker_id`` or ``permit_id``; a search by status is
+    The key is the input's ``worker_id``, ``permit_id`` or (knowledge) ``scope``; a search by status is
     answered from ``"<id>?status=<status>"`` when that key has an answer.
     """
 
@@ -147,7 +150,7 @@ class FakeCapabilityClient:
              ) -> tuple[dict[str, Any], list[common_pb2.EvidenceReference]]:
         self.calls.append((capability_id, dict(input)))
         self.idempotency_keys.append(idempotency_key)
-        key = str(input.get("worker_id") or input.get("permit_id"))
+        key = str(input.get("worker_id") or input.get("permit_id") or input.get("scope"))
         if "status" in input and (capability_id, f"{key}?status={input['status']}") in self._answers:
             key = f"{key}?status={input['status']}"
         answer = self._answers.get((capability_id, key))

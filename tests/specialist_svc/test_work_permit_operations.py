@@ -116,6 +116,28 @@ def test_a_verification_failure_without_metadata_still_fails(fake, run_agent) ->
                                             "reason_code": "VERIFICATION_FAILED"}
 
 
+@pytest.mark.parametrize(("read_back", "said"), [
+    (permit("WP-1", "PENDING_RELEASE"), "workPermit.get reads back PENDING_RELEASE"),
+    (errors.DeadlineExceeded("timed out", reason="DEADLINE_EXCEEDED"), "the read-back failed: PERMIT_REGISTRY_TIMEOUT"),
+], ids=["read-back", "read-back-failed"])
+def test_a_key_whose_first_release_failed_is_a_definite_failure_with_the_permit_read_back(
+        read_back, said, fake, run_agent) -> None:
+    first = ("the first call with idempotency key 'exec-1:release:WP-1' failed after its effect was attempted "
+             "(VERIFICATION_FAILED); check the resource and use a new key")
+    fake.answer("workPermit.release", "WP-1", errors.Aborted(first, reason="IDEMPOTENCY_KEY_FAILED"))
+    fake.answer("workPermit.get", "WP-1", read_back)
+    result = run_agent(AGENT, RELEASE_INPUT, fake)
+    assert result.status == c.RESULT_STATUS_FAILED
+    assert result.error_reason.startswith(
+        f"RELEASE_FAILED_EARLIER: workPermit.release IDEMPOTENCY_KEY_FAILED: {first}; ")
+    assert said in result.error_reason
+    release = result_of(result)["release"]
+    assert release["verified"] is False and release["reason_code"] == "IDEMPOTENCY_KEY_FAILED"
+    assert release.get("status") == ("PENDING_RELEASE" if isinstance(read_back, dict) else None)
+    assert [s.code for s in result.statements] == ["RELEASE_FAILED_EARLIER"]
+    assert [name for name, _ in fake.calls] == ["workPermit.release", "workPermit.get"]
+
+
 @pytest.mark.parametrize(("error", "code"), [
     (errors.FailedPrecondition("needs the user's confirmation", reason="CONFIRMATION_REQUIRED"), "RELEASE_REFUSED"),
     (errors.FailedPrecondition("needs a human approval", reason="HUMAN_APPROVAL_REQUIRED"), "RELEASE_REFUSED"),

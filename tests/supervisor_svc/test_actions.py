@@ -352,6 +352,26 @@ def test_a_resumed_release_waits_while_the_first_call_is_still_in_flight(tmp_pat
     assert len(dispatcher.runs) == 2
 
 
+def test_a_resumed_release_whose_first_call_failed_ends_failed_at_once(tmp_path: Path) -> None:
+    # The previous process's release failed verification and it died before storing that answer: under the
+    # same key the capability service answers that the first call failed, for good. Not asked again.
+    dispatcher = FakeDispatcher({"verified": False, "reason_code": "IDEMPOTENCY_KEY_FAILED",
+                                 "status": "PENDING_RELEASE"},
+                                error="RELEASE_FAILED_EARLIER: workPermit.release IDEMPOTENCY_KEY_FAILED: the first "
+                                      "call with idempotency key 'act-1' failed after its effect was attempted "
+                                      "(VERIFICATION_FAILED); workPermit.get reads back PENDING_RELEASE")
+    actions, store = _confirmed_then_crashed(tmp_path, dispatcher)
+    stored = store.get("exe-1")
+    assert stored is not None
+    actions.resume(stored, pause_s=0)
+    done = store.get("exe-1")
+    assert done is not None
+    assert (done.action.state, done.status, done.action.verified) == (
+        pb.ACTION_STATE_FAILED, pb.EXECUTION_STATUS_FAILED, False)
+    assert "RELEASE_FAILED_EARLIER" in done.reason and "PENDING_RELEASE" in done.action.reason
+    assert len(dispatcher.runs) == 1
+
+
 def test_a_release_never_confirmed_is_not_run_on_resume(tmp_path: Path) -> None:
     dispatcher = FakeDispatcher({"verified": True})
     actions, store, _, ex = awaiting_confirmation(tmp_path, dispatcher=dispatcher)

@@ -176,7 +176,7 @@ def test_pass_against_fail_without_deciding_rule_requires_review(policy: Evidenc
         ("GOVERNMENT_SOURCE", "OFFICIAL_RECORD", Decision.RECOMMENDED_FOR_RELEASE, "GOVERNMENT_SOURCE_PREVAILS"),
         ("VERIFIED_INTEGRATION", "GOVERNMENT_SOURCE", Decision.NOT_RECOMMENDED, "GOVERNMENT_SOURCE_PREVAILS"),
         ("UNVERIFIED_DOCUMENT", "VERIFIED_INTEGRATION", Decision.NOT_RECOMMENDED, "VERIFIED_RECORD_OVER_UNVERIFIED"),
-        ("OFFICIAL_RECORD", "MODEL_INFERENCE", Decision.RECOMMENDED_FOR_RELEASE, "VERIFIED_RECORD_OVER_UNVERIFIED"),
+        ("OFFICIAL_RECORD", "UNVERIFIED_DOCUMENT", Decision.RECOMMENDED_FOR_RELEASE, "VERIFIED_RECORD_OVER_UNVERIFIED"),
     ],
 )
 def test_conflict_resolved_only_by_a_configured_rule(
@@ -194,6 +194,20 @@ def test_conflict_resolved_only_by_a_configured_rule(
     assert c.resolution.startswith(rule) and not a.review_required
 
 
+@pytest.mark.parametrize("verdict", ["PASS", "FAIL"])
+def test_a_fact_resting_on_a_model_alone_backs_nothing(policy: EvidencePolicy, verdict: str) -> None:
+    # A statement from a model is at most an INFERENCE (PRD §35, §37): called a FACT with only
+    # MODEL_INFERENCE evidence, it backs no verdict. A PASS cannot release, a FAIL cannot decide.
+    subject = "worker:W-1001/NR-10"
+    outcomes = _all_pass()
+    outcomes[Analysis.TRAINING] = _done(Analysis.TRAINING, _result(
+        Analysis.TRAINING, {subject: verdict}, [(subject, "TRAINING_VALID", "MODEL_INFERENCE")]))
+    a = _run(policy, outcomes)
+    assert a.decision is Decision.INSUFFICIENT_EVIDENCE
+    assert a.conflicts == () and a.blocking == ()
+    assert any(f"{verdict} on {subject} has no FACT with evidence" in m.detail for m in a.missing)
+
+
 def test_no_rule_covering_the_subject_goes_to_review() -> None:
     policy = EvidencePolicy(rules=())
     subject = "worker:W-1005/NR-35"
@@ -201,7 +215,7 @@ def test_no_rule_covering_the_subject_goes_to_review() -> None:
     outcomes[Analysis.TRAINING] = _done(Analysis.TRAINING, _result(
         Analysis.TRAINING, {subject: "PASS"}, [(subject, "TRAINING_VALID", "GOVERNMENT_SOURCE")]))
     outcomes[Analysis.COMPLIANCE] = _done(Analysis.COMPLIANCE, _result(
-        Analysis.COMPLIANCE, {subject: "FAIL"}, [(subject, "CHECKLIST_ITEM_FAILED", "MODEL_INFERENCE")]))
+        Analysis.COMPLIANCE, {subject: "FAIL"}, [(subject, "CHECKLIST_ITEM_FAILED", "UNVERIFIED_DOCUMENT")]))
     a = _run(policy, outcomes)
     assert a.decision is Decision.REQUIRES_REVIEW  # even lopsided authority is not resolved without a rule
     assert a.conflicts[0].applicable_rules[0].startswith("NO_RULE")

@@ -181,3 +181,43 @@ def test_bad_defaults_file_names_field(tmp_path: Path, text: str, field: str) ->
     with pytest.raises(ConfigError) as err:
         load_limit_defaults(cfg)
     assert err.value.field == field and "limits.yaml" in str(err.value)
+
+
+# --- model budgets ------------------------------------------------------------------------------------
+
+def test_model_budgets_go_into_grants_and_shrink_with_use() -> None:
+    budget = ExecutionBudget(LimitPolicy(Limits(max_tokens=1000, max_model_calls=3, max_model_cost=0.2)),
+                             common_pb2.AgentBudget(max_tokens=800))
+    task, execution = budget.grant_budgets()
+    assert (execution.max_tokens, execution.max_model_calls, execution.max_model_cost) == (800, 3, 0.2)
+    assert (task.max_tokens, task.max_model_calls) == (800, 3)
+    budget.record_model_usage(tokens=300, model_calls=1, cost=0.05)
+    task, execution = budget.grant_budgets()
+    assert (task.max_tokens, task.max_model_calls, round(task.max_model_cost, 6)) == (500, 2, 0.15)
+    assert execution.max_tokens == 800  # the whole execution's limit stays what it is
+
+
+def test_no_model_limit_means_no_model_use() -> None:
+    task, execution = ExecutionBudget(LimitPolicy(Limits())).grant_budgets()
+    assert (task.max_tokens, task.max_model_calls, task.max_model_cost) == (0, 0, 0.0)
+    assert (execution.max_tokens, execution.max_model_calls, execution.max_model_cost) == (0, 0, 0.0)
+
+
+def test_model_cost_is_a_limit() -> None:
+    budget = ExecutionBudget(LimitPolicy(Limits(max_model_cost=0.1), actions={"MAX_MODEL_COST_EXCEEDED":
+                                                                             LimitAction.HUMAN_REVIEW}))
+    budget.record_model_usage(cost=0.08, model_calls=1)
+    with pytest.raises(LimitExceeded) as caught:
+        budget.record_model_usage(cost=0.03, model_calls=1)
+    assert caught.value.reason == "MAX_MODEL_COST_EXCEEDED" and caught.value.action == "HUMAN_REVIEW"
+    with pytest.raises(RequestInvalid):
+        ExecutionBudget(LimitPolicy(Limits(max_model_cost=0.1)), common_pb2.AgentBudget(max_model_cost=-1))
+
+
+@pytest.mark.parametrize("reason", ["MAX_TOKENS_EXCEEDED", "MAX_MODEL_CALLS_EXCEEDED", "MAX_MODEL_COST_EXCEEDED"])
+def test_a_refused_model_call_is_the_tenants_limit(reason: str) -> None:
+    policy = LimitPolicy(Limits(max_tokens=100, max_model_calls=1, max_model_cost=0.01),
+                         actions={reason: LimitAction.HUMAN_REVIEW})
+    err = ExecutionBudget(policy).model_budget_exhausted(reason)
+    assert err is not None and err.reason == reason and err.action == "HUMAN_REVIEW"
+    assert ExecutionBudget(policy).model_budget_exhausted("MODEL_TIMEOUT") is None

@@ -71,7 +71,7 @@ class Specialists:
     def __init__(self) -> None:
         self.requests: list[spec_pb2.RunTaskRequest] = []
         self.handoffs: dict[str, list[common_pb2.RequestedAction]] = {}
-        self.usage: dict[str, common_pb2.AgentUsage] = {}
+        self.usage: dict[str, common_pb2.ModelUsage] = {}
         self.fail: dict[str, errors.MeshError] = {}
         self.always_waiting: set[str] = set()
         self.delay_s = 0.0
@@ -97,7 +97,7 @@ class Specialists:
         else:
             result = _fact_result(task, SUBJECTS[agent_id], "CHECK_PASSED")
         if agent_id in self.usage:
-            result.usage.CopyFrom(self.usage[agent_id])
+            result.model_usage.CopyFrom(self.usage[agent_id])
         return Call(result)
 
     def calls_of(self, agent_id: str) -> list[spec_pb2.RunTaskRequest]:
@@ -225,11 +225,16 @@ def test_each_grant_names_the_resources_of_its_task_and_no_other(world: Any) -> 
     trusted = {signer.key_id: signer.key.public_key()}
     named = {req.task.target_agent_id: list(grants.verify(req.grant, trusted).resources)
              for req in specialists.requests}
-    # The first task knows only the permit; the others what their projection passes them.
+    # The first task knows only the permit; the others what their projection passes them; the compliance task,
+    # granted knowledge.search, also names its agent's knowledge scope (and no other).
     assert named == {"work-permit-agent": ["permit:WP-10231"],
                      "training-agent": ["permit:WP-10231", "worker:W-1001"],
                      "risk-agent": ["permit:WP-10231"],
-                     "compliance-agent": ["permit:WP-10231", "worker:W-1001"]}
+                     "compliance-agent": ["permit:WP-10231", "worker:W-1001", "knowledge:compliance.nr"]}
+    capabilities = {req.task.target_agent_id: list(grants.verify(req.grant, trusted).capabilities)
+                    for req in specialists.requests}
+    assert capabilities["compliance-agent"] == ["compliance.getChecklist", "knowledge.search"]
+    assert capabilities["training-agent"] == ["training.getStatus"]
 
 
 def _trail(audit: Audit) -> list[audit_pb2.AuditRecord]:
@@ -391,9 +396,9 @@ def _limited_world(tmp_path: Path, idp: Ed25519PrivateKey, reason: str, action: 
     elif behaviour == "slow":
         specialists.delay_s = 0.05
     elif behaviour == "tokens":
-        specialists.usage["work-permit-agent"] = common_pb2.AgentUsage(tokens=150, model_calls=1)
+        specialists.usage["work-permit-agent"] = common_pb2.ModelUsage(prompt_tokens=100, completion_tokens=50, calls=1)
     elif behaviour == "model_calls":
-        specialists.usage["work-permit-agent"] = common_pb2.AgentUsage(tokens=10, model_calls=2)
+        specialists.usage["work-permit-agent"] = common_pb2.ModelUsage(prompt_tokens=10, calls=2)
     return world
 
 
@@ -433,7 +438,10 @@ def test_every_limit_ends_as_its_tenant_configured(reason: str, action: str, tmp
 
 def test_a_request_budget_tightens_the_tenant_limit(world: Any) -> None:
     orch, specialists, _, token, _ = world
-    ex = _analyze(orch, token, budget=common_pb2.AgentBudget(max_execution_time_ms=30))
+    # acme sends MAX_COST_EXCEEDED to human review (its tenant definition); every other limit stops.
+    ex = _analyze(orch, token, budget=common_pb2.AgentBudget(max_cost=0.01))
+    assert (ex.status, ex.reason.split(":")[0]) == (pb.EXECUTION_STATUS_AWAITING_REVIEW, "MAX_COST_EXCEEDED")
+    assert ex.decision == common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW
     specialists.delay_s = 0.05
     ex = _analyze(orch, token, budget=common_pb2.AgentBudget(max_execution_time_ms=30))
     assert (ex.status, ex.reason.split(":")[0]) == (pb.EXECUTION_STATUS_STOPPED, "MAX_EXECUTION_TIME_EXCEEDED")

@@ -71,7 +71,7 @@ def test_training_agent_gets_worker_ids_and_trainings_only(projector: Projector)
     ("agent", "purpose", "keys"),
     [
         ("work-permit-agent", "permit.assess", {"permit_id"}),
-        ("risk-agent", "risk.assess", {"permit_id", "work_type", "site", "valid_from", "valid_until"}),
+        ("risk-agent", "risk.assess", {"permit_id", "work_type", "site", "valid_from", "valid_until", "description"}),
         ("compliance-agent", "compliance.check", {"permit_id", "work_type", "required_trainings", "workers"}),
     ],
 )
@@ -192,6 +192,20 @@ def test_a_tasks_resources_are_the_ids_its_input_names() -> None:
     assert rules.resources({}, ["workPermit.get"], "acme") == []
 
 
+def test_a_task_granted_knowledge_names_its_agent_s_scopes_and_no_other() -> None:
+    rules = ProjectionConfig.load().resources
+    compliance = {"permit_id": "WP-10231", "workers": [{"worker_id": "W-1001"}]}
+    assert rules.resources(compliance, ["compliance.getChecklist", "knowledge.search"], "acme",
+                           ("compliance.nr", "compliance.nr")) == [
+        "permit:WP-10231", "worker:W-1001", "knowledge:compliance.nr"]
+    # Without the knowledge capability the agent's scopes are not named; a scope that is not an id never is.
+    assert rules.resources(compliance, ["compliance.getChecklist"], "acme", ("compliance.nr",)) == [
+        "permit:WP-10231", "worker:W-1001"]
+    assert rules.resources({}, ["knowledge.search"], "acme", ("bad scope", "risk.matrix")) == ["knowledge:risk.matrix"]
+    # A scope in the task's input is data, not a grant: only the manifest's scopes count.
+    assert rules.resources({"scope": "training.nr"}, ["knowledge.search"], "acme") == []
+
+
 def test_resource_rules_are_data_and_tenant_is_reserved(tmp_path: Path) -> None:
     cfg = tmp_path / "projections.yaml"
     cfg.write_text("sensitive_fields: []\nagents: {}\nresources:\n  fields:\n    site_id: site\n"
@@ -206,3 +220,7 @@ def test_resource_rules_are_data_and_tenant_is_reserved(tmp_path: Path) -> None:
         ProjectionConfig.load(cfg)
     assert (err.value.reason, err.value.field, err.value.line) == (
         "RESOURCE_TYPE_RESERVED", "resources.fields.tenant_id", 5)
+    cfg.write_text("sensitive_fields: []\nagents: {}\nresources:\n  fields:\n    scope: knowledge\n")
+    with pytest.raises(ConfigError) as err:
+        ProjectionConfig.load(cfg)
+    assert (err.value.reason, err.value.field) == ("RESOURCE_TYPE_RESERVED", "resources.fields.scope")

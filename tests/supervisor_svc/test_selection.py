@@ -29,7 +29,7 @@ ALL = {"work-permit-agent", "training-agent", "risk-agent", "compliance-agent", 
         (Requirement(domains=("training",)), ["training-agent"]),
         (Requirement(required_capabilities=("training.getStatus",)), ["training-agent"]),
         (Requirement(required_capabilities=("workPermit.get",)),
-         ["compliance-agent", "employee-agent", "risk-agent", "work-permit-agent"]),  # fewest extra capabilities first
+         ["employee-agent", "risk-agent", "compliance-agent", "work-permit-agent"]),  # fewest extra capabilities first
         (Requirement(domains=("risk",), required_capabilities=("workPermit.get",)), ["risk-agent"]),
         (Requirement(domains=("compliance",), knowledge_scopes=("compliance.nr",)), ["compliance-agent"]),
         (Requirement(domains=("compliance",), knowledge_scopes=("training.nr",)), []),
@@ -104,9 +104,9 @@ def test_ties_break_by_agent_id_deterministically(registry: AgentRegistry) -> No
 def test_availability_signal_changes_the_choice(registry: AgentRegistry) -> None:
     req = Requirement(required_capabilities=("workPermit.get",), domains=("risk", "compliance"))
     first = discover(registry.list(), ALL, req).candidates[0].agent_id
-    assert first == "compliance-agent"  # equal scores: the tie breaks by agent id
-    down = discover(registry.list(), ALL, req, Signals(availability={"compliance-agent": 0.0}))
-    assert down.candidates[0].agent_id == "risk-agent"
+    assert first == "risk-agent"  # 2 capabilities against the compliance agent's 3: the better fit
+    down = discover(registry.list(), ALL, req, Signals(availability={"risk-agent": 0.0}))
+    assert down.candidates[0].agent_id == "compliance-agent"
 
 
 def test_weights_must_sum_to_one() -> None:

@@ -1,4 +1,7 @@
-"""The principal of a capability call, verified before anything of it is used or recorded.
+"""The principal of a governed call (capability or model), verified before anything of it is used or recorded.
+
+Shared by the capability service and the model service: both take a task's grant and the
+caller's principal, and neither trusts anything of the principal that no grant vouches for.
 
 A caller sends its principal (agent, version, delegation chain and the signed
 grants that make the chain up) next to the grant of its task. None of it is
