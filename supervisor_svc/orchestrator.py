@@ -666,6 +666,9 @@ class Orchestrator:
             context = self._context_for_stage(plan, results)
             ctx = contextvars.copy_context()
             running = {t: self._pool.submit(ctx.copy().run, self._run_task, live, t, context) for t in runnable}
+            # Every task of the stage ends (and is on the record) before anything is concluded, also when
+            # one of them fails inside the supervisor.
+            futures.wait(running.values())
             for task_id, fut in running.items():
                 outcome = fut.result()
                 outcomes[task_id] = outcome
