@@ -45,7 +45,7 @@ tenants:
         viewer: {capabilities: [workPermit.get, workPermit.search, worker.get]}
         analyst:
           includes: [viewer]
-          capabilities: [training.getStatus, risk.evaluate, compliance.getChecklist]
+          capabilities: [training.getStatus, risk.evaluate, compliance.getChecklist, knowledge.search]
         reviewer:
           includes: [analyst]
           privileges: [decision.review, execution.read]
@@ -207,7 +207,7 @@ def test_a_tenant_limit_sent_to_human_review_waits_for_a_reviewer_who_lets_it_go
               viewer: {capabilities: [workPermit.get, workPermit.search, worker.get]}
               analyst:
                 includes: [viewer]
-                capabilities: [training.getStatus, risk.evaluate, compliance.getChecklist]
+                capabilities: [training.getStatus, risk.evaluate, compliance.getChecklist, knowledge.search]
               reviewer:
                 includes: [analyst]
                 privileges: [decision.review, execution.read]
@@ -353,7 +353,8 @@ def test_a_handoff_the_tenants_limits_do_not_allow_stops_the_execution(initech: 
           - id: initech
             name: Initech
             roles:
-              analyst: {capabilities: [workPermit.get, training.getStatus, risk.evaluate, compliance.getChecklist]}
+              analyst: {capabilities: [workPermit.get, training.getStatus, risk.evaluate, compliance.getChecklist,
+                                       knowledge.search]}
             agents: [work-permit-agent, training-agent, risk-agent, compliance-agent]
             limits: {max_handoffs: 0}
         """))
