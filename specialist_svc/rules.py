@@ -522,6 +522,14 @@ def require_str(data: Mapping[str, Any], name: str) -> str:
     return value
 
 
+def require_id(data: Mapping[str, Any], name: str) -> str:
+    """A required record id input field (see :func:`is_id`)."""
+    value = require_str(data, name)
+    if not is_id(value):
+        raise TaskInputInvalid("not a record id", field=name)
+    return value
+
+
 def str_list(data: Mapping[str, Any], name: str) -> list[str]:
     """A list of strings, deduplicated in order (absent → empty)."""
     value = data.get(name, [])

@@ -44,12 +44,10 @@ from specialist_svc.rules import (
     CallFailure,
     CapabilityClient,
     ResultBuilder,
-    TaskInputInvalid,
     call_or_failure,
-    is_id,
     iso_date,
     parallel_map,
-    require_str,
+    require_id,
     run_guarded,
     token,
 )
@@ -67,12 +65,6 @@ ACTIVE = "ACTIVE"
 """The one employment status that lets a worker be assigned."""
 
 
-def _id(data: Mapping[str, Any], name: str) -> str:
-    value = require_str(data, name)
-    if not is_id(value):
-        raise TaskInputInvalid("not a record id", field=name)
-    return value
-
 
 def run(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentResult:
     """May the worker be assigned to the permit at all (see the module docstring)?
@@ -80,7 +72,7 @@ def run(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentRe
     Raises:
         TaskInputInvalid: ``worker_id`` or ``permit_id`` missing or not an id.
     """
-    worker_id, permit_id = _id(data, "worker_id"), _id(data, "permit_id")
+    worker_id, permit_id = require_id(data, "worker_id"), require_id(data, "permit_id")
 
     def rules() -> common_pb2.AgentResult:
         employee, permit = parallel_map(

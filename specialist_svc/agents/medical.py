@@ -34,11 +34,9 @@ from specialist_svc.rules import (
     CallFailure,
     CapabilityClient,
     ResultBuilder,
-    TaskInputInvalid,
     call_or_failure,
-    is_id,
     iso_date,
-    require_str,
+    require_id,
     run_guarded,
     token,
 )
@@ -67,12 +65,6 @@ def _why(status: str, worker_id: str, work_type: str, valid_until: str, permit_i
                work_type=work_type)
 
 
-def _id(data: Mapping[str, Any], name: str) -> str:
-    value = require_str(data, name)
-    if not is_id(value):
-        raise TaskInputInvalid("not a record id", field=name)
-    return value
-
 
 def run(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentResult:
     """The worker's fitness for the permit's work type (see the module docstring).
@@ -80,7 +72,7 @@ def run(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentRe
     Raises:
         TaskInputInvalid: ``worker_id`` or ``permit_id`` missing or not an id.
     """
-    worker_id, permit_id = _id(data, "worker_id"), _id(data, "permit_id")
+    worker_id, permit_id = require_id(data, "worker_id"), require_id(data, "permit_id")
 
     def rules() -> common_pb2.AgentResult:
         subject = f"worker:{worker_id}/medical"

@@ -147,6 +147,7 @@ from specialist_svc.rules import (
     is_id,
     iso_date,
     parallel_map,
+    require_id,
     require_str,
     run_guarded,
     token,
@@ -227,12 +228,6 @@ def run(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentRe
     """:func:`run_in_context` on the host's UTC date, with no handoff outcomes."""
     return run_in_context(data, client, TaskContext(today=utc_today()))
 
-
-def _id_field(data: Mapping[str, Any], name: str) -> str:
-    value = require_str(data, name)
-    if not is_id(value):
-        raise TaskInputInvalid("not a record id", field=name)
-    return value
 
 
 # --- assess -----------------------------------------------------------------------------------------
@@ -536,7 +531,7 @@ def _failed_earlier(permit_id: str, err: errors.MeshError, client: CapabilityCli
 
 
 def _release(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentResult:
-    permit_id = _id_field(data, "permit_id")
+    permit_id = require_id(data, "permit_id")
     reason = require_str(data, "reason")
     if not _REASON_LENGTH[0] <= len(reason) <= _REASON_LENGTH[1]:
         raise TaskInputInvalid(f"must be {_REASON_LENGTH[0]} to {_REASON_LENGTH[1]} characters", field="reason")
@@ -632,8 +627,8 @@ def _permit_ids(output: Mapping[str, Any]) -> list[str] | None:
 
 
 def _affected_by_training(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentResult:
-    worker_id = _id_field(data, "worker_id")
-    course = _id_field(data, "training_code")
+    worker_id = require_id(data, "worker_id")
+    course = require_id(data, "training_code")
 
     def search(status: str) -> tuple[str, tuple[dict[str, Any], list[common_pb2.EvidenceReference]] | CallFailure]:
         return status, call_or_failure(
