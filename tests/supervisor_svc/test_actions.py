@@ -335,6 +335,27 @@ def test_a_release_task_the_dead_process_delegated_is_closed_on_the_record_when_
     assert node.status == common_pb2.TASK_STATUS_CANCELLED and node.HasField("finished_at")
 
 
+@pytest.mark.parametrize("error", [
+    "RELEASE_NOT_VERIFIED: workPermit.release answered RELEASED but the read-back failed: PERMIT_REGISTRY_UNAVAILABLE",
+    "GOVERNANCE_UNAVAILABLE: workPermit.release POLICY_UNAVAILABLE: no policy decision",
+])
+def test_an_answer_that_says_nothing_definite_is_asked_again_never_failed(tmp_path: Path, error: str) -> None:
+    # The work-permit definition's unknown_codes: the release may have happened (or was not decided yet).
+    class UnknownOnce(FakeDispatcher):
+        def run(self, ex: pb.Execution, **kw: Any) -> Dispatched:
+            self.error = error if not self.runs else ""
+            return super().run(ex, **kw)
+
+    dispatcher = UnknownOnce({"verified": True})
+    actions, store = _confirmed_then_crashed(tmp_path, dispatcher)
+    stored = store.get("exe-1")
+    assert stored is not None
+    actions.resume(stored, pause_s=0)
+    done = store.get("exe-1")
+    assert done is not None and done.action.state == pb.ACTION_STATE_SUCCEEDED
+    assert len(dispatcher.runs) == 2
+
+
 def test_a_resumed_release_waits_while_the_first_call_is_still_in_flight(tmp_path: Path) -> None:
     class InFlightOnce(FakeDispatcher):
         def run(self, ex: pb.Execution, **kw: Any) -> Dispatched:
