@@ -1,7 +1,7 @@
 """Orchestration limits (PRD §21) and budgets (PRD §51).
 
-Limits are configured per tenant (``limits`` in ``config/tenants.yaml``, over
-the defaults below); a request may bring an ``AgentBudget`` that can only
+Limits are configured per tenant (a tenant definition's ``limits``, over the
+platform defaults of ``config/limits.yaml``); a request may bring an ``AgentBudget`` that can only
 *tighten* them, never loosen them. An :class:`ExecutionBudget` tracks one
 execution's usage and refuses — before the fact — whatever would exceed a
 limit, raising :class:`~supervisor_svc.errors.LimitExceeded` whose ``reason``

@@ -54,7 +54,7 @@ Course titles, issuers and every other free text are copied into evidence
 
 A data conflict is the supervisor's to resolve (PRD §36–37), by the authority
 of each record's issuer as configured for the training domain
-(``issuer_authority`` in ``supervisor_svc/config/evidence.yaml``); when no rule
+(``evidence.issuer_authority`` in ``supervisor_svc/domains/work-permit.yaml``); when no rule
 decides it, a human reviews it with both sides' evidence. ``result.data_conflicts``
 lists each one: ``{subject, sides: [{record_id, verdict, state, issuer_id,
 evidence}]}`` — one side per record, ``verdict`` PASS or FAIL as that record
