@@ -448,8 +448,13 @@ def action_outcome(action: sup_pb2.ProposedAction) -> str:
     if state == sup_pb2.ACTION_STATE_SUCCEEDED:
         return f"{_released(action)} and verified" if action.verified else f"{_released(action)}, NOT verified"
     if state == sup_pb2.ACTION_STATE_FAILED:
-        restored = ("compensated: previous state restored" if action.compensated
-                    else "NOT compensated: the previous state could not be restored")
+        restored = {
+            sup_pb2.ACTION_EFFECT_NONE: "nothing was written: the permit is as it was",
+            sup_pb2.ACTION_EFFECT_COMPENSATED: "compensated: previous state restored",
+            sup_pb2.ACTION_EFFECT_NOT_RESTORED: "NOT compensated: the previous state could not be restored",
+            sup_pb2.ACTION_EFFECT_UNKNOWN: "whether anything was written is not known: read it before any retry",
+        }.get(action.effect) or ("compensated: previous state restored" if action.compensated
+                                 else "not verified, and whether the previous state is back is not known")
         return f"FAILED{reason or ': no reason given'} ({restored})"
     if state == sup_pb2.ACTION_STATE_NOT_ELIGIBLE:
         return f"not {_released(action)}: not eligible{reason}"
@@ -492,8 +497,9 @@ def print_action(action: sup_pb2.ProposedAction, out: TextIO | None = None) -> N
         by = f", approved by {action.approved_by}" if action.approved_by else ""
         print(f"  approval      review {action.approval_review_id}{by}", file=out)
     if action.state in (sup_pb2.ACTION_STATE_SUCCEEDED, sup_pb2.ACTION_STATE_FAILED):
+        effect = _name(sup_pb2.ActionEffect, action.effect, "ACTION_EFFECT_") if action.effect else "-"
         print(f"  verified      {'yes' if action.verified else 'no'}"
-              f"   compensated {'yes' if action.compensated else 'no'}", file=out)
+              f"   compensated {'yes' if action.compensated else 'no'}   effect {effect}", file=out)
 
 
 def print_execution(ex: Any) -> None:
@@ -875,32 +881,55 @@ def cmd_confirm(args: argparse.Namespace, cfg: MeshConfig) -> int:
 # --- data ------------------------------------------------------------------
 
 def cmd_data_load(args: argparse.Namespace, cfg: MeshConfig) -> int:
-    import shutil
     from pathlib import Path
 
+    from agentmesh.cli_tenants import TenantApplyFailed, apply_tenant_file
     from capability_svc.errors import WorldFormatError
     from capability_svc.internal_runtime import InternalStore
-    from capability_svc.world import load_world
+    from capability_svc.world import load_world, world_tenant_file
 
     path = Path(args.file)
     if not path.is_file():
         raise CliError(f"{path}: no such file")
     cfg.mesh_home.ensure()
     try:
+        tenants = world_tenant_file(path)  # the whole file is checked first, definitions included
+    except WorldFormatError as err:
+        raise CliError(f"{err} (nothing was loaded)") from err
+    applied: list[dict[str, Any]] = []
+    if tenants.definitions:
+        # The tenants' configuration goes through the operator RPC, as `agentmesh tenants apply` does.
+        try:
+            with mesh_channel(cfg, "policy") as channel:
+                response = apply_tenant_file(channel, tenants, timeout_s=max(30.0, cfg.call_timeout_s))
+        except TenantApplyFailed as err:
+            raise CliError(f"{err}; no data was loaded") from err
+        applied = [{"tenant": r.tenant.tenant_id, "revision": r.tenant.revision,
+                    "change": str(tenant_change_name(r.change))} for r in response.results]
+    try:
         summary = load_world(path, InternalStore(cfg.mesh_home.data / "internal.db"))
     except WorldFormatError as err:
         raise CliError(f"{err} (nothing was loaded)") from err
-    # The sandbox LMS serves the trainings of the last world loaded.
-    shutil.copyfile(path, cfg.mesh_home.data / "lms-world.yaml")
+    # The sandbox LMS serves every tenant loaded so far: this file's tenants replace theirs, the others stay.
+    launcher.merge_lms_world(cfg, path)
     lms_url = launcher.restart_lms(cfg)
     data = {"source": str(path), "tenants": list(summary.tenants), "workers": summary.workers,
             "permits": summary.permits, "risks": summary.risks, "checklists": summary.checklists,
-            "lms_workers": summary.lms_workers, "lms_restarted": lms_url}
+            "lms_workers": summary.lms_workers, "lms_restarted": lms_url, "tenant_definitions": applied}
+    definitions = ", ".join(f"{a['tenant']} {a['change']}" for a in applied)
     emit(args, data, lambda: print(
         f"loaded {path}: tenants {', '.join(summary.tenants)}; {summary.permits} permits, {summary.workers} workers, "
         f"{summary.risks} risks, {summary.checklists} checklists, LMS records for {summary.lms_workers} workers"
+        + (f"; tenant definitions applied: {definitions}" if applied else "")
         + (f"; sandbox LMS restarted at {lms_url}" if lms_url else "")))
     return 0
+
+
+def tenant_change_name(value: int) -> str:
+    """``TENANT_CHANGE_CREATED`` → ``CREATED``."""
+    from agentmesh.v1 import tenant_service_pb2 as tenant_pb2
+
+    return str(tenant_pb2.TenantChange.Name(value)).removeprefix("TENANT_CHANGE_")
 
 
 # --- parser ----------------------------------------------------------------
@@ -1110,17 +1139,23 @@ def build_parser() -> argparse.ArgumentParser:
     data = sub.add_parser("data", help="load worlds (tenants, permits, workers, trainings, risks, checklists)")
     data_sub = data.add_subparsers(dest="data_command", required=True, metavar="SUBCOMMAND")
     p = data_sub.add_parser("load", parents=[common, out],
-                            help="validate a YAML/JSON world file and load it (all or nothing)")
+                            help="validate a YAML/JSON world file and load it (all or nothing)",
+                            description="Validate FILE completely, apply the tenant definitions it carries "
+                                        "(tenants[].definition, through TenantService as the operator: the mesh "
+                                        "must be running), then load its records in one transaction. Tenants "
+                                        "named in FILE are replaced; every other tenant's data, internal and in "
+                                        "the sandbox LMS, stays as it was.")
     p.add_argument("file", help="world file; format in capability_svc/WORLD_FORMAT.md")
     p.set_defaults(handler=cmd_data_load)
 
-    from agentmesh import cli_agents, cli_audit, cli_reviews
+    from agentmesh import cli_agents, cli_audit, cli_reviews, cli_tenants
     from agentmesh.cli_events import register as register_events
 
     cli_reviews.register(sub, common, out)
     cli_agents.register(sub, common, out)
     register_events(sub, common, out)
     cli_audit.register(sub, common, out)
+    cli_tenants.register(sub, common, out)
     return parser
 
 

@@ -8,9 +8,10 @@ process with one line naming the source and the field.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -19,7 +20,8 @@ from agentmesh import spiffe
 from agentmesh.home import MeshHome
 
 ROLES = ("audit", "policy", "capability", "model", "supervisor")
-DEFAULT_AGENTS = ("work-permit-agent", "training-agent", "risk-agent", "compliance-agent")
+DEFAULT_AGENTS = ("work-permit-agent", "training-agent", "risk-agent", "compliance-agent", "employee-agent",
+                  "medical-agent")
 DEFAULT_PORTS: dict[str, int] = {
     "supervisor": 7401,
     "policy": 7402,
@@ -29,6 +31,8 @@ DEFAULT_PORTS: dict[str, int] = {
     "training-agent": 7412,
     "risk-agent": 7413,
     "compliance-agent": 7414,
+    "employee-agent": 7415,
+    "medical-agent": 7416,
     "model": 7405,
     "lms": 7480,
     "model-sandbox": 7481,
@@ -135,6 +139,12 @@ class MeshConfig(BaseModel):
     """How many supervisor processes ``up`` starts; more than one needs a PostgreSQL ``database_url``."""
     leaf_validity_s: int = Field(default=86_400, ge=10, le=30 * 86_400)
     """How long each workload and CLI certificate is issued for; the supervising loop renews it at half."""
+    log_levels: dict[str, Literal["DEBUG", "INFO", "WARNING", "ERROR"]] = Field(default_factory=dict)
+    """Log level per process name (the others log at INFO, or ``$AGENTMESH_LOG_LEVEL``). At DEBUG a specialist
+    logs every task input and capability answer it receives: what it saw, to check its least context."""
+    today: dt.date | None = None
+    """The mesh's date for business rules (e.g. whether a permit's window has ended), ``YYYY-MM-DD``; unset:
+    the host's UTC date. For demos and tests whose data is dated; security clocks always use the real time."""
     model_url: str | None = None
     """Base URL (``…/v1``) of the OpenAI-compatible endpoint every model without its own ``url`` uses;
     unset: the sandbox model server the launcher starts."""
@@ -221,7 +231,7 @@ class MeshConfig(BaseModel):
 _ENV_FIELDS = {"host": str, "call_timeout_s": float, "lms_url": str, "access_file": Path, "knowledge_dir": Path,
                "startup_timeout_s": float, "specialist_delay_ms": int, "task_timeout_s": float,
                "database_url": str, "supervisor_replicas": int,
-               "confirmation_ttl_s": int, "leaf_validity_s": int, "model_url": str,
+               "confirmation_ttl_s": int, "leaf_validity_s": int, "today": str, "model_url": str,
                "console_idp_url": str}
 
 

@@ -49,6 +49,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import yaml
 from cryptography import x509
 
 from agentmesh import health, spiffe, transport
@@ -214,10 +215,61 @@ def demo_world() -> Path:
     return Path(str(resources.files("agentmesh"))) / "data" / "demo_world.yaml"
 
 
+def demo_tenants() -> Path:
+    """The demo tenants (acme, globex) shipped with agentmesh: applied on first start (see :func:`seed_tenants`)."""
+    return Path(str(resources.files("agentmesh"))) / "data" / "demo_tenants.yaml"
+
+
 def lms_world(config: MeshConfig) -> Path:
-    """The world the sandbox LMS serves: the last one loaded with ``agentmesh data load``, else the demo."""
+    """The world the sandbox LMS serves: every tenant loaded with ``agentmesh data load`` so far (merged), else
+    the demo."""
     loaded = config.mesh_home.data / "lms-world.yaml"
     return loaded if loaded.exists() else demo_world()
+
+
+def merge_lms_world(config: MeshConfig, world: Path) -> Path:
+    """What the sandbox LMS serves after ``world`` is loaded: its tenants' ``lms`` sections replace theirs,
+    every other tenant keeps what it had (loading one tenant never touches another's external data).
+    Written to ``HOME/data/lms-world.yaml`` (only the tenants' ids and ``lms`` sections); returns it."""
+    def tenants_of(path: Path) -> list[dict[str, Any]]:
+        text = path.read_text(encoding="utf-8")
+        doc = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+        listed = doc.get("tenants") if isinstance(doc, dict) else None
+        return [t for t in listed or [] if isinstance(t, dict) and isinstance(t.get("id"), str)]
+
+    new = tenants_of(world)
+    replaced = {t["id"] for t in new}
+    kept = [t for t in tenants_of(lms_world(config)) if t["id"] not in replaced]
+    merged = {"format": "agentmesh-world/v1",
+              "description": "What the sandbox LMS serves: the lms sections of every tenant loaded (merged by "
+                             "agentmesh data load).",
+              "tenants": [{"id": t["id"], "lms": t.get("lms") or {}} for t in kept + new]}
+    target = config.mesh_home.data / "lms-world.yaml"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(".yaml.partial")
+    partial.write_text(yaml.safe_dump(merged, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    partial.replace(target)
+    return target
+
+
+def seed_tenants(config: MeshConfig, policy_address: str) -> list[str]:
+    """On the first start of a mesh home (no tenant configured yet), applies the demo tenants through
+    ``TenantService.ApplyTenants`` as the operator — the same path as ``agentmesh tenants apply``, audited.
+    Returns the tenants applied (none when some tenant is configured already)."""
+    from agentmesh.cli_tenants import apply_tenant_file
+    from agentmesh.identities import OPERATOR, tls_files
+    from agentmesh.tenant_file import load_tenant_file
+    from agentmesh.v1 import tenant_service_pb2 as tenant_pb2
+    from agentmesh.v1 import tenant_service_pb2_grpc as tenant_grpc
+
+    with transport.secure_channel(policy_address, tls_files(config, OPERATOR), spiffe.service("policy"),
+                                  default_timeout_s=config.call_timeout_s) as channel:
+        if tenant_grpc.TenantServiceStub(channel).ListTenants(tenant_pb2.ListTenantsRequest(),
+                                                              timeout=config.call_timeout_s).tenants:
+            return []
+        response = apply_tenant_file(channel, load_tenant_file(demo_tenants()),
+                                     timeout_s=max(30.0, config.call_timeout_s))
+    return [r.tenant.tenant_id for r in response.results]
 
 
 def ensure_lms_admin_token(config: MeshConfig) -> Path:
@@ -786,6 +838,8 @@ def start(config: MeshConfig, *, progress: bool = True, supervisor: Supervisor |
     if config.specialist_delay_ms:
         for agent in config.agents:
             extra[agent] = ("--fixed-delay-ms", str(config.specialist_delay_ms))
+    for name, level in config.log_levels.items():
+        extra[name] = (*extra.get(name, ()), "--log-level", level)
     try:
         lms_url = config.lms_url
         if lms_url is None:
@@ -818,6 +872,14 @@ def start(config: MeshConfig, *, progress: bool = True, supervisor: Supervisor |
             mesh.save()
             if progress:
                 print(f"  {w.name:<18} SERVING  {m.address}", file=sys.stderr)
+            if w.name == "policy":
+                try:
+                    seeded = seed_tenants(config, m.address)
+                except Exception as err:  # noqa: BLE001 - the mesh must not come up without its tenants' state known
+                    raise LaunchError(f"the demo tenants could not be applied: {err}") from err
+                if seeded and progress:
+                    print(f"  {'tenants':<18} applied {', '.join(seeded)} (first start: {demo_tenants()})",
+                          file=sys.stderr)
         for m in web_processes(config, peers, progress=progress):
             mesh.procs.append(m)
             m.spawn()

@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentmesh import config, spiffe, transport  # noqa: E402
+from agentmesh import config, launcher, spiffe, transport  # noqa: E402
 from agentmesh.identities import init_identities  # noqa: E402
 from agentmesh.pki import leaf_paths  # noqa: E402
 from agentmesh.service import address_file  # noqa: E402
@@ -77,6 +77,7 @@ def main() -> int:
         init_identities(cfg)
         audit, audit_addr = _start(home, "audit_svc", "audit", {})
         policy, policy_addr = _start(home, "policy_svc", "policy", {"audit": audit_addr})
+        launcher.seed_tenants(cfg, policy_addr)  # the demo tenants, as `agentmesh up` applies them
         try:
             tls = transport.TlsFiles.of(leaf_paths(cfg.mesh_home.workloads, spiffe.service("capability")),
                                         cfg.mesh_home.trust_bundle)

@@ -38,6 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cedarpy  # noqa: E402
 
+from agentmesh.config import DEFAULT_AGENTS as AGENTS  # noqa: E402
+from agentmesh.launcher import demo_tenants  # noqa: E402
+from agentmesh.tenant_file import load_tenant_file  # noqa: E402
 from policy_svc import engine as engine_module  # noqa: E402
 from policy_svc.engine import DEFAULT_POLICY_DIR, PolicyEngine  # noqa: E402
 from policy_svc.model import (  # noqa: E402
@@ -51,6 +54,7 @@ from policy_svc.model import (  # noqa: E402
     RiskProfile,
     UserContext,
 )
+from policy_svc.tenants import check_definitions  # noqa: E402
 
 TARGET_P50_US = 200.0
 
@@ -140,9 +144,12 @@ def _measure(calls: list[Callable[[], object]], iterations: int, warmup: int) ->
 def run(policy_dir: Path, iterations: int, warmup: int, text_iterations: int) -> dict[str, Any]:
     """Runs every measurement; returns the figures."""
     engine = PolicyEngine.load(policy_dir)
+    # The demo tenants in force, as a mesh applies them on first start.
+    checked = check_definitions(load_tenant_file(demo_tenants()).definitions, engine, AGENTS)
+    engine.set_tenants({d.tenant_id: roles for d, roles in checked})
     no_switches: frozenset[str] = frozenset()
     # What authorize() hands to Cedar, built once so only the call is timed.
-    entities = engine._entities_with(engine_module._parse_kill_switches(no_switches))
+    entities = engine._entities_with(engine._state, engine_module._parse_kill_switches(no_switches))
     requests = [engine_module._cedar_request(r) for r in SCENARIOS.values()]
     policy_set, schema = engine._policy_set, engine._schema
 

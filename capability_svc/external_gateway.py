@@ -404,6 +404,7 @@ LMS_TRAININGS_SCHEMA: dict[str, Any] = {
                     "valid_until": _DATE_OR_NULL,
                     "certificate_id": {"type": ["string", "null"], "maxLength": 200},
                     "issuer": _TEXT_OR_NULL,
+                    "issuer_id": {"type": ["string", "null"], "pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"},
                 },
             },
         },
@@ -433,6 +434,7 @@ _TRAINING_FIELDS = (
     "valid_until",
     "certificate_id",
     "issuer",
+    "issuer_id",
 )
 
 

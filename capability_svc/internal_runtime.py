@@ -1,4 +1,4 @@
-"""Internal systems of record: permits, workers, requirements, risks, checklists.
+"""Internal systems of record: permits, workers (HR), occupational health, requirements, risks, checklists.
 
 Everything lives in one SQLite file under the mesh home and every row carries
 its ``tenant_id``. Isolation is by construction: the only read/write API is a
@@ -50,7 +50,7 @@ __all__ = [
 Clock = Callable[[], _dt.datetime]
 """Returns the current time, timezone-aware. Injected so tests fix 'today'."""
 
-_SCHEMA_VERSION = 2
+_SCHEMA_VERSION = 3
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tenants (
     tenant_id TEXT PRIMARY KEY,
@@ -65,7 +65,20 @@ CREATE TABLE IF NOT EXISTS workers (
     job_title     TEXT NOT NULL,
     company       TEXT NOT NULL,
     medical_notes TEXT,
+    employment_status TEXT NOT NULL DEFAULT 'ACTIVE',
     PRIMARY KEY (tenant_id, worker_id)
+);
+CREATE TABLE IF NOT EXISTS medical_records (
+    tenant_id      TEXT NOT NULL,
+    worker_id      TEXT NOT NULL,
+    exam_date      TEXT NOT NULL,
+    valid_until    TEXT NOT NULL,
+    fit_for        TEXT NOT NULL,
+    unfit_for      TEXT NOT NULL,
+    diagnosis      TEXT,
+    clinical_notes TEXT,
+    PRIMARY KEY (tenant_id, worker_id),
+    FOREIGN KEY (tenant_id, worker_id) REFERENCES workers (tenant_id, worker_id)
 );
 CREATE TABLE IF NOT EXISTS permits (
     tenant_id      TEXT NOT NULL REFERENCES tenants (tenant_id),
@@ -93,6 +106,17 @@ CREATE TABLE IF NOT EXISTS permit_workers (
     worker_id TEXT NOT NULL,
     position  INTEGER NOT NULL,
     role      TEXT NOT NULL,
+    PRIMARY KEY (tenant_id, permit_id, worker_id),
+    FOREIGN KEY (tenant_id, permit_id) REFERENCES permits (tenant_id, permit_id),
+    FOREIGN KEY (tenant_id, worker_id) REFERENCES workers (tenant_id, worker_id)
+);
+CREATE TABLE IF NOT EXISTS permit_added_workers (
+    tenant_id TEXT NOT NULL,
+    permit_id TEXT NOT NULL,
+    worker_id TEXT NOT NULL,
+    position  INTEGER NOT NULL,
+    role      TEXT NOT NULL,
+    added_on  TEXT NOT NULL,
     PRIMARY KEY (tenant_id, permit_id, worker_id),
     FOREIGN KEY (tenant_id, permit_id) REFERENCES permits (tenant_id, permit_id),
     FOREIGN KEY (tenant_id, worker_id) REFERENCES workers (tenant_id, worker_id)
@@ -147,8 +171,10 @@ _TENANT_TABLES = (
     "checklists",
     "risks",
     "permit_requirements",
+    "permit_added_workers",
     "permit_workers",
     "permits",
+    "medical_records",
     "workers",
     "tenants",
 )
@@ -165,7 +191,11 @@ def _utc_now() -> _dt.datetime:
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
-    """Bring a file of schema 1 (``simulate_lost_write`` flag) to schema 2 (a failure mode)."""
+    """Bring a file of schema 1 (``simulate_lost_write`` flag) to schema 2 (a failure mode), and one of
+    schema 2 to 3 (workers' employment status; the medical records table is created by the schema)."""
+    worker_columns = {r["name"] for r in conn.execute("PRAGMA table_info(workers)")}
+    if "employment_status" not in worker_columns:
+        conn.execute("ALTER TABLE workers ADD COLUMN employment_status TEXT NOT NULL DEFAULT 'ACTIVE'")
     columns = {r["name"] for r in conn.execute("PRAGMA table_info(permits)")}
     if "simulate_verification_failure" in columns:
         return
@@ -277,11 +307,21 @@ class InternalStore:
                 )
                 conn.executemany(
                     "INSERT INTO workers"
-                    " (tenant_id, worker_id, name, job_title, company, medical_notes)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    " (tenant_id, worker_id, name, job_title, company, medical_notes, employment_status)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
                     [
-                        (t, w.id, w.name, w.job_title, w.company, w.medical_notes)
+                        (t, w.id, w.name, w.job_title, w.company, w.medical_notes, w.employment_status)
                         for w in tenant.workers
+                    ],
+                )
+                conn.executemany(
+                    "INSERT INTO medical_records (tenant_id, worker_id, exam_date, valid_until, fit_for,"
+                    " unfit_for, diagnosis, clinical_notes) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        (t, w.id, w.medical.exam_date.isoformat(), w.medical.valid_until.isoformat(),
+                         json.dumps(w.medical.fit_for), json.dumps(w.medical.unfit_for), w.medical.diagnosis,
+                         w.medical.clinical_notes)
+                        for w in tenant.workers if w.medical is not None
                     ],
                 )
                 for p in tenant.permits:
@@ -308,6 +348,11 @@ class InternalStore:
                         "INSERT INTO permit_workers"
                         " (tenant_id, permit_id, worker_id, position, role) VALUES (?, ?, ?, ?, ?)",
                         [(t, p.id, w.id, i, w.role) for i, w in enumerate(p.workers)],
+                    )
+                    conn.executemany(
+                        "INSERT INTO permit_added_workers"
+                        " (tenant_id, permit_id, worker_id, position, role, added_on) VALUES (?, ?, ?, ?, ?, ?)",
+                        [(t, p.id, w.id, i, w.role, w.added_on.isoformat()) for i, w in enumerate(p.added_workers)],
                     )
                     conn.executemany(
                         "INSERT INTO permit_requirements"
@@ -407,6 +452,18 @@ class WorkerRecord:
     job_title: str
     company: str
     medical_notes: str | None
+    employment_status: str = "ACTIVE"
+
+
+@dataclass(frozen=True)
+class MedicalEligibility:
+    """What the occupational-health record says a worker may do. Deliberately without the diagnosis or the
+    clinical notes: :meth:`TenantScope.medical_eligibility` never reads them."""
+
+    exam_date: str
+    valid_until: str
+    fit_for: tuple[str, ...]
+    unfit_for: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -444,6 +501,7 @@ def _worker(row: sqlite3.Row) -> WorkerRecord:
         job_title=row["job_title"],
         company=row["company"],
         medical_notes=row["medical_notes"],
+        employment_status=row["employment_status"],
     )
 
 
@@ -531,6 +589,14 @@ class TenantScope:
                     out.append(AssignedWorker(_worker(rows[0]), link["role"]))
         return out
 
+    def permit_added_workers(self, permit_id: str) -> list[dict[str, str]]:
+        """Workers added to the permit after its crew was planned: ``{worker_id, permit_role, added_on}``."""
+        with self._store._connect() as conn:
+            rows = self._select(
+                conn, "permit_added_workers", "permit_id = ?", (permit_id,), order_by="position"
+            )
+        return [{"worker_id": r["worker_id"], "permit_role": r["role"], "added_on": r["added_on"]} for r in rows]
+
     def required_trainings(self, permit_id: str) -> list[str]:
         """Training codes the permit requires, in file order."""
         with self._store._connect() as conn:
@@ -544,6 +610,19 @@ class TenantScope:
         with self._store._connect() as conn:
             rows = self._select(conn, "workers", "worker_id = ?", (worker_id,))
         return _worker(rows[0]) if rows else None
+
+    def medical_eligibility(self, worker_id: str) -> MedicalEligibility | None:
+        """The worker's exam validity and the work types it covers; None without a record.
+
+        Only those fields leave this method: the diagnosis and clinical notes stay in the store.
+        """
+        with self._store._connect() as conn:
+            rows = self._select(conn, "medical_records", "worker_id = ?", (worker_id,))
+        if not rows:
+            return None
+        row = rows[0]
+        return MedicalEligibility(row["exam_date"], row["valid_until"], tuple(json.loads(row["fit_for"])),
+                                  tuple(json.loads(row["unfit_for"])))
 
     def permits_of_worker(self, worker_id: str) -> list[str]:
         """Ids of the permits the worker is assigned to."""
@@ -864,6 +943,8 @@ class InternalBackend:
             "workPermit.get": self._permit_get,
             "workPermit.search": self._permit_search,
             "worker.get": self._worker_get,
+            "employee.get": self._employee_get,
+            "medical.getEligibility": self._medical_eligibility,
             "risk.evaluate": self._risk_evaluate,
             "compliance.getChecklist": self._compliance_checklist,
         }
@@ -995,6 +1076,7 @@ class InternalBackend:
                 }
                 for a in scope.permit_workers(permit.permit_id)
             ],
+            "added_workers": scope.permit_added_workers(permit.permit_id),
             "provenance": self._provenance("permit-registry", f"permit/{permit.permit_id}"),
         }
 
@@ -1044,6 +1126,59 @@ class InternalBackend:
             "medical_notes": worker.medical_notes,
             "permits": scope.permits_of_worker(worker_id),
             "provenance": self._provenance("worker-registry", f"worker/{worker_id}"),
+        }
+
+    def _employee_get(
+        self, scope: TenantScope, ctx: InvocationContext, args: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The HR record of a worker: who they are and whether they are employed now. No health data."""
+        worker_id = str(args["worker_id"])
+        worker = scope.get_worker(worker_id)
+        if worker is None:
+            raise not_found(worker_id)
+        return {
+            "worker_id": worker.worker_id,
+            "name": worker.name,
+            "job_title": worker.job_title,
+            "company": worker.company,
+            "employment_status": worker.employment_status,
+            "provenance": self._provenance("hr-registry", f"employee/{worker_id}"),
+        }
+
+    def _medical_eligibility(
+        self, scope: TenantScope, ctx: InvocationContext, args: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Whether the occupational exam makes a worker fit for a permit's work type through its window.
+
+        ``FIT``: the exam covers the work type and is valid until the permit's last day at least;
+        ``UNFIT``: the exam found the worker unfit for it; ``EXAM_EXPIRED``: it covers the work type
+        but is no longer valid on the permit's last day; ``NOT_EVALUATED``: no exam, or one that
+        does not cover the work type. The status only — never the diagnosis or clinical notes.
+        """
+        worker_id, permit_id = str(args["worker_id"]), str(args["permit_id"])
+        if scope.get_worker(worker_id) is None:
+            raise not_found(worker_id)
+        permit = scope.require_permit(permit_id)
+        record = scope.medical_eligibility(worker_id)
+        if record is None:
+            status, valid_until = "NOT_EVALUATED", None
+        else:
+            valid_until = record.valid_until
+            if permit.work_type in record.unfit_for:
+                status = "UNFIT"
+            elif permit.work_type not in record.fit_for:
+                status = "NOT_EVALUATED"
+            elif record.valid_until < permit.valid_until:
+                status = "EXAM_EXPIRED"
+            else:
+                status = "FIT"
+        return {
+            "worker_id": worker_id,
+            "permit_id": permit.permit_id,
+            "work_type": permit.work_type,
+            "status": status,
+            "valid_until": valid_until,
+            "provenance": self._provenance("occupational-health", f"exam/{worker_id}"),
         }
 
     def _risk_evaluate(

@@ -14,12 +14,23 @@ Format (full reference with every field: ``capability_svc/WORLD_FORMAT.md``)::
     tenants:
       - id: acme                       # lowercase, [a-z][a-z0-9-]*
         name: ACME Industrial
+        definition:                    # optional: the tenant's configuration (agentmesh.tenant_file),
+          roles: {analyst: {capabilities: [workPermit.get]}}   # applied by `agentmesh data load`
+          agents: [work-permit-agent]
         workers:
           - id: W-1001
             name: Ana Souza
             job_title: Electrician
             company: ACME
+            employment_status: ACTIVE  # ACTIVE|INACTIVE|ON_LEAVE|TERMINATED (default ACTIVE)
             medical_notes: null        # sensitive; optional
+            medical:                   # the occupational exam; sensitive, optional
+              exam_date: 2026-03-10
+              valid_until: 2027-03-10
+              fit_for: [ELECTRICAL]    # work types
+              unfit_for: []
+              diagnosis: null          # never served by any capability
+              clinical_notes: null     # never served by any capability
         permits:
           - id: WP-10231
             title: Substation maintenance
@@ -32,6 +43,7 @@ Format (full reference with every field: ``capability_svc/WORLD_FORMAT.md``)::
             requested_by: alice
             required_trainings: [NR-10, NR-35]
             workers: [{id: W-1001, role: EXECUTOR}]
+            added_workers: [{id: W-1009, role: EXECUTOR, added_on: 2026-11-29}]   # after planning
             risks:
               - {id: R-1, hazard: Arc flash, severity: 4, likelihood: 2,
                  controls: [{control: LOTO applied, in_place: true}]}
@@ -48,7 +60,7 @@ Format (full reference with every field: ``capability_svc/WORLD_FORMAT.md``)::
               trainings:
                 - {record_id: TR-1, course_code: NR-10, course_title: ..., status: COMPLETED,
                    completed_on: 2025-09-01, valid_until: 2027-09-01,
-                   certificate_id: C-1, issuer: ...}
+                   certificate_id: C-1, issuer: ..., issuer_id: senai}
           faults:                      # per worker: a mode name or a mapping
             W-1006: timeout
             W-1007: {mode: latency, latency_ms: 800}
@@ -73,6 +85,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import pydantic
 
+from agentmesh.tenant_file import TenantFile, TenantFileError, parse_tenants
 from capability_svc._validation import pydantic_violations
 from capability_svc._yaml_lines import (
     DocumentError,
@@ -87,6 +100,7 @@ if TYPE_CHECKING:
     from capability_svc.internal_runtime import InternalStore
 
 __all__ = [
+    "EMPLOYMENT_STATUSES",
     "FAULT_MODES",
     "PERMIT_STATUSES",
     "SIMULATED_FAILURES",
@@ -97,6 +111,7 @@ __all__ = [
     "load_world",
     "parse_world",
     "parse_world_text",
+    "world_tenant_file",
 ]
 
 WORLD_FORMAT = "agentmesh-world/v1"
@@ -137,14 +152,32 @@ class _Model(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
+WorkType = Annotated[str, pydantic.Field(pattern=r"^[A-Z][A-Z0-9_]{0,39}$")]
+EMPLOYMENT_STATUSES = ("ACTIVE", "INACTIVE", "ON_LEAVE", "TERMINATED")
+
+
+class MedicalSpec(_Model):
+    """A worker's occupational-health record (the fitness exam). Sensitive: only the eligibility derived from
+    it is ever served (``medical.getEligibility``); ``diagnosis`` and ``clinical_notes`` never leave the store."""
+
+    exam_date: IsoDate
+    valid_until: IsoDate
+    fit_for: list[WorkType] = []
+    unfit_for: list[WorkType] = []
+    diagnosis: LongText | None = None
+    clinical_notes: LongText | None = None
+
+
 class WorkerSpec(_Model):
-    """A worker of a tenant. ``medical_notes`` is sensitive health data."""
+    """A worker of a tenant. ``medical_notes`` and ``medical`` are sensitive health data."""
 
     id: Id
     name: Text
     job_title: Text
     company: Text
+    employment_status: Literal["ACTIVE", "INACTIVE", "ON_LEAVE", "TERMINATED"] = "ACTIVE"
     medical_notes: LongText | None = None
+    medical: MedicalSpec | None = None
 
 
 class PermitWorkerSpec(_Model):
@@ -152,6 +185,14 @@ class PermitWorkerSpec(_Model):
 
     id: Id
     role: Text
+
+
+class AddedWorkerSpec(_Model):
+    """A worker added to a permit after its crew was planned (``workers``), by id, with role and date."""
+
+    id: Id
+    role: Text
+    added_on: IsoDate
 
 
 class ControlSpec(_Model):
@@ -221,7 +262,7 @@ class PermitSpec(_Model):
     title: Text
     description: LongText = ""
     site: Text
-    work_type: Annotated[str, pydantic.Field(pattern=r"^[A-Z][A-Z0-9_]{0,39}$")]
+    work_type: WorkType
     status: Literal["DRAFT", "PENDING_RELEASE", "RELEASED", "SUSPENDED", "CLOSED", "CANCELLED"]
     valid_from: IsoDate
     valid_until: IsoDate
@@ -229,6 +270,8 @@ class PermitSpec(_Model):
     released_by: Text | None = None
     required_trainings: list[Id] = []
     workers: list[PermitWorkerSpec] = []
+    added_workers: list[AddedWorkerSpec] = []
+    """Workers added after the crew was planned: the work-permit agent hands them to the training agent."""
     risks: list[RiskSpec] = []
     checklists: list[ChecklistSpec] = []
     simulate: SimulateSpec = SimulateSpec()
@@ -245,6 +288,9 @@ class LmsTrainingSpec(_Model):
     valid_until: IsoDate | None = None
     certificate_id: Annotated[str, pydantic.Field(max_length=200)] | None = None
     issuer: Annotated[str, pydantic.Field(max_length=500)] | None = None
+    issuer_id: Id | None = None
+    """Who issued the record, as an id (the ``issuer`` text is free text and decides nothing): a data
+    conflict between records of one certificate is resolved by the issuers' configured authority."""
 
 
 class LmsWorkerSpec(_Model):
@@ -277,6 +323,9 @@ class TenantSpec(_Model):
 
     id: TenantId
     name: Text
+    definition: dict[str, Any] | None = None
+    """The tenant's configuration (roles, agents, limits, on_exceeded) as in a tenant file
+    (agentmesh.tenant_file): ``agentmesh data load`` applies it before it loads the records."""
     workers: list[WorkerSpec] = []
     permits: list[PermitSpec] = []
     lms: LmsSpec = LmsSpec()
@@ -348,7 +397,31 @@ def parse_world_text(text: str, name: str = "<world>", *, json_input: bool = Fal
             violations=violations,
         ) from None
     _check_semantics(world, doc, name)
+    _definitions(world, doc, name)
     return world
+
+
+def _definitions(world: World, doc: LinedDocument, name: str) -> TenantFile:
+    """The tenants' definitions (``tenants[i].definition``), checked; WorldFormatError names line and field."""
+    entries = [(("tenants", i, "definition"), t.id, t.name, t.definition)
+               for i, t in enumerate(world.tenants) if t.definition is not None]
+    try:
+        definitions = parse_tenants(entries, doc.lines, name)
+    except TenantFileError as err:
+        raise WorldFormatError(err.message, file=name, field=err.field or None, line=err.line) from None
+    return TenantFile(name, definitions, dict(doc.lines), ("tenants",), [e[0] for e in entries])
+
+
+def world_tenant_file(path: Path) -> TenantFile:
+    """The tenant definitions of a world file, with the line of each field (none: an empty list), for
+    ``agentmesh data load`` to apply them.
+
+    Raises:
+        WorldFormatError: as :func:`parse_world`.
+    """
+    world = parse_world(path)
+    doc = _parse_document(path.read_text(encoding="utf-8"), str(path), path.suffix.lower() == ".json")
+    return _definitions(world, doc, str(path))
 
 
 def _parse_document(text: str, name: str, json_input: bool) -> LinedDocument:
@@ -415,6 +488,16 @@ def _check_semantics(world: World, doc: LinedDocument, name: str) -> None:
     for ti, tenant in enumerate(world.tenants):
         t = ("tenants", ti)
         duplicates([w.id for w in tenant.workers], "worker", *t, "workers")
+        for wi, worker in enumerate(tenant.workers):
+            medical = worker.medical
+            if medical is None:
+                continue
+            m = (*t, "workers", wi, "medical")
+            if medical.valid_until < medical.exam_date:
+                add("WORLD_FIELD_INVALID", "valid_until is before exam_date", *m, "valid_until")
+            for ui, work_type in enumerate(medical.unfit_for):
+                if work_type in medical.fit_for:
+                    add("WORLD_FIELD_INVALID", f"{work_type} is both in fit_for and unfit_for", *m, "unfit_for", ui)
         duplicates([p.id for p in tenant.permits], "permit", *t, "permits")
         worker_ids = {w.id for w in tenant.workers}
         # Risk and checklist ids are keys of tenant-wide tables, so they must be
@@ -436,6 +519,15 @@ def _check_semantics(world: World, doc: LinedDocument, name: str) -> None:
                         "id",
                     )
             duplicates([w.id for w in permit.workers], "permit worker", *p, "workers")
+            crew = {w.id for w in permit.workers}
+            for wi, added in enumerate(permit.added_workers):
+                if added.id not in worker_ids:
+                    add("WORLD_REFERENCE_INVALID", f"worker {added.id!r} is not a worker of tenant {tenant.id!r}",
+                        *p, "added_workers", wi, "id")
+                elif added.id in crew:
+                    add("WORLD_FIELD_INVALID", f"worker {added.id!r} is already in the permit's workers",
+                        *p, "added_workers", wi, "id")
+            duplicates([w.id for w in permit.added_workers], "added worker", *p, "added_workers")
             codes = permit.required_trainings
             for ci, code in enumerate(codes):
                 if codes.index(code) != ci:

@@ -157,7 +157,10 @@ def execution(ex: pb.Execution) -> dict[str, Any]:
         "execution_id": ex.execution_id, "status": enum_text(pb.ExecutionStatus.DESCRIPTOR, ex.status),
         "running": ex.status == pb.EXECUTION_STATUS_RUNNING, "terminal": ex.status in TERMINAL,
         "decision": enum_text(common_pb2.AnalysisDecision.DESCRIPTOR, ex.decision),
-        "request_text": ex.request_text, "intent": field_text(ex, "intent"), "tenant_id": ex.tenant_id,
+        "request_text": ex.request_text, "tenant_id": ex.tenant_id,
+        # A domain's intent by the name its definition gives it (``intent`` is DOMAIN for one the contract
+        # has no value for), and the definition it follows.
+        "intent": ex.intent_kind or field_text(ex, "intent"), "domain": ex.domain,
         "requester": f"system actor {ex.system_actor}" if system else ex.user_id, "user_id": ex.user_id,
         "system": system, "reason": ex.reason, "summary": ex.summary,
         "started_at": when(ex.started_at), "finished_at": when(ex.finished_at),

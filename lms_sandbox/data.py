@@ -30,6 +30,7 @@ _RECORD_FIELDS = (
     "valid_until",
     "certificate_id",
     "issuer",
+    "issuer_id",
 )
 _REQUIRED = ("record_id", "course_code", "course_title", "status")
 

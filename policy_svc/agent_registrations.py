@@ -60,6 +60,10 @@ class AgentRegistrations:
             scopes[agent_id] = tuple(knowledge)
         return cls(found, scopes)
 
+    def agent_ids(self) -> tuple[str, ...]:
+        """Every registered agent id."""
+        return tuple(sorted(self._capabilities))
+
     def capabilities(self, agent_id: str) -> tuple[str, ...]:
         """The agent's registered capabilities; () for an unknown agent."""
         return self._capabilities.get(agent_id, ())

@@ -3,12 +3,16 @@
 Loading (:meth:`PolicyEngine.load`) reads a policy directory::
 
     schema.cedarschema   the Cedar schema (Cedar syntax)
-    entities.yaml        tenants, roles, capabilities, system actors (policy_svc.data)
+    entities.yaml        the platform: capabilities, privileges, system actors (policy_svc.data)
     *.cedar              the policies; every policy carries @id("...")
 
 and validates every policy against the schema (strict mode) and the data
-against the schema, once. The parsed ``cedarpy.PolicySet``, ``cedarpy.Schema``
-and ``cedarpy.Entities`` handles are kept, so a decision parses only the
+against the schema, once. Tenants' roles are data applied at run time
+(:meth:`PolicyEngine.set_tenants`, fed by policy_svc.tenants): the entity graph
+is rebuilt and swapped in atomically, and the version changes with it; a
+decision reads one consistent state (entities and version) throughout. The
+parsed ``cedarpy.PolicySet``, ``cedarpy.Schema`` and ``cedarpy.Entities``
+handles are kept, so a decision parses only the
 request itself: principal, action, the resource (the capability, or the
 execution for READ_EXECUTION and CANCEL_EXECUTION), and a flat context of
 strings, booleans and one number (cedarpy takes the context as JSON
@@ -28,6 +32,7 @@ import hashlib
 import json
 import logging
 import math
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -39,9 +44,12 @@ import cedarpy
 from policy_svc.data import (
     NAME_PATTERN,
     JsonObject,
+    PlatformData,
     PolicyData,
+    TenantPolicy,
+    build_policy_data,
     entity_type,
-    load_policy_data,
+    load_platform_data,
     role_id,
     uid,
 )
@@ -98,6 +106,7 @@ ENGINE_REASONS: Mapping[str, str] = {
 }
 
 ACTION_TYPE = entity_type("Action")
+OPERATOR_GROUP = "operators"
 _ACTIONS = {
     OperationKind.INVOKE: "invoke",
     OperationKind.OVERRIDE: "override",
@@ -140,6 +149,15 @@ class _PolicyMeta:
 
 
 @dataclass(frozen=True, slots=True)
+class _State:
+    """What a decision reads: the data, its Cedar entities and the version they make."""
+
+    data: PolicyData
+    entities: cedarpy.Entities
+    version: str
+
+
+@dataclass(frozen=True, slots=True)
 class _Outcome:
     decision: cedarpy.Decision
     reasons: tuple[str, ...]
@@ -150,8 +168,9 @@ class PolicyEngine:
     """Decides operations against a policy set loaded once.
 
     Construct it with :meth:`load`, not directly. Safe to share between
-    request threads: everything is immutable after loading except a one-entry
-    cache of the kill-switch board, which is replaced atomically.
+    request threads: the policies are immutable after loading; the tenants'
+    state (:meth:`set_tenants`) and a one-entry cache of the kill-switch board
+    are each replaced atomically.
     """
 
     def __init__(
@@ -160,10 +179,10 @@ class PolicyEngine:
         schema: cedarpy.Schema,
         policy_set: cedarpy.PolicySet,
         relaxed_policy_set: cedarpy.PolicySet,
-        entities: cedarpy.Entities,
         policies: Mapping[str, _PolicyMeta],
-        data: PolicyData,
-        version: str,
+        platform: PlatformData,
+        texts: Mapping[str, str],
+        schema_text: str,
         evaluation_budget_s: float,
         clock: Callable[[], float],
         new_decision_id: Callable[[], str],
@@ -174,12 +193,15 @@ class PolicyEngine:
         # The same policies minus the obligation forbids: "would this be
         # allowed once confirmed / approved?".
         self._relaxed_policy_set = relaxed_policy_set
-        self._entities = entities
-        # (active switches, static entities + their board); see _entities_with.
-        self._board: tuple[_KillSwitches, cedarpy.Entities] | None = None
+        self._platform = platform
+        self._texts = dict(texts)
+        self._schema_text = schema_text
+        self._tenant_lock = threading.Lock()
+        self._tenants: dict[str, TenantPolicy] = {}
+        self._state = self._build_state({})
+        # (state, active switches, static entities + their board); see _entities_with.
+        self._board: tuple[_State, _KillSwitches, cedarpy.Entities] | None = None
         self._policies = policies
-        self._data = data
-        self._version = version
         self._budget_s = evaluation_budget_s
         self._clock = clock
         self._new_decision_id = new_decision_id
@@ -236,9 +258,9 @@ class PolicyEngine:
                 path=str(schema_path),
             ) from exc
 
-        data = load_policy_data(data_path)
+        platform = load_platform_data(data_path)
         try:
-            entities = cedarpy.Entities.from_json_str(json.dumps(list(data.entities)), schema)
+            cedarpy.Entities.from_json_str(json.dumps(list(build_policy_data(platform, {}).entities)), schema)
         except ValueError as exc:
             raise PolicyLoadError(
                 f"{data_path}: entities do not match the schema: {exc}",
@@ -270,35 +292,65 @@ class PolicyEngine:
             {pid: est for pid, est in static_policies.items() if metas[pid].obligation is None}
         )
 
-        version = _digest(texts, schema_text, data_path.read_bytes(), schema_name=SCHEMA_FILE)
-        _log.info("loaded %d policies from %s, version %s", len(metas), root, version)
-        return cls(
+        engine = cls(
             schema=schema,
             policy_set=policy_set,
             relaxed_policy_set=relaxed_policy_set,
-            entities=entities,
             policies=metas,
-            data=data,
-            version=version,
+            platform=platform,
+            texts=texts,
+            schema_text=schema_text,
             evaluation_budget_s=evaluation_budget_s,
             clock=clock,
             new_decision_id=new_decision_id or _random_decision_id,
             validate_requests=validate_requests,
         )
+        _log.info("loaded %d policies from %s, version %s", len(metas), root, engine.version)
+        return engine
+
+    def _build_state(self, tenants: Mapping[str, TenantPolicy]) -> _State:
+        data = build_policy_data(self._platform, tenants)
+        entities = cedarpy.Entities.from_json_str(json.dumps(list(data.entities)), self._schema)
+        roles = {t: {"roles": {r: [list(spec.capabilities), list(spec.includes), list(spec.privileges)]
+                               for r, spec in sorted(tp.roles.items())},
+                     "models": {a: list(m) for a, m in sorted(tp.models.items())}, "fallback": sorted(tp.fallback)}
+                 for t, tp in sorted(tenants.items())}
+        version = _digest(self._texts, self._schema_text, self._platform.source, schema_name=SCHEMA_FILE,
+                          tenants=json.dumps(roles, sort_keys=True).encode())
+        return _State(data, entities, version)
+
+    def set_tenants(self, changes: Mapping[str, TenantPolicy]) -> str:
+        """Puts tenants' roles and model use in force (each tenant named is replaced whole; others stay),
+        atomically: a decision sees either all of the change or none of it. Returns the new version.
+
+        They must have been checked with :func:`policy_svc.data.tenant_roles` and
+        :func:`policy_svc.data.tenant_models`.
+        """
+        with self._tenant_lock:
+            tenants = {**self._tenants, **changes}
+            state = self._build_state(tenants)
+            self._tenants = tenants
+            self._state = state
+        return state.version
+
+    @property
+    def platform(self) -> PlatformData:
+        """The platform data (catalogue, privileges, system actors)."""
+        return self._platform
 
     @property
     def version(self) -> str:
-        """The policy set version: ``sha256:`` + digest of policies, schema and data."""
-        return self._version
+        """The policy set version: ``sha256:`` + digest of policies, schema, platform data and tenants' roles."""
+        return self._state.version
 
     @property
     def data(self) -> PolicyData:
-        """The loaded policy data (tenants, roles, capabilities, system actors)."""
-        return self._data
+        """The policy data in force (the platform and every tenant's roles)."""
+        return self._state.data
 
     def info(self) -> PolicyInfo:
         """The version and the ``@id`` of every policy (``GetPolicyInfo``)."""
-        return PolicyInfo(policy_version=self._version, policy_ids=tuple(sorted(self._policies)))
+        return PolicyInfo(policy_version=self._state.version, policy_ids=tuple(sorted(self._policies)))
 
     def describe(self, reason_code: str) -> str:
         """The human-readable meaning of a reason code."""
@@ -327,32 +379,64 @@ class PolicyEngine:
                 No decision is produced.
         """
         _validate(request)
+        state = self._state  # one consistent snapshot for the whole decision
         started = self._clock()
         try:
             switches = _parse_kill_switches(kill_switches)
         except ValueError as exc:
-            return self._decide(Effect.DENY, (INVALID_KILL_SWITCH,), details=(str(exc),))
+            return self._decide(Effect.DENY, (INVALID_KILL_SWITCH,), details=(str(exc),), version=state.version)
         try:
-            effect, reasons, details = self._evaluate(request, switches)
+            effect, reasons, details = self._evaluate(_cedar_request(request), self._entities_with(state, switches))
         except Exception as exc:  # fail closed on anything, including bugs
             _log.exception("policy evaluation failed; denying")
-            return self._decide(Effect.DENY, (ENGINE_ERROR,), details=(repr(exc),))
+            return self._decide(Effect.DENY, (ENGINE_ERROR,), details=(repr(exc),), version=state.version)
         elapsed = self._clock() - started
         if elapsed > self._budget_s:
             return self._decide(
                 Effect.DENY,
                 (TIMEOUT,),
                 details=(f"took {elapsed * 1e3:.1f} ms, budget {self._budget_s * 1e3:.1f} ms",),
+                version=state.version,
             )
-        return self._decide(effect, reasons, details=details)
+        return self._decide(effect, reasons, details=details, version=state.version)
+
+    def authorize_tenant_administration(self, caller: str, tenant_id: str, *, operators: Iterable[str]) -> Decision:
+        """Whether ``caller`` (a SPIFFE id from mTLS) may create or change tenant ``tenant_id``
+        (action ``administer_tenant``): only the mesh's ``operators`` may. Fails closed like
+        :meth:`authorize`; kill switches do not apply (a safety stop must not keep an operator
+        from tightening the tenant it stopped)."""
+        state = self._state
+        principal = uid("Operator", caller)
+        listed = caller in set(operators)
+        extra = [
+            {"uid": uid("OperatorGroup", OPERATOR_GROUP), "attrs": {}, "parents": []},
+            {"uid": principal, "attrs": {}, "parents": [uid("OperatorGroup", OPERATOR_GROUP)] if listed else []},
+        ]
+        context: JsonObject = {
+            "tenant": tenant_id, "requester_id": caller, "roles": [], "capability_id": "", "agent_id": "",
+            "agent_capabilities": [], "resource_tenant": tenant_id, "delegation_depth": 0, "delegation_chain": [],
+            "confirmation_given": False, "approval_id": "", "approver_id": "",
+            "risk_profile": {"max_risk": "UNSPECIFIED", "can_mutate": False, "can_external_write": False,
+                             "can_bulk_operate": False},
+            "override_reason": "", "subject_requester_id": "",
+        }
+        request = {"principal": principal, "action": {"type": ACTION_TYPE, "id": "administer_tenant"},
+                   "resource": uid("Tenant", tenant_id), "context": context}
+        try:
+            # The kill-switch policies read the board; they exempt this action, so an empty board is exact.
+            board = self._entities_with(state, _NO_SWITCHES)
+            effect, reasons, details = self._evaluate(request, board.with_added_json_str(json.dumps(extra),
+                                                                                          self._schema))
+        except Exception as exc:  # fail closed on anything, including bugs
+            _log.exception("tenant administration decision failed; denying")
+            return self._decide(Effect.DENY, (ENGINE_ERROR,), details=(repr(exc),), version=state.version)
+        return self._decide(effect, reasons, details=details, version=state.version)
 
     # -- evaluation -------------------------------------------------------
 
     def _evaluate(
-        self, request: AuthorizationRequest, switches: _KillSwitches
+        self, cedar_request: JsonObject, entities: cedarpy.Entities
     ) -> tuple[Effect, tuple[str, ...], tuple[str, ...]]:
-        entities = self._entities_with(switches)
-        cedar_request = _cedar_request(request)
         first = self._run(cedar_request, self._policy_set, entities)
         if first.decision not in (cedarpy.Decision.Allow, cedarpy.Decision.Deny):
             # The request could not even be built (cedarpy reports why in errors).
@@ -381,15 +465,15 @@ class PolicyEngine:
             return Effect.HUMAN_APPROVAL_REQUIRED, first.reasons, ()
         return Effect.CONFIRMATION_REQUIRED, first.reasons, ()
 
-    def _entities_with(self, switches: _KillSwitches) -> cedarpy.Entities:
-        """The static entities plus the kill-switch board for ``switches``.
+    def _entities_with(self, state: _State, switches: _KillSwitches) -> cedarpy.Entities:
+        """The state's entities plus the kill-switch board for ``switches``.
 
-        Switches change rarely, so the last board is cached: rebuilding costs
-        one copy of the static graph, paid only when the active set changes.
+        Switches (and tenants) change rarely, so the last board is cached: rebuilding
+        costs one copy of the static graph, paid only when either changes.
         """
         cached = self._board  # one read: another thread may replace it
-        if cached is not None and cached[0] == switches:
-            return cached[1]
+        if cached is not None and cached[0] is state and cached[1] == switches:
+            return cached[2]
         board = {
             "uid": uid("KillSwitchBoard", "active"),
             "attrs": {
@@ -400,8 +484,8 @@ class PolicyEngine:
             },
             "parents": [],
         }
-        entities = self._entities.with_added_json_str(json.dumps([board]), self._schema)
-        self._board = (switches, entities)
+        entities = state.entities.with_added_json_str(json.dumps([board]), self._schema)
+        self._board = (state, switches, entities)
         return entities
 
     def _run(self, cedar_request: JsonObject, policy_set: cedarpy.PolicySet, entities: cedarpy.Entities) -> _Outcome:
@@ -414,7 +498,8 @@ class PolicyEngine:
             errors=tuple(diagnostics.errors),
         )
 
-    def _decide(self, effect: Effect, reasons: tuple[str, ...], *, details: tuple[str, ...] = ()) -> Decision:
+    def _decide(self, effect: Effect, reasons: tuple[str, ...], *, details: tuple[str, ...] = (),
+                version: str) -> Decision:
         parts = [f"{code}: {self.describe(code)}" for code in reasons]
         explanation = f"{effect.value}: " + "; ".join(parts)
         if details:
@@ -423,7 +508,7 @@ class PolicyEngine:
             decision_id=self._new_decision_id(),
             effect=effect,
             reason_codes=reasons,
-            policy_version=self._version,
+            policy_version=version,
             explanation=explanation,
         )
 
@@ -502,7 +587,7 @@ def _policy_set(static_policies: Mapping[str, JsonObject]) -> cedarpy.PolicySet:
     return cedarpy.PolicySet.from_json_str(json.dumps(document))
 
 
-def _digest(texts: Mapping[str, str], schema_text: str, data: bytes, *, schema_name: str) -> str:
+def _digest(texts: Mapping[str, str], schema_text: str, data: bytes, *, schema_name: str, tenants: bytes) -> str:
     # Names are hashed with the contents and every part is length-prefixed, so
     # moving text between files or renaming a file changes the version.
     sha = hashlib.sha256()
@@ -516,6 +601,7 @@ def _digest(texts: Mapping[str, str], schema_text: str, data: bytes, *, schema_n
         part(f"policy:{name}", texts[name].encode())
     part(f"schema:{schema_name}", schema_text.encode())
     part(f"data:{DATA_FILE}", data)
+    part("tenants", tenants)
     return "sha256:" + sha.hexdigest()
 
 
@@ -532,6 +618,9 @@ class _KillSwitches:
     tenants: frozenset[str]
     agents: frozenset[str]
     capabilities: frozenset[str]
+
+
+_NO_SWITCHES = _KillSwitches(False, frozenset(), frozenset(), frozenset())
 
 
 def _parse_kill_switches(keys: Iterable[str]) -> _KillSwitches:

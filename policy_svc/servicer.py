@@ -1,9 +1,9 @@
-"""PolicyService over gRPC: unpacks requests, calls the engine, packs decisions.
+"""PolicyService and TenantService over gRPC: unpack requests, call the engine or the tenant directory.
 
 Thin by design: every rule lives in Cedar policies and data, every check of a
-request in the engine. Authorize is not audited here — the capability runtime
-records each decision it acts on, durably, with the delegation chain — but
-every kill-switch change is.
+request in the engine (and, for tenants, in policy_svc.tenants). Authorize is
+not audited here — the capability runtime records each decision it acts on,
+durably, with the delegation chain — but every kill-switch and tenant change is.
 """
 
 from __future__ import annotations
@@ -21,10 +21,13 @@ from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import policy_service_pb2 as pb
 from agentmesh.v1 import policy_service_pb2_grpc as pb_grpc
+from agentmesh.v1 import tenant_service_pb2 as tenant_pb2
+from agentmesh.v1 import tenant_service_pb2_grpc as tenant_grpc
 from policy_svc import model
 from policy_svc.engine import PolicyEngine
 from policy_svc.errors import InvalidRequestError, KillSwitchStoreError, PolicyError
 from policy_svc.kill_switches import KillSwitchStore
+from policy_svc.tenants import AdministrationDenied, TenantDirectory, TenantNotConfigured
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +104,8 @@ def _switch(s: model.KillSwitch) -> pb.KillSwitch:
 ERRORS: errors.ErrorTable = [
     (InvalidRequestError, errors.InvalidArgument),
     (KillSwitchStoreError, errors.Unavailable),
+    (TenantNotConfigured, errors.NotFound),
+    (AdministrationDenied, errors.PermissionDenied),
 ]
 """Policy-domain errors and their gRPC statuses; a decision is never an error."""
 
@@ -174,3 +179,33 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
     ) -> pb.GetPolicyInfoResponse:
         info = self._engine.info()
         return pb.GetPolicyInfoResponse(policy_version=info.policy_version, policy_ids=list(info.policy_ids))
+
+
+class TenantServicer(tenant_grpc.TenantServiceServicer):
+    """ApplyTenants, GetTenant, ListTenants over the :class:`~policy_svc.tenants.TenantDirectory`."""
+
+    def __init__(self, directory: TenantDirectory) -> None:
+        self._directory = directory
+
+    def ApplyTenants(self, request: tenant_pb2.ApplyTenantsRequest,
+                     context: grpc.ServicerContext) -> tenant_pb2.ApplyTenantsResponse:
+        try:
+            applied, version = self._directory.apply(list(request.tenants), transport.caller_id(context))
+        except AdministrationDenied as err:
+            raise errors.recorded(_mesh_error(err)) from err  # recorded by the directory, with its decision
+        except PolicyError as err:
+            raise _mesh_error(err) from err
+        return tenant_pb2.ApplyTenantsResponse(
+            results=[tenant_pb2.AppliedTenant(tenant=a.tenant, change=a.change) for a in applied],
+            policy_version=version)
+
+    def GetTenant(self, request: tenant_pb2.GetTenantRequest,
+                  context: grpc.ServicerContext) -> tenant_pb2.GetTenantResponse:
+        try:
+            return tenant_pb2.GetTenantResponse(tenant=self._directory.get(request.tenant_id))
+        except PolicyError as err:
+            raise _mesh_error(err) from err
+
+    def ListTenants(self, request: tenant_pb2.ListTenantsRequest,
+                    context: grpc.ServicerContext) -> tenant_pb2.ListTenantsResponse:
+        return tenant_pb2.ListTenantsResponse(tenants=self._directory.all())

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 import grpc
 
 from agentmesh import spiffe
+from agentmesh.clock import mesh_today
 from agentmesh.service import ServiceContext, ServiceSpec, StartupError, base_parser, knows_peer, run
 from agentmesh.v1 import capability_service_pb2_grpc as capability_grpc
 from agentmesh.v1 import model_service_pb2_grpc as model_grpc
@@ -39,6 +41,8 @@ def spec(args: argparse.Namespace) -> ServiceSpec:
         delay_ms = args.fixed_delay_ms if args.fixed_delay_ms is not None else ctx.config.specialist_delay_ms
         delay_s = delay_ms / 1000.0
         stub = capability_grpc.CapabilityServiceStub(ctx.channel("capability"))
+        # The rules measure "already ended" by the mesh's date (config `today`, else the host's UTC date).
+        running = dataclasses.replace(agent, today=mesh_today(ctx.config))
         # The same recorder (and outbox) as the caller table's refusals at this agent's door.
         audit = ctx.audit() if knows_peer(ctx.config, "audit") else None
         ctx.require_peer("capability")  # an agent acts only through capabilities
@@ -47,7 +51,7 @@ def spec(args: argparse.Namespace) -> ServiceSpec:
         models = model_grpc.ModelServiceStub(ctx.channel("model")) \
             if agent.rules.models and knows_peer(ctx.config, "model") else None
         specialist_grpc.add_SpecialistServiceServicer_to_server(
-            SpecialistServicer(agent, stub, fixed_delay_s=delay_s, audit=audit, models=models), server)
+            SpecialistServicer(running, stub, fixed_delay_s=delay_s, audit=audit, models=models), server)
 
     return ServiceSpec(agent.agent_id, identity, SERVICES, register)
 

@@ -10,7 +10,7 @@ the manifest's ``output_schema`` and stamps ids, time and versions (§58).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -24,7 +24,7 @@ from agentmesh import errors
 from agentmesh.v1 import common_pb2
 from specialist_svc.agents import RULES, AgentRules
 from specialist_svc.phrases import speaking
-from specialist_svc.rules import CapabilityClient, ModelPort, TaskInputInvalid, plain
+from specialist_svc.rules import CapabilityClient, ModelPort, TaskContext, TaskInputInvalid, plain
 from supervisor_svc.registry import AgentEntry, AgentManifest, default_agents_dir, load_manifests
 
 __all__ = ["RUNTIME_VERSION", "SpecialistAgent", "UnknownAgent"]
@@ -51,10 +51,13 @@ class SpecialistAgent:
     manifest: AgentManifest
     rules: AgentRules
     clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)
-    """Stamps ``completed_at`` only; the rules themselves read no clock."""
+    """Stamps ``completed_at``; the rules themselves read no clock."""
+    today: Callable[[], dt.date] = lambda: dt.datetime.now(dt.UTC).date()
+    """The mesh's date the rules measure "already ended" by (``MeshConfig.today``, see agentmesh.clock)."""
 
     @classmethod
-    def load(cls, agent_id: str, agents_dir: Path | None = None) -> SpecialistAgent:
+    def load(cls, agent_id: str, agents_dir: Path | None = None,
+             today: Callable[[], dt.date] | None = None) -> SpecialistAgent:
         """The agent named ``agent_id`` from the supervisor's manifests (read-only).
 
         Raises:
@@ -71,7 +74,7 @@ class SpecialistAgent:
         if missing:
             raise UnknownAgent(f"agent {agent_id!r}: its rules call {', '.join(missing)}, which its manifest "
                                f"({manifest.source}) does not register")
-        return cls(manifest, rules)
+        return cls(manifest, rules, today=today) if today is not None else cls(manifest, rules)
 
     @cached_property
     def _input_validator(self) -> Draft202012Validator:
@@ -110,11 +113,14 @@ class SpecialistAgent:
         return data
 
     def run(self, task: common_pb2.AgentTask, client: CapabilityClient,
+            handoffs: Sequence[common_pb2.HandoffOutcome] = (), *, again: bool = False,
             models: ModelPort | None = None) -> common_pb2.AgentResult:
         """Runs the rules on one task and returns the stamped result.
 
-        ``models`` reaches the rules of an agent that uses a model (``AgentRules.models``); None
-        (no model service) lets them run without, deterministic rules only.
+        ``handoffs`` (with ``again``): the task is called again after it answered WAITING, with the
+        outcome of each handoff it asked for. A WAITING result is not an answer, so it is not checked
+        against the output schema. ``models`` reaches the rules of an agent that uses a model
+        (``AgentRules.models``); None (no model service) lets them run without, deterministic rules only.
 
         Raises:
             agentmesh.errors.InvalidArgument: the input breaks the schema or lacks what the rules need.
@@ -122,14 +128,16 @@ class SpecialistAgent:
                 manifest's ``output_schema`` (a bug; nothing half-right is returned).
         """
         data = self.task_input(task)
+        context = TaskContext(today=self.today(), handoffs={h.action_id: h for h in handoffs},
+                              again=again or bool(handoffs))
         try:
             with speaking(task.locale):  # statements in the user's language
-                result = self.rules.run(data, client, models=models) if self.rules.models \
-                    else self.rules.run(data, client)
+                result = self.rules.run(data, client, context, models=models) if self.rules.models \
+                    else self.rules.run(data, client, context)
         except TaskInputInvalid as err:
             field = f"task.input.{err.field}"
             raise errors.InvalidArgument(str(err), reason="TASK_INPUT_INVALID", field=field) from err
-        if result.status != common_pb2.RESULT_STATUS_FAILED:
+        if result.status not in (common_pb2.RESULT_STATUS_FAILED, common_pb2.RESULT_STATUS_WAITING):
             produced = plain(json_format.MessageToDict(result.result))
             for error in self._output_validator.iter_errors(produced):
                 raise errors.Internal(f"result breaks {self.agent_id}'s output schema: {error.message}",

@@ -38,7 +38,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
 from google.protobuf import struct_pb2
@@ -52,13 +52,18 @@ __all__ = [
     "AgentFailed",
     "CallFailure",
     "CapabilityClient",
+    "ContextRuleFn",
     "ModelAnswer",
     "ModelInput",
     "ModelPort",
     "ResultBuilder",
     "RuleFn",
+    "TaskContext",
     "TaskInputInvalid",
     "classify",
+    "handoff",
+    "handoff_failure",
+    "waiting",
     "is_id",
     "iso_date",
     "parallel_map",
@@ -142,6 +147,58 @@ and ``error_reason``; ids, timestamps and versions are stamped by the caller.
 """
 
 
+@dataclass(frozen=True)
+class TaskContext:
+    """What rules may know besides the task input: the mesh's date and the outcomes of their handoffs."""
+
+    today: dt.date
+    """The mesh's date (``MeshConfig.today``, else the host's UTC date): what "already ended" is measured by."""
+    handoffs: Mapping[str, common_pb2.HandoffOutcome] = field(default_factory=dict)
+    """When the task is called again after a WAITING answer: each requested handoff's outcome, by ``action_id``."""
+    again: bool = False
+    """Whether this call follows a WAITING answer (then every handoff asked for has its outcome here)."""
+
+
+ContextRuleFn = Callable[..., common_pb2.AgentResult]
+"""Rules that also read the :class:`TaskContext` (the mesh's date, handoff outcomes):
+``(task_input, client, context)``, plus ``models`` by keyword for an agent that uses a model."""
+
+
+def handoff(action_id: str, target_agent_id: str, *, purpose: str, required_capabilities: Sequence[str],
+            input: Mapping[str, Any], reason: str) -> common_pb2.RequestedAction:
+    """A handoff request (PRD §20): the supervisor decides whether it runs, and projects ``input`` for
+    ``target_agent_id`` and ``purpose`` (only what that projection allows reaches the target)."""
+    action = common_pb2.RequestedAction(action="handoff", target_agent_id=target_agent_id, reason=reason,
+                                        action_id=action_id)
+    action.parameters.CopyFrom(_struct({"purpose": purpose, "required_capabilities": list(required_capabilities),
+                                        "input": dict(input)}))
+    return action
+
+
+def waiting(*requests: common_pb2.RequestedAction) -> common_pb2.AgentResult:
+    """A WAITING result: the task cannot finish before the supervisor returns the outcome of ``requests``.
+
+    Not an answer: ``result`` is an UNKNOWN verdict with no subjects, and nothing else is reported.
+    """
+    result = common_pb2.AgentResult(status=common_pb2.RESULT_STATUS_WAITING)
+    result.result.CopyFrom(_struct({"verdict": Verdict.UNKNOWN.value, "subjects": {}}))
+    result.requested_actions.extend(requests)
+    return result
+
+
+def handoff_failure(outcome: common_pb2.HandoffOutcome | None) -> str:
+    """Why a handoff brought no usable result (``""`` when it did): REFUSED / FAILED with the reason,
+    or the target's own result FAILED. Codes only, from the supervisor and the target, never source text."""
+    if outcome is None:
+        return "HANDOFF_OUTCOME_MISSING"
+    if outcome.state == common_pb2.HANDOFF_STATE_COMPLETED:
+        if outcome.result.status == common_pb2.RESULT_STATUS_FAILED:
+            return f"HANDOFF_RESULT_FAILED: {outcome.result.error_reason.split(':', 1)[0]}"
+        return ""
+    state = common_pb2.HandoffState.Name(outcome.state).removeprefix("HANDOFF_STATE_")
+    return f"HANDOFF_{state}: {outcome.reason.split(':', 1)[0]}"
+
+
 class TaskInputInvalid(ValueError):
     """The task input lacks what the rules need; ``field`` names it."""
 
@@ -181,6 +238,8 @@ _SYSTEMS = {
     "workPermit.release": "PERMIT_REGISTRY",
     "risk.evaluate": "RISK_REGISTER",
     "compliance.getChecklist": "COMPLIANCE_REGISTRY",
+    "employee.get": "HR_REGISTRY",
+    "medical.getEligibility": "OCCUPATIONAL_HEALTH",
     "knowledge.search": "KNOWLEDGE",
 }
 _MALFORMED_REASONS = frozenset({
@@ -460,6 +519,14 @@ def require_str(data: Mapping[str, Any], name: str) -> str:
     value = data.get(name)
     if not isinstance(value, str) or not value:
         raise TaskInputInvalid("a non-empty string is required", field=name)
+    return value
+
+
+def require_id(data: Mapping[str, Any], name: str) -> str:
+    """A required record id input field (see :func:`is_id`)."""
+    value = require_str(data, name)
+    if not is_id(value):
+        raise TaskInputInvalid("not a record id", field=name)
     return value
 
 

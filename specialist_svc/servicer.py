@@ -28,6 +28,10 @@ Each of those refusals is recorded in the audit log (ACCESS_DENIED, DENIED,
 reason codes starting with the reason), under this agent's identity, through
 the durable outbox: the refusal stands whether or not audit is up.
 
+What the process receives is logged at DEBUG (logger ``specialist_svc.received``; the config's
+``log_levels`` sets a process's level): each task's input and each capability answer, as canonical
+JSON — the agent's least context, as it arrived, for whoever must check it (PRD §23-25).
+
 A task stops when its call ends: when the supervisor cancels the RunTask (a
 cancelled execution), or the call is gone (its deadline passed, the
 supervisor died), gRPC ends the server context, and the agent makes no
@@ -61,6 +65,14 @@ from specialist_svc.rules import CapabilityClient
 __all__ = ["SpecialistServicer", "StopWhenCallEnds"]
 
 log = logging.getLogger(__name__)
+received = logging.getLogger("specialist_svc.received")
+"""What arrived at this agent (task inputs, capability answers), at DEBUG only."""
+
+
+def _json(value: Any) -> str:
+    import json
+
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
 class StopWhenCallEnds:
@@ -79,7 +91,10 @@ class StopWhenCallEnds:
             self.stopped = True
             raise errors.Aborted(f"the task was cancelled or its caller is gone; {capability_id} was not called",
                                  reason="TASK_CANCELLED")
-        return self._client.call(capability_id, input, idempotency_key)
+        output, evidence = self._client.call(capability_id, input, idempotency_key)
+        if received.isEnabledFor(logging.DEBUG):
+            received.debug("capability %s answered: %s", capability_id, _json(output))
+        return output, evidence
 
 
 def check_grant(agent: SpecialistAgent, task: common_pb2.AgentTask,
@@ -146,7 +161,9 @@ class SpecialistServicer(pb_grpc.SpecialistServiceServicer):
         if not task.task_id:
             raise errors.InvalidArgument("task.task_id is required", reason="MISSING_FIELD", field="task.task_id")
         grant = check_grant(self._agent, task, request.grant)
-        self._agent.task_input(task)  # refuse a bad input before waiting or calling anything
+        data = self._agent.task_input(task)  # refuse a bad input before waiting or calling anything
+        if received.isEnabledFor(logging.DEBUG):
+            received.debug("task %s received input: %s", task.task_id, _json(data))
         return grant
 
     def _record_refusal(self, request: pb.RunTaskRequest, err: errors.MeshError, caller: str) -> bool:
@@ -188,7 +205,8 @@ class SpecialistServicer(pb_grpc.SpecialistServiceServicer):
         attributes: dict[str, Any] = {"agentmesh.agent_id": self._agent.agent_id, "agentmesh.task_id": task.task_id}
         with telemetry.mesh_ids(execution_id=trace.execution_id, correlation_id=trace.correlation_id), \
                 telemetry.tracer(__name__).start_as_current_span("AgentTask", attributes=attributes):
-            result = self._agent.run(task, client, model_client)
+            result = self._agent.run(task, client, request.handoff_outcomes,
+                                     again=len(request.handoff_outcomes) > 0, models=model_client)
         if model_client is not None:
             usage = model_client.usage
             if usage.calls or usage.exhausted_reason:

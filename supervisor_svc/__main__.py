@@ -18,8 +18,8 @@ from agentmesh.v1 import capability_service_pb2_grpc as cap_grpc
 from agentmesh.v1 import decision_center_service_pb2_grpc as dc_grpc
 from agentmesh.v1 import supervisor_service_pb2_grpc as supervisor_grpc
 from supervisor_svc.actions import ReleaseActions
-from supervisor_svc.aggregation import EvidencePolicy
 from supervisor_svc.decision_center import DecisionCenter
+from supervisor_svc.definitions import DomainCatalog, projection_config
 from supervisor_svc.dispatch import TaskDispatcher
 from supervisor_svc.errors import SupervisorError
 from supervisor_svc.events import EventHandler
@@ -37,10 +37,11 @@ from supervisor_svc.servicer import (
     GrpcAuthorizer,
     GrpcModels,
     GrpcSpecialists,
+    PolicyTenants,
     SupervisorServicer,
     dependency_checker,
 )
-from supervisor_svc.tenants import TenantDirectory
+from supervisor_svc.tenants import load_limit_defaults
 
 SERVICES = ("agentmesh.v1.SupervisorService", "agentmesh.v1.AgentRegistryService",
             "agentmesh.v1.DecisionCenterService")
@@ -62,11 +63,18 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
                            f"{errors.from_rpc_error(err).message}") from err
     try:
         registry = AgentRegistry(ctx.data_dir / "supervisor-agents.db", dependency_checker=dependency_checker(caps))
-        tenants = TenantDirectory.load()
-        tenants.check_agents({e.agent_id for e in registry.list()})
-        projector = Projector(ProjectionConfig.load())
-        evidence = EvidencePolicy.load()
-        catalogue = IntentCatalogue.load()
+        # Tenants are data in the policy engine's tenant directory, read for every execution; the
+        # platform's default limits are this file.
+        tenants = PolicyTenants(ctx.channel("policy"), load_limit_defaults(), ctx.config.call_timeout_s)
+        known = {e.agent_id for e in registry.list()}
+        # Every domain definition, validated completely before anything runs (errors name file:line:field).
+        platform_projections = ProjectionConfig.load()
+        domains = DomainCatalog.load(sensitive_fields=platform_projections.sensitive_fields)
+        unknown = sorted(domains.agents() - known)
+        if unknown:
+            raise SupervisorError(f"the domain definitions name agents the registry does not know: "
+                                  f"{', '.join(unknown)}", reason="CONFIG_REFERENCE_INVALID")
+        projector = Projector(projection_config(domains, platform_projections))
     except SupervisorError as err:
         raise StartupError(f"{err.reason}: {err.message}") from err
     url = ctx.config.database_url
@@ -81,7 +89,8 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
     # With a model service, a request the rules do not understand may be classified by a model.
     models = knows_peer(ctx.config, "model")
     specialists = GrpcSpecialists(ctx.channel, timeout_s=ctx.config.call_timeout_s, model_service=models)
-    intents = IntentClassifier(catalogue, GrpcModels(ctx.channel("model"), ctx.config.call_timeout_s)) \
+    intents = IntentClassifier(IntentCatalogue.of(domains),
+                               GrpcModels(ctx.channel("model"), ctx.config.call_timeout_s)) \
         if models else None
     authorize = GrpcAuthorizer(ctx.channel("policy"), ctx.config.call_timeout_s)
     dispatcher = TaskDispatcher(identity=ctx.identity, registry=registry, signer=signer, specialists=specialists,
@@ -89,15 +98,17 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
                                 resources=projector.resource_rules)
     actions = ReleaseActions(store=store, dispatcher=dispatcher, authorize=authorize,
                              capabilities={c.capability_id: c for c in caps},
-                             confirmation_ttl_s=ctx.config.confirmation_ttl_s)
+                             confirmation_ttl_s=ctx.config.confirmation_ttl_s, domains=domains)
     orchestrator = Orchestrator(
         identity=ctx.identity, registry=registry, selector=selector, tenants=tenants, projector=projector,
-        evidence=evidence, store=store, signer=signer, specialists=specialists, audit=audit,
+        store=store, signer=signer, specialists=specialists, audit=audit,
         verify_assertion=functools.partial(assertion.verify, key=idp_key), authorize=authorize,
-        task_timeout_s=ctx.config.task_timeout_s, actions=actions, revoker=specialists, intents=intents)
+        task_timeout_s=ctx.config.task_timeout_s, actions=actions, revoker=specialists, domains=domains,
+        intents=intents)
     center = DecisionCenter(store=store, actions=actions, authorize=authorize, dispatcher=dispatcher,
-                            visible=orchestrator.visible, snapshot=orchestrator.snapshot)
-    events = EventHandler(store=store, dispatcher=dispatcher, tenants=tenants)
+                            visible=orchestrator.visible, snapshot=orchestrator.snapshot, domains=domains,
+                            continue_past_limit=orchestrator.continue_past_limit)
+    events = EventHandler(store=store, dispatcher=dispatcher, tenants=tenants, domains=domains)
     orchestrator.end_interrupted()
     ctx.on_stop(orchestrator.close)
     ctx.on_stop(store.close)

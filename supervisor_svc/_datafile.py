@@ -113,14 +113,18 @@ def load_document(path: Path, *, error: type[ConfigError] = ConfigError) -> Docu
 
 
 def validation_error(
-    exc: pydantic.ValidationError, doc: Document, file: str, *, error: type[ConfigError] = ConfigError
+    exc: pydantic.ValidationError, doc: Document, file: str, *, error: type[ConfigError] = ConfigError,
+    prefix: PathKey = (),
 ) -> ConfigError:
-    """The first pydantic violation as a ConfigError naming file, field and line."""
+    """The first pydantic violation as a ConfigError naming file, field and line.
+
+    ``prefix`` is where the validated data sits in the document (a section of a larger file).
+    """
     first = exc.errors()[0]
     raw_loc = [p for p in first["loc"] if isinstance(p, str | int)]
     # pydantic marks a bad mapping *key* with a trailing "[key]" segment.
     is_key = bool(raw_loc) and raw_loc[-1] == "[key]"
-    loc = tuple(raw_loc[:-1] if is_key else raw_loc)
+    loc = (*prefix, *(raw_loc[:-1] if is_key else raw_loc))
     message = f"invalid key: {first['msg']}" if is_key else first["msg"]
     if first["type"] == "extra_forbidden":
         message = "unknown field"

@@ -1,4 +1,12 @@
-"""The release (PRD §67, §73): decision → policy → human approval → the user's confirmation → release → verification.
+"""An intent's action, e.g. the release (PRD §67, §73): decision → policy → human approval → the user's
+confirmation → the action → verification.
+
+What the action is comes from the domain definition (``actions`` of
+``supervisor_svc/domains/*.yaml``, :class:`~supervisor_svc.definitions.ActionDef`):
+its capability, the agent that performs it, the resource it acts on, its
+arguments and the task's input, and the result field that says it was read
+back. The work-permit domain's is the release, ``workPermit.release`` by the
+work-permit agent; the text below speaks of it.
 
 When the user asks for the release ("... e libere se estiver tudo correto",
 or ``request_release``), the finished analysis proposes ``workPermit.release``
@@ -67,6 +75,7 @@ from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
 from agentmesh.v1 import policy_service_pb2 as policy_pb2
 from agentmesh.v1 import supervisor_service_pb2 as pb
 from supervisor_svc import executions
+from supervisor_svc.definitions import ActionDef, DomainCatalog, default_catalog
 from supervisor_svc.dispatch import Actor, Dispatched, TaskDispatcher, close_stored_delegations, now_ts
 from supervisor_svc.executions import ExecutionStore
 from supervisor_svc.privacy import not_found
@@ -74,8 +83,6 @@ from supervisor_svc.recording import AUDIT_UNAVAILABLE
 
 log = logging.getLogger(__name__)
 
-RELEASE_CAPABILITY = "workPermit.release"
-RELEASE_AGENT = "work-permit-agent"
 DEFAULT_CONFIRMATION_TTL_S = 300
 
 Authorizer = Callable[[policy_pb2.AuthorizeRequest], policy_pb2.AuthorizeResponse]
@@ -99,12 +106,22 @@ DEFAULT_RETRY_S = 5.0
 
 _UNKNOWN_CODES = ("UNAVAILABLE", "DEADLINE_EXCEEDED")
 """A dispatch that failed with these never got an answer from the capability service."""
-_UNKNOWN_REASONS = ("IDEMPOTENCY_KEY_IN_FLIGHT", "RELEASE_OUTCOME_UNKNOWN", "RELEASE_NOT_VERIFIED",
-                    "GOVERNANCE_UNAVAILABLE")
-"""What the work-permit agent says when the release may have taken effect, or when it was not decided yet."""
+_UNKNOWN_REASONS = ("IDEMPOTENCY_KEY_IN_FLIGHT", OUTCOME_UNKNOWN)
+"""What any agent says when the action may have taken effect, or was not decided yet (the definition adds its own)."""
 
 
-def _verdict(done: Dispatched, may_have_happened: bool) -> str:
+def _effect(result: common_pb2.AgentResult | None, action: ActionDef) -> dict[str, Any]:
+    """The effect record the agent reports (``result.release``), or ``{}``."""
+    if result is None or action.effect_field not in result.result.fields:
+        return {}
+    value = result.result.fields[action.effect_field]
+    if value.WhichOneof("kind") != "struct_value":
+        return {}
+    out: dict[str, Any] = json_format.MessageToDict(value.struct_value)
+    return out
+
+
+def _verdict(done: Dispatched, may_have_happened: bool, action: ActionDef) -> str:
     """What one attempt says: SUCCEEDED (read back RELEASED), FAILED (a definite answer) or UNKNOWN.
 
     UNKNOWN is anything that does not say what the permit is: the agent or the capability service
@@ -116,13 +133,16 @@ def _verdict(done: Dispatched, may_have_happened: bool) -> str:
     if result is None:
         transient = done.failure.split(" ", 1)[0].split(":", 1)[0] in _UNKNOWN_CODES
         return UNKNOWN if (transient or done.timed_out or done.started or may_have_happened) else FAILED
-    if result.status != common_pb2.RESULT_STATUS_FAILED and "release" in result.result.fields:
-        release = json_format.MessageToDict(result.result.fields["release"].struct_value)
-        if release.get("verified") is True:
-            return SUCCEEDED
-    if any(reason in result.error_reason for reason in _UNKNOWN_REASONS):
+    if result.status != common_pb2.RESULT_STATUS_FAILED and _verified(result, action):
+        return SUCCEEDED
+    if any(reason in result.error_reason for reason in (*_UNKNOWN_REASONS, *action.unknown_codes)):
         return UNKNOWN
     return FAILED
+
+
+def _verified(result: common_pb2.AgentResult, action: ActionDef) -> bool:
+    """Whether the agent read the effect back (the definition's ``verified`` field is true)."""
+    return _effect(result, action).get(action.verified.split(".", 1)[1]) is True
 
 
 def token_digest(token: str) -> str:
@@ -136,6 +156,24 @@ def _ts(moment: dt.datetime) -> Timestamp:
     return ts
 
 
+_NOTHING_WRITTEN = ("NOT_AUTHORISED", "GOVERNANCE_UNAVAILABLE", "CAPABILITY_REJECTED", "CAPABILITY_REFUSED",
+                    "AGENT_DISABLED", "AGENT_RETIRED", "AGENT_NOT_ACTIVE", "AGENT_NOT_FOUND")
+"""Error codes of a failed action that was refused before anything was written, whatever the domain: the
+governance refused the capability call, or the task was never dispatched (the definition adds its own)."""
+
+
+def action_effect(done: Dispatched, why: str, compensated: bool, action: ActionDef) -> pb.ActionEffect:
+    """What a failed action did to its resource: never "could not be restored" for one that wrote nothing."""
+    code = why.split(":", 1)[0].split(" ", 1)[0]
+    if done.result is None:
+        return pb.ACTION_EFFECT_UNKNOWN if done.started else pb.ACTION_EFFECT_NONE
+    if action.verification_failed_code and code == action.verification_failed_code:
+        return pb.ACTION_EFFECT_COMPENSATED if compensated else pb.ACTION_EFFECT_NOT_RESTORED
+    if code in _NOTHING_WRITTEN or code in action.nothing_written_codes:
+        return pb.ACTION_EFFECT_NONE
+    return pb.ACTION_EFFECT_UNKNOWN
+
+
 class ReleaseActions:
     """Proposes, gates, confirms and executes the release of a permit (see the module docstring)."""
 
@@ -143,10 +181,13 @@ class ReleaseActions:
                  capabilities: Mapping[str, cap_pb2.CapabilityDefinition],
                  confirmation_ttl_s: float = DEFAULT_CONFIRMATION_TTL_S,
                  clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
-                 settle_s: float = DEFAULT_SETTLE_S, pause_s: float = 0.5, retry_s: float = DEFAULT_RETRY_S) -> None:
+                 settle_s: float = DEFAULT_SETTLE_S, pause_s: float = 0.5, retry_s: float = DEFAULT_RETRY_S,
+                 domains: DomainCatalog | None = None) -> None:
         """``settle_s``: how long a release whose outcome is unknown is asked again (backoff from
         ``pause_s``, doubling up to 4 s) before it is left EXECUTING ``RELEASE_OUTCOME_UNKNOWN``;
-        ``retry_s``: how long it then waits before :meth:`settle_due` asks again."""
+        ``retry_s``: how long it then waits before :meth:`settle_due` asks again; ``domains``: where
+        each action's definition is found (by its capability), the shipped definitions by default."""
+        self._domains = domains or default_catalog()
         self._settle_s = settle_s
         self._pause_s = pause_s
         self._retry_s = retry_s
@@ -166,14 +207,27 @@ class ReleaseActions:
 
     # -- proposing -------------------------------------------------------------
 
-    def propose(self, ex: pb.Execution, user: assertion.UserIdentity, permit_id: str, ttl_s: int = 0) -> None:
-        """Attaches the release to a decided execution and moves it as far as it can go without a human."""
-        arguments = {"permit_id": permit_id,
-                     "reason": f"Release asked by {user.tenant_id}/{user.user_id} in execution {ex.execution_id}, "
-                               "after the team analysis recommended it"}
-        action = pb.ProposedAction(action_id=f"act-{uuid.uuid4().hex[:16]}", capability_id=RELEASE_CAPABILITY,
-                                   resource_id=permit_id,
-                                   action_digest=grants.action_digest(RELEASE_CAPABILITY, arguments))
+    def definition(self, ex: pb.Execution) -> ActionDef:
+        """The definition of an execution's proposed action (by its capability).
+
+        Raises:
+            agentmesh.errors.FailedPrecondition: ``ACTION_NOT_DEFINED`` — no domain defines it (any more).
+        """
+        found = self._domains.action(ex.action.capability_id)
+        if found is None:
+            raise errors.FailedPrecondition(f"no domain definition defines the action {ex.action.capability_id!r}",
+                                            reason="ACTION_NOT_DEFINED", field="capability_id")
+        return found
+
+    def propose(self, ex: pb.Execution, user: assertion.UserIdentity, spec: ActionDef,
+                subjects: Mapping[str, str], ttl_s: int = 0) -> None:
+        """Attaches the action to a decided execution and moves it as far as it can go without a human."""
+        resource_id = subjects[spec.subject]
+        values = {**subjects, "tenant": user.tenant_id, "user": user.user_id, "execution": ex.execution_id}
+        arguments = {k: t.render(values) for k, t in spec.arguments.items()}
+        action = pb.ProposedAction(action_id=f"act-{uuid.uuid4().hex[:16]}", capability_id=spec.capability,
+                                   resource_id=resource_id,
+                                   action_digest=grants.action_digest(spec.capability, arguments))
         action.arguments.update(arguments)
         ex.action.CopyFrom(action)
         self._store.add_action(action.action_id, ex.execution_id, user.to_context(), max(0, ttl_s))
@@ -185,8 +239,9 @@ class ReleaseActions:
                 review = dc_pb2.ReviewItem(
                     execution_id=ex.execution_id, tenant_id=ex.tenant_id, kind=dc_pb2.REVIEW_KIND_ACTION_APPROVAL,
                     status=dc_pb2.REVIEW_STATUS_OPEN, requester=user.user_id, analysis_decision=decision,
-                    summary=f"The analysis of permit {permit_id} requires a human review ({ex.reason}); approve or "
-                            "reject its release", created_at=now_ts(), updated_at=now_ts())
+                    summary=f"The analysis of {spec.resource_type} {resource_id} requires a human review "
+                            f"({ex.reason}); approve or reject its {spec.verb}", created_at=now_ts(),
+                    updated_at=now_ts())
                 review.action.CopyFrom(ex.action)
                 reviews = [self._store.add_review(review)]
             self._set(ex, pb.ACTION_STATE_AWAITING_APPROVAL,
@@ -198,7 +253,7 @@ class ReleaseActions:
             self._close(ex, pb.ACTION_STATE_NOT_ELIGIBLE,
                         f"DECISION_NOT_RECOMMENDED: the decision is "
                         f"{common_pb2.AnalysisDecision.Name(decision).removeprefix('ANALYSIS_DECISION_')}; "
-                        "a release needs RECOMMENDED_FOR_RELEASE")
+                        f"a {spec.verb} needs RECOMMENDED_FOR_RELEASE")
             return
         self.gate(ex)
 
@@ -228,6 +283,7 @@ class ReleaseActions:
             self._close(ex, pb.ACTION_STATE_DENIED, why)
             return
         ex.action.policy_decision.CopyFrom(decision)
+        spec = self.definition(ex)
         effect = decision.effect
         if effect == common_pb2.POLICY_EFFECT_HUMAN_APPROVAL_REQUIRED:
             if approval_review_id:
@@ -235,8 +291,8 @@ class ReleaseActions:
             review = dc_pb2.ReviewItem(
                 execution_id=ex.execution_id, tenant_id=ex.tenant_id, kind=dc_pb2.REVIEW_KIND_ACTION_APPROVAL,
                 status=dc_pb2.REVIEW_STATUS_OPEN, requester=record.user_id,
-                summary=f"Approve the release of permit {ex.action.resource_id}, asked by {record.user_id} "
-                        f"and recommended by the team analysis ({', '.join(decision.reason_codes)})",
+                summary=f"Approve the {spec.verb} of {spec.resource_type} {ex.action.resource_id}, asked by "
+                        f"{record.user_id} and recommended by the team analysis ({', '.join(decision.reason_codes)})",
                 analysis_decision=ex.decision, created_at=now_ts(), updated_at=now_ts())
             review.action.CopyFrom(ex.action)
             review.action.state = pb.ACTION_STATE_AWAITING_APPROVAL
@@ -246,7 +302,7 @@ class ReleaseActions:
             ex.status = pb.EXECUTION_STATUS_AWAITING_REVIEW
             self._dispatch.narrate(audit_pb2.AUDIT_EVENT_TYPE_REVIEW_CREATED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
                                  execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=ex.user_id,
-                                 reason_codes=[review_id, "ACTION_APPROVAL", f"{RELEASE_CAPABILITY}:"
+                                 reason_codes=[review_id, "ACTION_APPROVAL", f"{spec.capability}:"
                                                f"{ex.action.resource_id}"], analysis_decision=ex.decision,
                                  policy_decision=decision)
             return
@@ -261,15 +317,17 @@ class ReleaseActions:
 
     def _policy(self, ex: pb.Execution, requester: common_pb2.UserContext, approval_review_id: str,
                 approver: str) -> common_pb2.PolicyDecision:
-        definition = self._capabilities.get(RELEASE_CAPABILITY)
-        chain = [f"user:{requester.tenant_id}/{requester.user_id}", "svc:supervisor", f"agent:{RELEASE_AGENT}"]
+        spec = self.definition(ex)
+        definition = self._capabilities.get(spec.capability)
+        chain = [f"user:{requester.tenant_id}/{requester.user_id}", "svc:supervisor", f"agent:{spec.agent}"]
         request = policy_pb2.AuthorizeRequest(
             user=requester, actor_type=common_pb2.ACTOR_TYPE_USER,
-            agent=common_pb2.AgentPrincipal(agent_id=RELEASE_AGENT, execution_id=ex.execution_id,
+            agent=common_pb2.AgentPrincipal(agent_id=spec.agent, execution_id=ex.execution_id,
                                             delegation_chain=chain),
-            delegation_depth=2, capability_id=RELEASE_CAPABILITY,
+            delegation_depth=2, capability_id=spec.capability,
             capability_version=definition.version if definition else "",
-            resource=policy_pb2.ResourceRef(type="WorkPermit", id=ex.action.resource_id, tenant_id=ex.tenant_id),
+            resource=policy_pb2.ResourceRef(type=spec.policy_resource_type, id=ex.action.resource_id,
+                                            tenant_id=ex.tenant_id),
             context=policy_pb2.OperationContext(
                 confirmation_given=False, human_approval_id=approval_review_id, human_approver_id=approver,
                 # Unknown risk is treated as high by the policies (fail closed).
@@ -284,8 +342,9 @@ class ReleaseActions:
         (self._dispatch.govern if goes_on else self._dispatch.narrate)(
             audit_pb2.AUDIT_EVENT_TYPE_POLICY_DECISION,
             outcome=audit_pb2.AUDIT_OUTCOME_PENDING if goes_on else audit_pb2.AUDIT_OUTCOME_DENIED,
-            execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=requester.user_id, agent_id=RELEASE_AGENT,
-            capability_id=RELEASE_CAPABILITY, resource=f"permit:{ex.action.resource_id}", policy_decision=decision,
+            execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=requester.user_id, agent_id=spec.agent,
+            capability_id=spec.capability, resource=f"{spec.resource_type}:{ex.action.resource_id}",
+            policy_decision=decision,
             reason_codes=[common_pb2.PolicyEffect.Name(decision.effect), *decision.reason_codes,
                           *([f"approval={approval_review_id}", f"approver={approver}"] if approval_review_id else [])],
             input_digest=ex.action.action_digest)
@@ -299,12 +358,13 @@ class ReleaseActions:
         ex.action.confirmation_token = token
         ex.action.confirmation_expires_at.CopyFrom(_ts(expires))
         self._set(ex, pb.ACTION_STATE_AWAITING_CONFIRMATION,
-                  f"CONFIRMATION_REQUIRED: {record.user_id} must confirm the release of {ex.action.resource_id} "
+                  f"CONFIRMATION_REQUIRED: {record.user_id} must confirm the {self.definition(ex).verb} of "
+                  f"{ex.action.resource_id} "
                   f"before {expires.isoformat(timespec='seconds')}")
         ex.status = pb.EXECUTION_STATUS_AWAITING_CONFIRMATION
         self._dispatch.narrate(audit_pb2.AUDIT_EVENT_TYPE_CONFIRMATION, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
                              execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=record.user_id,
-                             resource=f"permit:{ex.action.resource_id}",
+                             resource=self._resource(ex.action.capability_id, ex.action.resource_id),
                              reason_codes=["CONFIRMATION_REQUESTED", record.action_id,
                                            f"expires={expires.isoformat(timespec='seconds')}",
                                            *([f"approval={ex.action.approval_review_id}",
@@ -333,11 +393,17 @@ class ReleaseActions:
 
     # -- confirming ------------------------------------------------------------
 
+    def _resource(self, capability_id: str, resource_id: str) -> str:
+        """``TYPE:ID`` of what an action acts on, for the audit record (``resource`` when no domain defines it)."""
+        spec = self._domains.action(capability_id)
+        return f"{spec.resource_type if spec else 'resource'}:{resource_id}"
+
     def _refuse(self, err: errors.MeshError, user: assertion.UserIdentity, execution_id: str,
-                resource_id: str) -> errors.MeshError:
+                resource_id: str, capability_id: str = "") -> errors.MeshError:
         self._dispatch.narrate(audit_pb2.AUDIT_EVENT_TYPE_CONFIRMATION, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
                              execution_id=execution_id, tenant_id=user.tenant_id, user_id=user.user_id,
-                             resource=f"permit:{resource_id}", reason_codes=[err.reason, err.message])
+                             resource=self._resource(capability_id, resource_id),
+                             reason_codes=[err.reason, err.message])
         return errors.recorded(err)
 
     @staticmethod
@@ -357,38 +423,41 @@ class ReleaseActions:
         with self.lock:
             ex = self._store.get(req.execution_id)
             if ex is None or ex.tenant_id != user.tenant_id:
-                raise self._refuse(not_found(req.execution_id), user, req.execution_id, req.resource_id)
+                raise self._refuse(not_found(req.execution_id), user, req.execution_id, req.resource_id,
+                                   req.capability_id)
             record = self._store.action(ex.execution_id)
             if record is None or not ex.HasField("action"):
                 raise self._refuse(errors.FailedPrecondition("the execution proposes no action",
                                                              reason="NO_PROPOSED_ACTION", field="execution_id"),
-                                   user, ex.execution_id, req.resource_id)
+                                   user, ex.execution_id, req.resource_id, req.capability_id)
+            # Refusals name what the execution's action acts on, whatever the request claims.
+            cap = ex.action.capability_id
             if not record.token_digest or not hmac.compare_digest(record.token_digest,
                                                                    token_digest(req.confirmation_token)):
                 raise self._refuse(errors.PermissionDenied(
                     "the confirmation token is not the one issued for this execution's action",
                     reason="CONFIRMATION_TOKEN_INVALID", field="confirmation_token"),
-                    user, ex.execution_id, req.resource_id)
+                    user, ex.execution_id, req.resource_id, cap)
             if user.user_id != record.user_id:
                 raise self._refuse(errors.PermissionDenied(
                     "only the user who asked for the action may confirm it", reason="CONFIRMATION_USER_MISMATCH",
-                    field="user_assertion"), user, ex.execution_id, req.resource_id)
+                    field="user_assertion"), user, ex.execution_id, req.resource_id, cap)
             for name, wanted in (("capability_id", ex.action.capability_id), ("resource_id", ex.action.resource_id)):
                 if getattr(req, name) != wanted:
                     raise self._refuse(errors.PermissionDenied(
                         f"the token confirms {ex.action.capability_id} on {ex.action.resource_id}, not "
                         f"{req.capability_id} on {req.resource_id}", reason="CONFIRMATION_ACTION_MISMATCH",
-                        field=name), user, ex.execution_id, req.resource_id)
+                        field=name), user, ex.execution_id, req.resource_id, cap)
             if record.state == executions.USED:
                 raise self._refuse(errors.FailedPrecondition("this confirmation token was already used",
                                                              reason="CONFIRMATION_ALREADY_USED",
                                                              field="confirmation_token"),
-                                   user, ex.execution_id, req.resource_id)
+                                   user, ex.execution_id, req.resource_id, cap)
             if record.state != executions.PENDING_CONFIRMATION:
                 raise self._refuse(errors.FailedPrecondition(
                     f"the action no longer waits for a confirmation ({record.state})",
                     reason="CONFIRMATION_NOT_PENDING", field="confirmation_token"),
-                    user, ex.execution_id, req.resource_id)
+                    user, ex.execution_id, req.resource_id, cap)
             if record.expires_at is None or self._clock() >= record.expires_at:
                 self._store.spend(record.action_id, executions.EXPIRED)
                 self._close(ex, pb.ACTION_STATE_EXPIRED, "CONFIRMATION_EXPIRED: the confirmation was not given "
@@ -396,14 +465,14 @@ class ReleaseActions:
                 self._store.save(ex)
                 raise self._refuse(errors.FailedPrecondition(
                     "the confirmation expired; ask for the release again", reason="CONFIRMATION_EXPIRED",
-                    field="confirmation_token"), user, ex.execution_id, req.resource_id)
+                    field="confirmation_token"), user, ex.execution_id, req.resource_id, cap)
             with telemetry.mesh_ids(execution_id=ex.execution_id, correlation_id=ex.trace.correlation_id):
                 if not req.decline:
                     # The confirmation is what lets the release run: durable before the token is spent.
                     self._dispatch.govern(
                         audit_pb2.AUDIT_EVENT_TYPE_CONFIRMATION, outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS,
                         execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=user.user_id,
-                        resource=f"permit:{req.resource_id}",
+                        resource=self._resource(ex.action.capability_id, req.resource_id),
                         reason_codes=["CONFIRMATION_GIVEN", record.action_id,
                                       *([f"approval={ex.action.approval_review_id}",
                                          f"approver={ex.action.approved_by}"] if ex.action.approval_review_id else [])],
@@ -412,14 +481,14 @@ class ReleaseActions:
                     raise self._refuse(errors.FailedPrecondition("this confirmation token was already used",
                                                                  reason="CONFIRMATION_ALREADY_USED",
                                                                  field="confirmation_token"),
-                                       user, ex.execution_id, req.resource_id)
+                                       user, ex.execution_id, req.resource_id, cap)
                 if req.decline:
                     # Saying no stops the action: it does not wait for audit.
                     self._close(ex, pb.ACTION_STATE_DECLINED, f"DECLINED: {user.user_id} said no; nothing was changed")
                     self._dispatch.narrate(audit_pb2.AUDIT_EVENT_TYPE_CONFIRMATION,
                                            outcome=audit_pb2.AUDIT_OUTCOME_FAILURE, execution_id=ex.execution_id,
                                            tenant_id=ex.tenant_id, user_id=user.user_id,
-                                           resource=f"permit:{req.resource_id}",
+                                           resource=self._resource(ex.action.capability_id, req.resource_id),
                                            reason_codes=["CONFIRMATION_DECLINED", record.action_id])
                     self._finish(ex, "ACTION_DECLINED")
                     return ex
@@ -471,7 +540,7 @@ class ReleaseActions:
                               assertion_digest=requester.assertion_digest)
                 self._dispatch.narrate(audit_pb2.AUDIT_EVENT_TYPE_CONFIRMATION, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
                                        execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=record.user_id,
-                                       resource=f"permit:{ex.action.resource_id}",
+                                       resource=self._resource(ex.action.capability_id, ex.action.resource_id),
                                        reason_codes=["RELEASE_RESUMED", why, record.action_id],
                                        input_digest=ex.action.action_digest)
                 self._mark_executing(ex)
@@ -534,7 +603,7 @@ class ReleaseActions:
             while True:
                 done = self._release(ex, actor)
                 may_have_happened = may_have_happened or done.started
-                verdict = _verdict(done, may_have_happened)
+                verdict = _verdict(done, may_have_happened, self.definition(ex))
                 if verdict != UNKNOWN or time.monotonic() + pause >= bound:
                     break
                 log.info("release of %s: outcome unknown (%s); asking again in %.1f s", execution_id,
@@ -552,12 +621,14 @@ class ReleaseActions:
     def _undecided(self, ex: pb.Execution, done: Dispatched) -> None:
         """No definite answer yet: the action stays EXECUTING, saying the outcome is unknown, and is asked again."""
         action = ex.action
+        spec = self.definition(ex)
+        what = f"the {spec.verb} of {spec.resource_type} {action.resource_id}"
         why = done.failure if done.result is None else (done.result.error_reason or "no definite answer")
         self._set(ex, pb.ACTION_STATE_EXECUTING,
-                  f"{OUTCOME_UNKNOWN}: no definite answer yet on the release of permit {action.resource_id} "
+                  f"{OUTCOME_UNKNOWN}: no definite answer yet on {what} "
                   f"({why}); it may have taken effect, and is asked again under the same idempotency key")
         ex.status = pb.EXECUTION_STATUS_RUNNING
-        ex.reason = f"{OUTCOME_UNKNOWN}: the release of permit {action.resource_id} is being settled"
+        ex.reason = f"{OUTCOME_UNKNOWN}: {what} is being settled"
         self._store.save(ex)
         log.warning("release of %s: outcome still unknown (%s); asked again in %.0f s", ex.execution_id, why,
                     self._retry_s)
@@ -566,39 +637,49 @@ class ReleaseActions:
 
     def _release(self, ex: pb.Execution, actor: Actor) -> Dispatched:
         action = ex.action
+        spec = self.definition(ex)
         arguments = json_format.MessageToDict(action.arguments)
+        values = {"arguments": arguments, "action_id": action.action_id}
         return self._dispatch.run(
-            ex, agent_id=RELEASE_AGENT, objective=f"Release permit {action.resource_id} (confirmed by the user)",
-            input={"operation": "release", "permit_id": arguments["permit_id"], "reason": arguments["reason"],
-                   "idempotency_key": action.action_id},
-            capabilities=[RELEASE_CAPABILITY, "workPermit.get"], actor=actor,
+            ex, agent_id=spec.agent,
+            objective=f"{spec.verb.capitalize()} {spec.resource_type} {action.resource_id} (confirmed by the user)",
+            input={k: t.render(values) for k, t in spec.input.items()},
+            capabilities=list(spec.capabilities), actor=actor,
             confirmed_action_digest=action.action_digest, confirmation_id=action.action_id,
             human_approval_id=action.approval_review_id, human_approver_id=action.approved_by)
 
     def _conclude(self, ex: pb.Execution, done: Dispatched) -> None:
         """The execution says what the release did: SUCCEEDED only once the permit reads back RELEASED."""
         action = ex.action
+        spec = self.definition(ex)
+        noun = f"{spec.resource_type} {action.resource_id}"
         result = done.result
-        release: dict[str, Any] = {}
-        if result is not None and "release" in result.result.fields:
-            release = json_format.MessageToDict(result.result.fields["release"].struct_value)
-        if result is not None and result.status != common_pb2.RESULT_STATUS_FAILED and release.get("verified") is True:
+        effect = _effect(result, spec)
+        if result is not None and result.status != common_pb2.RESULT_STATUS_FAILED and _verified(result, spec):
             action.verified = True
+            action.effect = pb.ACTION_EFFECT_APPLIED
             self._set(ex, pb.ACTION_STATE_SUCCEEDED,
-                      f"RELEASED: permit {action.resource_id} is RELEASED, verified by reading it back")
+                      f"{spec.past}: {noun} is {spec.past}, verified by reading it back")
             ex.status = pb.EXECUTION_STATUS_SUCCEEDED
-            ex.summary = f"{ex.summary}\nReleased: permit {action.resource_id} is RELEASED (verified).".strip()
+            ex.summary = f"{ex.summary}\n{spec.past.capitalize()}: {noun} is {spec.past} (verified).".strip()
             self._finish(ex, "ACTION_SUCCEEDED")
             return
-        why = done.failure if result is None else (result.error_reason or "the release was not verified")
-        action.compensated = bool(release.get("compensated") is True or "compensated: true" in why)
+        why = done.failure if result is None else (result.error_reason or f"the {spec.verb} was not verified")
+        action.compensated = bool(effect.get("compensated") is True or "compensated: true" in why)
+        action.effect = action_effect(done, why, action.compensated, spec)
         if done.timed_out:
-            why = f"{why}; the outcome of the release is unknown (timeout): check the permit before retrying"
+            why = (f"{why}; the outcome of the {spec.verb} is unknown (timeout): check the {spec.resource_type} "
+                   "before retrying")
         self._set(ex, pb.ACTION_STATE_FAILED, why)
         ex.status = pb.EXECUTION_STATUS_FAILED
-        ex.reason = f"RELEASE_FAILED: {why}"
-        ex.summary = (f"{ex.summary}\nThe release of permit {action.resource_id} FAILED: {why}"
-                      + (" The permit was restored to its previous state." if action.compensated else "")).strip()
+        ex.reason = f"{spec.verb.upper().replace(' ', '_')}_FAILED: {why}"
+        kind = spec.resource_type
+        said = {pb.ACTION_EFFECT_COMPENSATED: f" The {kind} was restored to its previous state.",
+                pb.ACTION_EFFECT_NONE: f" Nothing was written: the {kind} is as it was.",
+                pb.ACTION_EFFECT_NOT_RESTORED: f" The {kind} could NOT be restored to its previous state: check it.",
+                pb.ACTION_EFFECT_UNKNOWN: f" Whether anything was written is not known: read the {kind} before any "
+                                          "retry."}.get(action.effect, "")
+        ex.summary = f"{ex.summary}\nThe {spec.verb} of {noun} FAILED: {why}{said}".strip()
         self._finish(ex, "ACTION_FAILED")
 
     def _finish(self, ex: pb.Execution, code: str) -> None:
@@ -610,6 +691,6 @@ class ReleaseActions:
             outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS if ex.status == pb.EXECUTION_STATUS_SUCCEEDED
             else audit_pb2.AUDIT_OUTCOME_FAILURE,
             execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=ex.user_id, analysis_decision=ex.decision,
-            resource=f"permit:{ex.action.resource_id}",
+            resource=self._resource(ex.action.capability_id, ex.action.resource_id),
             reason_codes=[pb.ExecutionStatus.Name(ex.status), code, ex.action.reason])
         self._store.save(ex)

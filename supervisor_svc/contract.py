@@ -8,8 +8,9 @@ tests can use the very same check.
 Analyses
 --------
 
-Every task of an analysis plan covers one *analysis*, named by its domain:
-``work-permit``, ``training``, ``risk``, ``compliance`` (:class:`Analysis`).
+Every task of a plan covers one *analysis*, named in the domain definition
+(``supervisor_svc/domains/*.yaml``, e.g. ``work-permit``, ``training``,
+``risk``, ``compliance`` of the work-permit domain).
 
 What every specialist's ``AgentResult`` must contain
 ----------------------------------------------------
@@ -24,21 +25,29 @@ What every specialist's ``AgentResult`` must contain
 ``result`` (a Struct) — two required fields:
 
     ``verdict``   ``"PASS"`` | ``"FAIL"`` | ``"UNKNOWN"`` — the agent's answer for
-                  its own domain to "may this permit be released?".
+                  its own analysis.
     ``subjects``  a mapping ``{subject: "PASS" | "FAIL" | "UNKNOWN"}`` — one entry
                   per thing the agent judged. ``verdict`` must agree with it:
                   FAIL if any subject is FAIL; otherwise UNKNOWN if any subject
                   is UNKNOWN or there are none; otherwise PASS.
 
-    The work-permit agent adds:
+    A task of a plan may require more fields (its ``result`` in the domain
+    definition, a :class:`ResultContract`): e.g. the work-permit task of the
+    work-permit domain requires ``permit_found`` (a boolean, ``false`` when the
+    permit does not exist *in the caller's tenant*) and ``permit`` (an object,
+    required when ``permit_found`` is true: the record the supervisor projects
+    for the other agents, without provenance and medical notes). A condition
+    of the plan (:class:`Condition`) reads such a field.
 
-    ``permit_found``  bool, required. ``false`` when the permit does not exist
-                      *in the caller's tenant* (then ``verdict`` is UNKNOWN,
-                      ``subjects`` is empty, and the plan stops).
-    ``permit``        the permit record as ``workPermit.get`` returned it,
-                      without ``provenance`` (that goes into ``evidence``) and
-                      without ``workers[].medical_notes``; required when found.
-                      The supervisor projects it for the other agents.
+    Any agent may add:
+
+    ``data_conflicts``  a list ``[{subject, sides: [{record_id, verdict, state, issuer_id,
+                      evidence}]}]``: records of one source that disagree about ``subject``
+                      (judged UNKNOWN in ``subjects``), one side per record, ``verdict`` PASS or
+                      FAIL as that record alone would decide, ``issuer_id`` who issued it (or
+                      null), ``evidence`` indexes into ``evidence``. At least one PASS and one
+                      FAIL side. The aggregator resolves it by the issuers' configured authority,
+                      or sends it to a human — a data conflict is never a missing analysis.
 
 ``statements`` — typed (§16); ``code`` UPPER_SNAKE, ``subject`` as in ``subjects``:
 
@@ -57,11 +66,15 @@ What every specialist's ``AgentResult`` must contain
 Subject conventions (conflicts are found by equal subjects across agents)
 ------------------------------------------------------------------------
 
+The agents of a domain agree on them; in the shipped domains:
+
 - training:     ``worker:<worker_id>/<course_code>``   e.g. ``worker:W-1005/NR-35``
 - compliance:   the checklist item's ``subject`` when it has one (the same
                 ``worker:<id>/<course>`` form), else ``checklist:<checklist_id>/<item_id>``
 - risk:         ``permit:<permit_id>/risk`` (overall) or ``hazard:<risk_id>``
 - work-permit:  ``permit:<permit_id>/status``, ``permit:<permit_id>/validity``, ...
+- employee:     ``worker:<worker_id>/employment``, ``worker:<worker_id>/tenant``, ``permit:<permit_id>/tenant``
+- medical:      ``worker:<worker_id>/medical``
 
 Example (training agent, one expired certificate)::
 
@@ -80,7 +93,8 @@ Example (training agent, one expired certificate)::
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -89,33 +103,25 @@ from google.protobuf import json_format
 from agentmesh.v1 import common_pb2
 
 __all__ = [
-    "CONDITION_PERMIT_FOUND",
-    "Analysis",
+    "Condition",
+    "ConflictSide",
     "ContractViolation",
+    "DataConflict",
     "ParsedResult",
+    "ResultContract",
+    "ResultField",
     "Verdict",
     "check_result",
-    "condition_holds",
-    "permit_context",
+    "context_of",
+    "derived_verdict",
+    "result_value",
 ]
-
-CONDITION_PERMIT_FOUND = "permit_found"
-"""Edge condition: the work-permit task completed and found the permit in the caller's tenant."""
 
 _CODE_RE = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
 
 
-class Analysis(StrEnum):
-    """The analyses of a permit-release plan, named by domain."""
-
-    WORK_PERMIT = "work-permit"
-    TRAINING = "training"
-    RISK = "risk"
-    COMPLIANCE = "compliance"
-
-
 class Verdict(StrEnum):
-    """An agent's answer for its domain, or for one subject."""
+    """An agent's answer for its analysis, or for one subject."""
 
     PASS = "PASS"
     FAIL = "FAIL"
@@ -133,15 +139,64 @@ class ContractViolation(ValueError):
         self.field = field
 
 
+FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "boolean": (bool,),
+    "string": (str,),
+    "number": (int, float),
+    "object": (dict,),
+    "array": (list,),
+}
+"""The types a :class:`ResultField` may declare, and the Python values of each."""
+
+
+@dataclass(frozen=True)
+class ResultField:
+    """A field a task's result must carry beyond ``verdict`` and ``subjects``."""
+
+    name: str
+    type: str
+    """One of :data:`FIELD_TYPES`."""
+    required_when: str | None = None
+    """Required only when this boolean field of the same result is true; else always required."""
+
+
+@dataclass(frozen=True)
+class ResultContract:
+    """The extra fields one task of a plan must return (from its domain definition)."""
+
+    fields: tuple[ResultField, ...] = ()
+
+
+@dataclass(frozen=True)
+class ConflictSide:
+    """One record of a data conflict."""
+
+    record_id: str
+    verdict: Verdict
+    """PASS or FAIL: what the record alone would decide."""
+    issuer_id: str | None
+    evidence: tuple[int, ...]
+    """Indexes into the result's ``evidence``."""
+
+
+@dataclass(frozen=True)
+class DataConflict:
+    """Records of one source that disagree about a subject (``result.data_conflicts``)."""
+
+    subject: str
+    sides: tuple[ConflictSide, ...]
+
+
 @dataclass(frozen=True)
 class ParsedResult:
     """The contract fields of a result, checked."""
 
     verdict: Verdict
     subjects: dict[str, Verdict]
-    permit_found: bool | None
-    """Only for the work-permit analysis; None elsewhere."""
-    permit: dict[str, Any] | None
+    values: dict[str, Any] = field(default_factory=dict)
+    """The contract's extra fields that are present, by name."""
+    data_conflicts: tuple[DataConflict, ...] = ()
+    """Records of one source that disagree (``result.data_conflicts``), checked."""
 
 
 def _result_dict(result: common_pb2.AgentResult) -> dict[str, Any]:
@@ -159,7 +214,15 @@ def derived_verdict(subjects: dict[str, Verdict]) -> Verdict:
     return Verdict.PASS
 
 
-def check_result(result: common_pb2.AgentResult, analysis: Analysis | str) -> ParsedResult:
+def _is(value: Any, kind: str) -> bool:
+    if kind == "number" and isinstance(value, bool):
+        return False
+    if kind == "object" and not value:
+        return False  # an empty object carries nothing to project
+    return isinstance(value, FIELD_TYPES[kind])
+
+
+def check_result(result: common_pb2.AgentResult, contract: ResultContract | None = None) -> ParsedResult:
     """Check a result against the contract and return its contract fields.
 
     Evidence backing is not checked here (a PASS/FAIL without a FACT is
@@ -201,43 +264,114 @@ def check_result(result: common_pb2.AgentResult, analysis: Analysis | str) -> Pa
                     f"evidence index {index} is out of range (there are {len(result.evidence)})",
                     field=f"statements[{i}].evidence_indexes[{j}]",
                 )
-    permit_found: bool | None = None
-    permit: dict[str, Any] | None = None
-    if analysis == Analysis.WORK_PERMIT:
-        found = data.get("permit_found")
-        if not isinstance(found, bool):
-            raise ContractViolation("must be a bool", field="result.permit_found")
-        permit_found = found
-        raw_permit = data.get("permit")
-        if found:
-            if not isinstance(raw_permit, dict) or not raw_permit:
-                raise ContractViolation("required when the permit was found", field="result.permit")
-            permit = raw_permit
-        elif verdict is not Verdict.UNKNOWN or subjects:
-            raise ContractViolation("a permit that was not found has no verdict", field="result.verdict")
-    return ParsedResult(verdict, subjects, permit_found, permit)
+    conflicts = _data_conflicts(data, subjects, len(result.evidence))
+    values: dict[str, Any] = {}
+    for spec in contract.fields if contract else ():
+        value = data.get(spec.name)
+        needed = spec.required_when is None or data.get(spec.required_when) is True
+        if value is None:
+            if needed:
+                raise ContractViolation(
+                    "required" + (f" when {spec.required_when} is true" if spec.required_when else ""),
+                    field=f"result.{spec.name}")
+            continue
+        if not _is(value, spec.type):
+            raise ContractViolation(f"must be a non-empty {spec.type}" if spec.type == "object"
+                                    else f"must be a {spec.type}", field=f"result.{spec.name}")
+        values[spec.name] = value
+    return ParsedResult(verdict, subjects, values, conflicts)
 
 
-def condition_holds(condition: str, analysis: Analysis | str, result: common_pb2.AgentResult | None) -> bool:
-    """Whether an edge condition holds for the source task's result.
+def _data_conflicts(data: dict[str, Any], subjects: dict[str, Verdict], evidence_count: int
+                    ) -> tuple[DataConflict, ...]:
+    raw = data.get("data_conflicts")
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ContractViolation("must be a list", field="result.data_conflicts")
+    out: list[DataConflict] = []
+    for i, item in enumerate(raw):
+        where = f"result.data_conflicts[{i}]"
+        if not isinstance(item, dict) or not isinstance(item.get("subject"), str):
+            raise ContractViolation("needs a subject", field=f"{where}.subject")
+        subject = item["subject"]
+        if subjects.get(subject) is not Verdict.UNKNOWN:
+            raise ContractViolation("a disputed subject is judged UNKNOWN in subjects", field=f"{where}.subject")
+        if any(c.subject == subject for c in out):
+            raise ContractViolation("the subject is listed twice", field=f"{where}.subject")
+        raw_sides = item.get("sides")
+        if not isinstance(raw_sides, list):
+            raise ContractViolation("must be a list", field=f"{where}.sides")
+        sides: list[ConflictSide] = []
+        for j, side in enumerate(raw_sides):
+            at = f"{where}.sides[{j}]"
+            if not isinstance(side, dict):
+                raise ContractViolation("must be a mapping", field=at)
+            verdict = side.get("verdict")
+            if verdict not in (Verdict.PASS.value, Verdict.FAIL.value):
+                raise ContractViolation("must be PASS or FAIL", field=f"{at}.verdict")
+            issuer = side.get("issuer_id")
+            if issuer is not None and not isinstance(issuer, str):
+                raise ContractViolation("must be a string or null", field=f"{at}.issuer_id")
+            indexes = side.get("evidence")
+            if not isinstance(indexes, list) or not indexes or not all(
+                    isinstance(k, int | float) and float(k).is_integer() and 0 <= k < evidence_count for k in indexes):
+                raise ContractViolation("must list evidence indexes in range", field=f"{at}.evidence")
+            sides.append(ConflictSide(str(side.get("record_id") or ""), Verdict(verdict), issuer,
+                                      tuple(int(k) for k in indexes)))
+        if {s.verdict for s in sides} != {Verdict.PASS, Verdict.FAIL}:
+            raise ContractViolation("a data conflict needs a PASS side and a FAIL side", field=f"{where}.sides")
+        out.append(DataConflict(subject, tuple(sides)))
+    return tuple(out)
 
-    Unknown conditions and unusable results never hold (fail closed).
-    """
-    if condition == "":
-        return result is not None and result.status != common_pb2.RESULT_STATUS_FAILED
-    if condition != CONDITION_PERMIT_FOUND or result is None or analysis != Analysis.WORK_PERMIT:
-        return False
-    if result.status == common_pb2.RESULT_STATUS_FAILED:
-        return False
+
+def result_value(result: common_pb2.AgentResult | None, contract: ResultContract | None, name: str) -> Any:
+    """A contract field of a usable result (``None`` when there is none, it is unusable, or it lacks the field)."""
+    if result is None or result.status == common_pb2.RESULT_STATUS_FAILED:
+        return None
     try:
-        return check_result(result, analysis).permit_found is True
-    except ContractViolation:
-        return False
-
-
-def permit_context(result: common_pb2.AgentResult) -> dict[str, Any] | None:
-    """The full context for projection: the permit record of a work-permit result, or None."""
-    try:
-        return check_result(result, Analysis.WORK_PERMIT).permit
+        return check_result(result, contract).values.get(name)
     except ContractViolation:
         return None
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A named test of one task's result, for the conditional edges of a plan (PRD §17).
+
+    True when the field's value is one of ``true_when``, false when it is one of
+    ``false_when``, and *undetermined* otherwise — the task failed, its result
+    breaks its contract, or the value is neither. An undetermined condition
+    holds for neither branch (fail closed): the tasks after it do not run.
+    """
+
+    name: str
+    task: str
+    """The template task whose result it reads."""
+    field: str
+    true_when: tuple[Any, ...]
+    false_when: tuple[Any, ...]
+    if_false: str | None = None
+    """The outcome (decision mapping key) that answers when it is false and no task takes the false branch."""
+
+    def evaluate(self, result: common_pb2.AgentResult | None, contract: ResultContract | None) -> bool | None:
+        """True, False, or None (undetermined)."""
+        value = result_value(result, contract, self.field)
+        if value is None:
+            return None
+        if any(value == v and type(value) is type(v) for v in self.true_when):
+            return True
+        if any(value == v and type(value) is type(v) for v in self.false_when):
+            return False
+        return None
+
+
+def context_of(results: Sequence[tuple[common_pb2.AgentResult, ResultContract | None, str]]) -> dict[str, Any]:
+    """The context later tasks are projected from: the named context field of each usable result, merged
+    in plan order (a later field overrides an earlier one). Empty when none has one."""
+    out: dict[str, Any] = {}
+    for result, contract, name in results:
+        value = result_value(result, contract, name)
+        if isinstance(value, Mapping):
+            out.update(value)
+    return out

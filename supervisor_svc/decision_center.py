@@ -29,6 +29,12 @@ Decisions resume the execution under review:
   policy engine and the requester's confirmation.
 * ASSIGN — records who should decide; nothing else changes.
 
+A LIMIT review (an execution reached a limit its tenant sends to human review,
+PRD §51): APPROVE lets the execution go on past that limit — it runs on from its
+checkpoint with the limit waived (``Execution.waived_limits``); REJECT stops it
+there (STOPPED, the limit and the reviewer's reason named). It cannot be
+overridden: nothing was analysed that a decision could be set on.
+
 Reading the execution behind a review is also an act the policy engine
 decides (READ_EXECUTION, see supervisor_svc.privacy), after the review check.
 A decision is recorded in the audit log (REVIEW_DECIDED) before it applies:
@@ -40,6 +46,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from agentmesh import assertion, errors, telemetry
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
@@ -47,8 +54,9 @@ from agentmesh.v1 import common_pb2
 from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
 from agentmesh.v1 import policy_service_pb2 as policy_pb2
 from agentmesh.v1 import supervisor_service_pb2 as pb
-from supervisor_svc.actions import RELEASE_CAPABILITY, ApprovalNotCounted, Authorizer, ReleaseActions
+from supervisor_svc.actions import ApprovalNotCounted, Authorizer, ReleaseActions
 from supervisor_svc.aggregation import missing_item
+from supervisor_svc.definitions import DomainCatalog, default_catalog
 from supervisor_svc.dispatch import TaskDispatcher, now_ts
 from supervisor_svc.executions import ExecutionStore
 
@@ -75,11 +83,19 @@ class DecisionCenter:
 
     def __init__(self, *, store: ExecutionStore, actions: ReleaseActions, authorize: Authorizer,
                  dispatcher: TaskDispatcher, visible: Callable[[assertion.UserIdentity, str], pb.Execution],
-                 snapshot: Callable[[assertion.UserIdentity, str], pb.Execution] | None = None) -> None:
+                 snapshot: Callable[[assertion.UserIdentity, str], pb.Execution] | None = None,
+                 domains: DomainCatalog | None = None,
+                 continue_past_limit: Callable[[str, str, str], pb.Execution] | None = None) -> None:
         """Args:
         visible: The execution if the policy engine lets the user read it (PERMISSION_DENIED otherwise).
         snapshot: The execution as the user may see it, without asking again (after ``visible`` allowed it).
+        domains: The domain definitions (what a review is about; the shipped ones by default).
+        continue_past_limit: ``(execution_id, limit reason, reviewer)``: lets an execution stopped at a
+            limit go on past it (``Orchestrator.continue_past_limit``).
         """
+        self._domains = domains or default_catalog()
+        self._queue_capability = _queue_capability(self._domains)
+        self._continue = continue_past_limit
         self._store = store
         self._actions = actions
         self._authorize = authorize
@@ -90,8 +106,8 @@ class DecisionCenter:
     # -- authority ---------------------------------------------------------------
 
     def _check(self, user: assertion.UserIdentity, *, operation: int, resource: str, requester: str = "",
-               capability_id: str = RELEASE_CAPABILITY, reason: str = "", execution_id: str = "",
-               review_id: str = "") -> common_pb2.PolicyDecision:
+               capability_id: str = "", reason: str = "", execution_id: str = "",
+               review_id: str = "", resource_type: str = "") -> common_pb2.PolicyDecision:
         """The policy engine's decision on a review operation; PERMISSION_DENIED (audited) unless ALLOW."""
         request = policy_pb2.AuthorizeRequest(
             user=user.to_context(),
@@ -99,8 +115,9 @@ class DecisionCenter:
             agent=common_pb2.AgentPrincipal(agent_id="supervisor", execution_id=execution_id,
                                             delegation_chain=[f"user:{user.tenant_id}/{user.user_id}",
                                                               "svc:supervisor"]),
-            delegation_depth=1, capability_id=capability_id,
-            resource=policy_pb2.ResourceRef(type="WorkPermit", id=resource or "-", tenant_id=user.tenant_id),
+            delegation_depth=1, capability_id=capability_id or self._queue_capability,
+            resource=policy_pb2.ResourceRef(type=resource_type or "ReviewQueue", id=resource or "-",
+                                            tenant_id=user.tenant_id),
             # Reading the queue decides nothing about anyone's request: "-" names no requester.
             context=policy_pb2.OperationContext(subject_requester_id=requester or "-", override_reason=reason),
             operation=operation)  # type: ignore[arg-type]
@@ -195,10 +212,16 @@ class DecisionCenter:
                 f"review {item.review_id} is already {dc_pb2.ReviewStatus.Name(item.status)}",
                 reason="REVIEW_CLOSED", field="review_id")
         override = decision == dc_pb2.REVIEW_DECISION_OVERRIDE
+        about = _about(ex, self._domains)
+        limit = item.kind == dc_pb2.REVIEW_KIND_LIMIT
+        if limit and override:
+            raise errors.FailedPrecondition("a limit review is approved (the execution goes on) or rejected (it "
+                                            "stops); there is no analysis decision to override",
+                                            reason="REVIEW_NOT_OVERRIDABLE", field="decision")
         policy_decision = self._check(
             user, operation=policy_pb2.OPERATION_KIND_OVERRIDE if override else policy_pb2.OPERATION_KIND_REVIEW,
-            resource=item.action.resource_id or _permit_of(ex), requester=item.requester,
-            capability_id=item.action.capability_id or RELEASE_CAPABILITY,
+            resource=item.action.resource_id or about.resource_id, requester=item.requester,
+            capability_id=item.action.capability_id or about.capability_id, resource_type=about.resource_type,
             reason=req.reason if override else "", execution_id=ex.execution_id, review_id=item.review_id)
         approve = decision == dc_pb2.REVIEW_DECISION_APPROVE or (
             override and req.override_decision == common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE)
@@ -207,6 +230,8 @@ class DecisionCenter:
         waiting = ex.status in (pb.EXECUTION_STATUS_AWAITING_REVIEW, pb.EXECUTION_STATUS_SUCCEEDED,
                                 pb.EXECUTION_STATUS_PARTIAL) and (
             not ex.HasField("action") or ex.action.state == pb.ACTION_STATE_AWAITING_APPROVAL)
+        if limit and ex.status != pb.EXECUTION_STATUS_AWAITING_REVIEW:
+            waiting = False
         if (approve or reject) and not waiting:
             raise errors.FailedPrecondition("the execution no longer waits for this review",
                                             reason="EXECUTION_NOT_AWAITING_REVIEW", field="review_id")
@@ -243,6 +268,26 @@ class DecisionCenter:
             ex.missing.append(missing_item(
                 pb.MISSING_KIND_INFORMATION_REQUESTED, "", req.reason,
                 f"information requested by {reviewer} ({item.review_id}): {req.reason}"))
+        elif approve and limit:
+            if self._continue is None:
+                raise errors.FailedPrecondition("this Decision Center cannot resume executions",
+                                                reason="EXECUTION_NOT_RESUMABLE", field="review_id")
+            record_decision()
+            item.status = dc_pb2.REVIEW_STATUS_APPROVED
+            item.history.append(event)
+            item.updated_at.CopyFrom(now_ts())
+            self._store.save_review(item)
+            # The orchestrator takes the stored execution from here (RUNNING again, past the limit).
+            self._continue(ex.execution_id, item.limit.limit_reason, reviewer)
+            return item, self._snapshot(user, ex.execution_id)
+        elif reject and limit:
+            record_decision()
+            ex.status = pb.EXECUTION_STATUS_STOPPED
+            ex.decision = common_pb2.ANALYSIS_DECISION_INSUFFICIENT_EVIDENCE
+            ex.reason = f"{item.limit.limit_reason}: stopped at the limit by {reviewer} in review {item.review_id}: " \
+                        f"{req.reason}"
+            ex.summary = f"{ex.summary}\nStopped at the limit by {reviewer}: {req.reason}"
+            item.status = dc_pb2.REVIEW_STATUS_REJECTED
         elif approve:
             try:
                 self._approve(user, item, ex, override=override, reason=req.reason, before_effect=record_decision)
@@ -343,9 +388,42 @@ def _stop_waiting(ex: pb.Execution) -> None:
         ex.status = pb.EXECUTION_STATUS_SUCCEEDED
 
 
-def _permit_of(ex: pb.Execution) -> str:
-    """The permit an execution is about (from its intent's first task input)."""
-    for node in ex.graph.nodes:
-        if "permit_id" in node.input.fields:
-            return node.input.fields["permit_id"].string_value
+@dataclass(frozen=True)
+class _About:
+    """What a review of an execution is asked of the policy engine about."""
+
+    capability_id: str
+    resource_type: str
+    resource_id: str
+
+
+def _queue_capability(domains: DomainCatalog) -> str:
+    """The capability Decision Center reads (the queue, one review) are asked about: the first action's of the
+    catalogue (domains in priority order), else the first task's first capability."""
+    for d in domains.domains:
+        for a in d.actions.values():
+            return a.capability
+    for d in domains.domains:
+        for plan in d.plans.values():
+            for t in plan.tasks:
+                if t.requirement.required_capabilities:
+                    return t.requirement.required_capabilities[0]
     return "-"
+
+
+def _about(ex: pb.Execution, domains: DomainCatalog) -> _About:
+    """What an execution's review is about: its intent's action (capability and resource) when it has one,
+    else its first task's first capability and the intent's first subject (from the domain definition)."""
+    from supervisor_svc.intent import parse_intent
+
+    parsed = parse_intent(ex.request_text, catalog=domains) if ex.request_text.strip() else None
+    if parsed is None or parsed.domain is None or parsed.definition is None:
+        return _About("", "", "-")
+    domain, intent, subjects = parsed.domain, parsed.definition, parsed.subjects
+    action = domain.actions.get(intent.action) if intent.action else None
+    if action is not None:
+        return _About(action.capability, action.policy_resource_type, subjects.get(action.subject, "-"))
+    first = ex.graph.nodes[0].required_capabilities[0] if ex.graph.nodes and \
+        ex.graph.nodes[0].required_capabilities else ""
+    subject = intent.subjects[0]
+    return _About(first, subject.capitalize(), subjects.get(subject, "-"))

@@ -13,6 +13,7 @@ Exception tree::
     ├── AgentDependencyError     a declared capability dependency is unmet (FAILED_PRECONDITION)
     ├── RequestInvalid           the caller's input is malformed (INVALID_ARGUMENT)
     ├── TenantMismatch           the request names another tenant than the assertion (PERMISSION_DENIED)
+    ├── TenantNotConfigured      no definition is in force for the tenant (FAILED_PRECONDITION)
     ├── AgentNotFound            no such agent (NOT_FOUND)
     ├── AgentNotActive           the agent exists but may not take new tasks (FAILED_PRECONDITION)
     ├── StatusChangeRefused      an illegal lifecycle change (FAILED_PRECONDITION)
@@ -38,6 +39,7 @@ __all__ = [
     "StatusChangeRefused",
     "SupervisorError",
     "TenantMismatch",
+    "TenantNotConfigured",
 ]
 
 
@@ -131,6 +133,19 @@ class TenantMismatch(SupervisorError):
     """
 
     default_reason = "TENANT_MISMATCH"
+
+
+class TenantNotConfigured(SupervisorError):
+    """No tenant definition is in force for the tenant: nothing of it runs (``field`` ``tenant_id``).
+
+    An operator configures a tenant with ``agentmesh tenants apply`` (TenantService.ApplyTenants).
+    """
+
+    default_reason = "TENANT_NOT_CONFIGURED"
+
+    def __init__(self, tenant_id: str) -> None:
+        super().__init__(f"tenant {tenant_id} is not configured", field="tenant_id")
+        self.tenant_id = tenant_id
 
 
 class AgentNotFound(SupervisorError):

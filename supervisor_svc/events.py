@@ -1,16 +1,25 @@
 """Event-triggered work (PRD §44, §28): a SYSTEM actor reads, recommends, and changes nothing.
 
-``TrainingExpired`` (from the event fabric; here the ``HandleEvent`` RPC or
-``agentmesh events training-expired``) starts an execution on the authority of
-the system actor ``TrainingExpirationScanner``, whose policy delegation allows
-reading only:
+Which events exist and what each does is data: ``events`` of a domain
+definition (:class:`~supervisor_svc.definitions.EventDef`). An event arrives
+as a ``HandleEventRequest`` (the RPC, or e.g. ``agentmesh events
+training-expired``) whose ``event`` field names its kind (``training_expired``);
+the definition says its fields (each required; ``date`` ones ISO dates), the
+system actor on whose authority it runs, and its steps: one task each, on a
+named agent, with the capabilities the step needs, ending the execution on
+the step's verdict (``then``: PASS / FAIL / UNKNOWN, FAILED when there is no
+usable result) or going on to the next. The last step may ``recommend``:
+each item of a list in its result becomes a recommended resource, and all of
+them one RECOMMENDATION review in the Decision Center — a human decides.
+
+The work-permit domain's ``training_expired``, for example:
 
 1. the training agent checks the records: is the training really expired?
    The event alone is not evidence;
 2. if it is, the work-permit agent finds the permits that need that training
    and have the worker assigned (RELEASED → suspend, PENDING_RELEASE → hold);
-3. affected permits go to the Decision Center as one RECOMMENDATION review: a
-   human decides. Nothing is suspended by the system.
+3. affected permits go to the Decision Center as one RECOMMENDATION review.
+   Nothing is suspended by the system.
 
 The same event id (per tenant) starts one execution only. The event is
 accepted only once its EXECUTION_STARTED record is durable in the audit log:
@@ -22,6 +31,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from typing import Any
 
 from google.protobuf import json_format
 
@@ -30,14 +40,18 @@ from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
 from agentmesh.v1 import supervisor_service_pb2 as pb
-from supervisor_svc.dispatch import Actor, TaskDispatcher, now_ts
-from supervisor_svc.errors import SupervisorError
+from supervisor_svc.definitions import (
+    DomainCatalog,
+    EventDef,
+    EventEnd,
+    EventStep,
+    default_catalog,
+    execution_intent,
+)
+from supervisor_svc.dispatch import Actor, Dispatched, TaskDispatcher, now_ts
+from supervisor_svc.errors import TenantNotConfigured
 from supervisor_svc.executions import ExecutionStore
-from supervisor_svc.tenants import TenantDirectory
-
-SYSTEM_ACTOR = "TrainingExpirationScanner"
-TRAINING_AGENT = "training-agent"
-WORK_PERMIT_AGENT = "work-permit-agent"
+from supervisor_svc.tenants import TenantSource
 
 
 def _verdict(result: common_pb2.AgentResult | None) -> str:
@@ -49,10 +63,36 @@ def _verdict(result: common_pb2.AgentResult | None) -> str:
 class EventHandler:
     """Runs event-triggered executions (see the module docstring)."""
 
-    def __init__(self, *, store: ExecutionStore, dispatcher: TaskDispatcher, tenants: TenantDirectory) -> None:
+    def __init__(self, *, store: ExecutionStore, dispatcher: TaskDispatcher, tenants: TenantSource,
+                 domains: DomainCatalog | None = None) -> None:
         self._store = store
         self._dispatch = dispatcher
         self._tenants = tenants
+        self._domains = domains or default_catalog()
+
+    def _fields(self, req: pb.HandleEventRequest) -> tuple[EventDef, dict[str, str]]:
+        kind = req.WhichOneof("event")
+        definition = self._domains.event(kind) if kind else None
+        if kind is None or definition is None:
+            known = ", ".join(sorted(e for d in self._domains.domains for e in d.events)) or "none"
+            raise errors.InvalidArgument(f"the event is required ({known})", reason="MISSING_FIELD",
+                                         field=kind or "event")
+        message = getattr(req, kind)
+        data = json_format.MessageToDict(message, preserving_proto_field_name=True)
+        values: dict[str, str] = {}
+        for name, field_kind in definition.fields.items():
+            value = data.get(name)
+            if not isinstance(value, str) or not value.strip():
+                raise errors.InvalidArgument(f"{kind}.{name} is required", reason="MISSING_FIELD",
+                                             field=f"{kind}.{name}")
+            if field_kind == "date":
+                try:
+                    dt.date.fromisoformat(value)
+                except ValueError as err:
+                    raise errors.InvalidArgument(f"{kind}.{name} must be an ISO date (YYYY-MM-DD)",
+                                                 reason="INVALID_DATE", field=f"{kind}.{name}") from err
+            values[name] = value
+        return definition, values
 
     def handle(self, req: pb.HandleEventRequest, caller: str) -> tuple[pb.Execution, bool]:
         """Validates the event and runs its execution; returns it and whether the event was a duplicate."""
@@ -62,22 +102,11 @@ class EventHandler:
             raise errors.InvalidArgument("tenant_id is required", reason="MISSING_FIELD", field="tenant_id")
         try:
             self._tenants.get(req.tenant_id)
-        except SupervisorError as err:
-            raise errors.InvalidArgument(f"unknown tenant {req.tenant_id!r}", reason="UNKNOWN_TENANT",
-                                         field="tenant_id") from err
-        if req.WhichOneof("event") != "training_expired":
-            raise errors.InvalidArgument("the event is required (training_expired)", reason="MISSING_FIELD",
-                                         field="training_expired")
-        event = req.training_expired
-        for name in ("worker_id", "training_code", "expired_on"):
-            if not getattr(event, name).strip():
-                raise errors.InvalidArgument(f"training_expired.{name} is required", reason="MISSING_FIELD",
-                                             field=f"training_expired.{name}")
-        try:
-            dt.date.fromisoformat(event.expired_on)
-        except ValueError as err:
-            raise errors.InvalidArgument("training_expired.expired_on must be an ISO date (YYYY-MM-DD)",
-                                         reason="INVALID_DATE", field="training_expired.expired_on") from err
+        except TenantNotConfigured as err:
+            raise errors.FailedPrecondition(err.message, reason=err.reason, field="tenant_id") from err
+        definition, values = self._fields(req)
+        for name, template in definition.values.items():
+            values[name] = template.render(values)
 
         execution_id = f"exe-{uuid.uuid4().hex[:16]}"
         owner = self._store.claim_event(req.tenant_id, req.event_id, execution_id)
@@ -89,14 +118,15 @@ class EventHandler:
                                      reason="EVENT_IN_PROGRESS", field="event_id")
             return existing, True
         correlation_id = req.correlation_id or f"corr-{uuid.uuid4().hex[:12]}"
+        event_name = "".join(part.capitalize() for part in definition.kind.split("_"))
         with telemetry.mesh_ids(execution_id=execution_id, correlation_id=correlation_id):
             ids = telemetry.current_ids()
             ex = pb.Execution(
                 execution_id=execution_id, status=pb.EXECUTION_STATUS_RUNNING,
-                request_text=f"TrainingExpired {event.worker_id} {event.training_code} on {event.expired_on}",
-                intent=pb.EXECUTION_INTENT_TRAINING_EXPIRED, tenant_id=req.tenant_id,
-                actor_type=common_pb2.ACTOR_TYPE_SYSTEM,
-                system_actor=SYSTEM_ACTOR, started_at=now_ts(),
+                request_text=definition.request_text.render(values),
+                intent=execution_intent(definition.kind.upper()), intent_kind=definition.kind.upper(),
+                domain=definition.domain, tenant_id=req.tenant_id,
+                actor_type=common_pb2.ACTOR_TYPE_SYSTEM, system_actor=definition.system_actor, started_at=now_ts(),
                 trace=common_pb2.TraceContext(trace_id=ids.get("trace_id", ""), correlation_id=correlation_id,
                                               execution_id=execution_id))
             try:
@@ -104,14 +134,15 @@ class EventHandler:
                 self._dispatch.govern(audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_STARTED,
                                       outcome=audit_pb2.AUDIT_OUTCOME_PENDING, execution_id=execution_id,
                                       tenant_id=req.tenant_id,
-                                      reason_codes=["event=TrainingExpired", f"event_id={req.event_id}",
-                                                    f"actor=system:{SYSTEM_ACTOR}", f"caller={caller}"],
-                                      resource=f"worker:{event.worker_id}")
+                                      reason_codes=[f"event={event_name}", f"event_id={req.event_id}",
+                                                    f"actor=system:{definition.system_actor}", f"caller={caller}",
+                                                    f"domain={definition.domain}"],
+                                      resource=definition.resource.render(values))
             except errors.Unavailable:
                 self._store.release_event(req.tenant_id, req.event_id, execution_id)
                 raise
             self._store.save(ex)
-            self._run(ex, event)
+            self._run(ex, definition, values)
             ex.finished_at.CopyFrom(now_ts())
             self._store.save(ex)
             self._dispatch.narrate(
@@ -122,58 +153,62 @@ class EventHandler:
                 reason_codes=[pb.ExecutionStatus.Name(ex.status), ex.reason, *ex.recommended_resources])
         return ex, False
 
-    def _run(self, ex: pb.Execution, event: pb.TrainingExpired) -> None:
-        actor = Actor(tenant_id=ex.tenant_id, user_id=SYSTEM_ACTOR, actor_type=common_pb2.ACTOR_TYPE_SYSTEM)
-        who = f"{event.worker_id}'s {event.training_code}"
-        training = self._dispatch.run(
-            ex, agent_id=TRAINING_AGENT, objective=f"Check whether {who} is expired on {event.expired_on}",
-            input={"operation": "worker_training", "worker_id": event.worker_id,
-                   "training_code": event.training_code, "on_date": event.expired_on},
-            capabilities=["training.getStatus"], actor=actor)
-        verdict = _verdict(training.result)
-        if training.result is None or verdict == "UNKNOWN":
-            ex.status = pb.EXECUTION_STATUS_FAILED
-            ex.decision = common_pb2.ANALYSIS_DECISION_INSUFFICIENT_EVIDENCE
-            why = training.failure or (training.result.error_reason if training.result else "") or "unreadable"
-            ex.reason = f"TRAINING_UNVERIFIED: {why}"
-            ex.summary = f"Could not confirm from the records that {who} expired ({why}); nothing is recommended."
-            return
-        if verdict == "PASS":
-            ex.status = pb.EXECUTION_STATUS_SUCCEEDED
-            ex.reason = "TRAINING_STILL_VALID"
-            ex.summary = (f"The event says {who} expired on {event.expired_on}, but the training records show it "
-                          "valid on that date; nothing is recommended.")
-            return
-        permits = self._dispatch.run(
-            ex, agent_id=WORK_PERMIT_AGENT,
-            objective=f"Find the permits that need {event.training_code} and have {event.worker_id} assigned",
-            input={"operation": "affected_by_training", "worker_id": event.worker_id,
-                   "training_code": event.training_code},
-            capabilities=["workPermit.search", "workPermit.get"], actor=actor)
-        result = permits.result
+    def _run(self, ex: pb.Execution, definition: EventDef, values: dict[str, str]) -> None:
+        actor = Actor(tenant_id=ex.tenant_id, user_id=definition.system_actor, actor_type=common_pb2.ACTOR_TYPE_SYSTEM)
+        for step in definition.steps:
+            done = self._dispatch.run(
+                ex, agent_id=step.agent, objective=step.objective.render(values),
+                input={k: t.render(values) for k, t in step.input.items()},
+                capabilities=list(step.capabilities), actor=actor)
+            end = self._end_of(step, done)
+            if end is not None:
+                why = done.failure or (done.result.error_reason if done.result else "") or "unreadable"
+                self._end(ex, end, {**values, "why": why})
+                return
+            if step.recommend is not None:
+                self._recommend(ex, step, done, values)
+                return
+        ex.status = pb.EXECUTION_STATUS_SUCCEEDED
+
+    @staticmethod
+    def _end_of(step: EventStep, done: Dispatched) -> EventEnd | None:
+        """How the step ends the execution, or None to go on."""
+        result = done.result
         if result is None or result.status == common_pb2.RESULT_STATUS_FAILED:
-            ex.status = pb.EXECUTION_STATUS_FAILED
-            ex.decision = common_pb2.ANALYSIS_DECISION_INSUFFICIENT_EVIDENCE
-            why = permits.failure or (result.error_reason if result else "")
-            ex.reason = f"PERMITS_UNKNOWN: {why}"
-            ex.summary = f"{who} is expired, but the affected permits could not be found ({why})."
+            # No usable result: its own end, else what an UNKNOWN verdict does; never "next" silently.
+            chosen = step.then.get("FAILED", step.then.get("UNKNOWN"))
+            if chosen is None:
+                return EventEnd("FAILED", _fixed(f"{step.step_id.upper()}_FAILED: {{why}}"),
+                                _fixed(f"The {step.step_id} step gave no usable result ({{why}}); nothing is "
+                                       "recommended."), "INSUFFICIENT_EVIDENCE")
+            return chosen
+        return step.then.get(_verdict(result))
+
+    @staticmethod
+    def _end(ex: pb.Execution, end: EventEnd, values: dict[str, Any]) -> None:
+        ex.status = pb.EXECUTION_STATUS_SUCCEEDED if end.status == "SUCCEEDED" else pb.EXECUTION_STATUS_FAILED
+        if end.decision != "UNSPECIFIED":
+            ex.decision = getattr(common_pb2, f"ANALYSIS_DECISION_{end.decision}")
+        ex.reason = end.reason.render(values)
+        ex.summary = end.summary.render(values)
+
+    def _recommend(self, ex: pb.Execution, step: EventStep, done: Dispatched, values: dict[str, str]) -> None:
+        recommend = step.recommend
+        assert recommend is not None and done.result is not None
+        items = json_format.MessageToDict(done.result.result).get(recommend.items, [])
+        items = [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+        if not items:
+            self._end(ex, recommend.none, values)
             return
-        affected = json_format.MessageToDict(result.result).get("affected_permits", [])
-        if not affected:
-            ex.status = pb.EXECUTION_STATUS_SUCCEEDED
-            ex.reason = "NO_PERMIT_AFFECTED"
-            ex.summary = f"{who} is expired; no open or released permit needs it."
-            return
-        lines = [f"{p.get('permit_id')} ({p.get('status')}): {p.get('recommendation')}" for p in affected]
-        ex.recommended_resources.extend(f"permit:{p.get('permit_id')}" for p in affected)
+        lines = [recommend.line.render(i) for i in items]
+        ex.recommended_resources.extend(recommend.resource.render(i) for i in items)
         ex.decision = common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW
         ex.status = pb.EXECUTION_STATUS_AWAITING_REVIEW
-        ex.reason = "HUMAN_DECISION_REQUIRED: the system actor reads and recommends; a human decides"
-        ex.summary = (f"{who} expired on {event.expired_on}. Recommended (a human decides; nothing was changed): "
-                      + "; ".join(lines))
+        ex.reason = recommend.reason.render(values)
+        ex.summary = recommend.summary.render({**values, "lines": "; ".join(lines)})
         review = dc_pb2.ReviewItem(
             execution_id=ex.execution_id, tenant_id=ex.tenant_id, kind=dc_pb2.REVIEW_KIND_RECOMMENDATION,
-            status=dc_pb2.REVIEW_STATUS_OPEN, requester=SYSTEM_ACTOR, summary=ex.summary,
+            status=dc_pb2.REVIEW_STATUS_OPEN, requester=ex.system_actor, summary=ex.summary,
             recommended_resources=list(ex.recommended_resources), analysis_decision=ex.decision,
             created_at=now_ts(), updated_at=now_ts())
         review_id = self._store.add_review(review)
@@ -181,3 +216,9 @@ class EventHandler:
                                execution_id=ex.execution_id, tenant_id=ex.tenant_id,
                                reason_codes=[review_id, "RECOMMENDATION", *ex.recommended_resources],
                                analysis_decision=ex.decision)
+
+
+def _fixed(text: str) -> Any:
+    from supervisor_svc.definitions import Template
+
+    return Template(text)

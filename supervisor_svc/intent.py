@@ -1,22 +1,31 @@
-"""Deterministic intent parsing of Portuguese and English requests (PRD §49).
+"""Deterministic intent parsing of Portuguese and English requests (PRD §49), from domain definitions.
 
-Deterministic first: a request is matched against fixed keyword rules on its
-normalised text (lower case, accents removed, spaces collapsed). No model is
-involved, so the same text always yields the same :class:`Intent` and the
-matched rule is recorded with it.
+Deterministic first: a request is matched against the rules of the domain
+definitions (:mod:`supervisor_svc.definitions`) on its normalised text (lower
+case, accents removed, spaces collapsed). No model is involved, so the same
+text always yields the same :class:`Intent`, and the matched rule is recorded
+with it. Nothing here knows a domain: the patterns, the subjects a request
+names (``WP-10231``, ``W-1003``), the intents and their sentences are data.
 
-Kinds:
+How a request is read:
 
-- ``ANALYZE_PERMIT`` — "Analise a permissão WP-10231 e me diga se ela pode ser
-  liberada", "Analyze permit WP-10231 and tell me if it can be released":
-  the whole team analysis. A request that also asks for the release ("... e
-  libere se estiver tudo correto", "release it if everything is fine") sets
-  ``release_requested``; the release itself belongs to phase two (§73) and is
-  never performed by the analysis.
-- ``PERMIT_STATUS`` — "status of WP-10231", "qual o status da WP-10231": a
-  simple question, answered by one task, not the whole team.
-- ``UNKNOWN`` — anything else, or an ambiguous request (several permits);
-  ``message`` says so plainly. Nothing is guessed.
+1. Domains are tried in priority order; within one, its rules in order. The
+   first rule whose ``when`` holds decides the intent; if two domains of the
+   same priority both have a rule that holds, the request is ambiguous and
+   nothing is guessed (``AMBIGUOUS_REQUEST``).
+2. The intent's subjects are taken from the text (or, for a follow-up, from
+   the conversation's ``context_subjects``). Several values of one subject
+   (two permits) make the request ``UNKNOWN`` (``MULTIPLE_<SUBJECT>S``); a
+   missing one leaves the intent not actionable, with a message saying which
+   one to name.
+3. A rule with ``asks_action`` records that the action (e.g. the release) was
+   asked for; it is never performed by the analysis itself.
+
+No rule: ``UNKNOWN`` (``NO_RULE``) with a message listing what the domains
+understand — unless a :class:`Classifier` (e.g. a model behind the model
+gateway) names one of the catalogue's intents and subjects, which are then
+checked against the definitions exactly as a rule's would be (``rule`` is the
+classifier's name, so the record says it was not a rule).
 
 A tenant named in the text ("... do tenant globex", "for tenant globex") is
 extracted into ``mentioned_tenants`` only so the caller can refuse a mismatch
@@ -25,110 +34,114 @@ with the user assertion (:func:`check_tenant`); the text never selects a tenant.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
-from dataclasses import dataclass
-from enum import StrEnum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
 
+from supervisor_svc.definitions import DomainCatalog, DomainDefinition, IntentDef, default_catalog
 from supervisor_svc.errors import RequestInvalid, TenantMismatch
 
 __all__ = [
     "MAX_REQUEST_CHARS",
+    "UNKNOWN",
+    "Classification",
+    "Classifier",
     "Intent",
-    "IntentKind",
     "check_tenant",
-    "classified_intent",
     "normalize",
     "parse_intent",
 ]
 
 MAX_REQUEST_CHARS = 2000
 """Longer requests are refused: they are not the short commands this parser understands."""
-
-
-class IntentKind(StrEnum):
-    """What the user asks for."""
-
-    ANALYZE_PERMIT = "ANALYZE_PERMIT"
-    PERMIT_STATUS = "PERMIT_STATUS"
-    UNKNOWN = "UNKNOWN"
+UNKNOWN = "UNKNOWN"
+"""The kind of a request no domain understands."""
 
 
 @dataclass(frozen=True)
 class Intent:
     """The parsed request."""
 
-    kind: IntentKind
-    """What is asked for."""
-    permit_id: str | None
-    """Canonical permit id (``WP-10231``), from the text or the conversation; None if absent."""
-    release_requested: bool
-    """The user asked for the release itself (phase two); never acted on by the analysis."""
+    kind: str
+    """The intent's kind (``ANALYZE_PERMIT``, ``ASSIGN_WORKER``, ...), or :data:`UNKNOWN`."""
+    subjects: Mapping[str, str]
+    """Canonical subject values by name (``{"permit": "WP-10231"}``), from the text or the conversation."""
+    action_requested: bool
+    """The user asked for the intent's action (e.g. the release); never acted on by the analysis."""
     language: str
-    """``pt``, ``en`` or ``unknown`` — the language of the matched rule, for the answer."""
+    """``pt``, ``en`` or ``unknown`` — the language of the request, for the answer."""
     mentioned_tenants: tuple[str, ...]
     """Tenant ids named in the text, lower-cased, in order of appearance."""
     rule: str
     """Name of the deterministic rule that matched (recorded with the execution)."""
     message: str
     """A plain explanation: what will be done, or why nothing can be."""
+    domain: DomainDefinition | None = field(default=None, compare=False, repr=False)
+    """The definition of the intent's domain (None when UNKNOWN)."""
+    definition: IntentDef | None = field(default=None, compare=False, repr=False)
+    """The intent's definition (None when UNKNOWN)."""
 
     @property
     def actionable(self) -> bool:
-        """Whether a plan can be built: a known kind and a permit id."""
-        return self.kind is not IntentKind.UNKNOWN and self.permit_id is not None
+        """Whether a plan can be built: a known intent with every subject it needs."""
+        return self.definition is not None and all(s in self.subjects for s in self.definition.subjects)
+
+    @property
+    def domain_id(self) -> str:
+        """The domain's id, or ``""``."""
+        return self.domain.domain if self.domain is not None else ""
+
+    @property
+    def action(self) -> str | None:
+        """The key of the intent's action, if it has one."""
+        return self.definition.action if self.definition is not None else None
 
 
-# Permit ids are written "WP-10231", "wp 10231" or "WP10231"; canonical "WP-<digits>".
-_PERMIT_RE = re.compile(r"\bwp[-\s]?(\d{1,12})\b")
+@dataclass(frozen=True)
+class Classification:
+    """What a classifier says a request is: one of the catalogue's kinds, with subject values."""
+
+    kind: str
+    subjects: Mapping[str, str]
+    name: str
+    """Who classified it (recorded as the intent's rule, e.g. ``MODEL:gateway``)."""
+    action_requested: bool = False
+
+
+class Classifier(Protocol):
+    """Names the intent of a request no rule understood (see the module docstring)."""
+
+    def classify(self, text: str, catalog: DomainCatalog) -> Classification | None:
+        """A classification, or None when it cannot tell."""
+        ...
+
+
+# Common words of each language; domains add their own (``language`` in a definition).
+_BASE_WORDS = {
+    "pt": ("da", "do", "qual", "diga", "se", "ela", "estiver", "tudo", "correto", "pode", "ser", "esta", "e", "o",
+           "os", "as", "uma?", "para", "nao", "por", "favor"),
+    "en": ("of", "the", "what", "is", "it", "can", "be", "tell", "if", "and", "everything", "fine", "please", "for",
+           "whether", "ready", "whats"),
+}
 # "tenant globex", "tenant: globex", "tenant=globex"; also "globex tenant" (en).
 _TENANT_AFTER_RE = re.compile(r"\btenant\s*[:=]?\s*([a-z][a-z0-9-]{0,62})\b")
 _TENANT_BEFORE_RE = re.compile(r"\b([a-z][a-z0-9-]{0,62})\s+tenant\b")
 _NOT_TENANT_WORDS = frozenset(
     {"the", "a", "an", "this", "that", "my", "our", "your", "other", "another", "same", "is", "was",
      "and", "or", "id", "of", "for", "in", "on", "o", "um", "uma", "este", "esse", "meu", "nosso", "outro",
-     "mesmo", "de", "do", "da", "no", "na", "e", "ou", "para", "permit", "permits", "permissao", "permissoes", "wp",
-     "status", "situacao"}
-)
-
-# Asking *for* the release (imperative), as opposed to asking *whether* it can be released.
-_RELEASE_REQUEST = (
-    ("pt", re.compile(r"\b(libere|liberem|libera-a|libere-a|pode liberar|faca a liberacao|efetue a liberacao"
-                      r"|realize a liberacao|prossiga com a liberacao)\b")),
-    ("en", re.compile(r"\b(release (it|the permit|this permit|wp[-\s]?\d+)|go ahead and release"
-                      r"|proceed with (the )?release)\b")),
-)
-# "should I release it?" asks whether, not for; "do not release" forbids it.
-_RELEASE_NOT_REQUESTED = re.compile(
-    r"\b((should|can|could|may|shall) (i|we) release|(do not|don't|dont|never) release|nao (libere|liberar))\b"
-)
-
-# Asking whether the permit can be released, or for an analysis of it.
-_ANALYSIS = (
-    ("pt", re.compile(r"\b(analise|analisar|analisa|analize|avalie|avaliar|verifique|verificar|revise|revisar"
-                      r"|confira|conferir|checar|cheque|pode ser liberad[ao]|podem ser liberad[ao]s?"
-                      r"|esta apt[ao]|liberacao)\b")),
-    ("en", re.compile(r"\b(analy[sz]e|analysis|assess|evaluate|review|check|verify|inspect"
-                      r"|be released|releasable|ready (for|to be) released?|(should|can|could|may|shall) (i|we) release"
-                      r"|clear(ed)? for release)\b")),
-)
-# A question about the permit's state only.
-_STATUS = (
-    ("pt", re.compile(r"\b(status|situacao|estado)\b")),
-    ("en", re.compile(r"\b(status|state)\b")),
-)
-# Words that turn a status question into a release question.
-_RELEASE_WORDS = re.compile(r"\b(releas\w*|libera\w*|liber[ae]\w*|apt[ao])\b")
-# Language of the answer: words that occur in one language only.
-_PT_WORDS = re.compile(
-    r"\b(permissao|permissoes|da|do|qual|diga|se|ela|estiver|tudo|correto|libere|pode|ser|liberada|liberado"
-    r"|analise|situacao|estado|esta|e|o|os|as|uma?|para|nao|por|favor)\b"
-)
-_EN_WORDS = re.compile(
-    r"\b(permit|of|the|what|is|it|can|be|tell|if|and|released?|everything|fine|analy[sz]e|please|for|whether"
-    r"|state|ready|check|whats)\b"
+     "mesmo", "de", "do", "da", "no", "na", "e", "ou", "para"}
 )
 _DASHES = str.maketrans({c: "-" for c in "\u2010\u2011\u2012\u2013\u2014\u2212"})
+
+_GENERIC = {
+    "en": {"no_rule": "I did not understand the request. {help}",
+           "ambiguous": "The request could mean several things ({what}); say which one."},
+    "pt": {"no_rule": "Não entendi o pedido. {help}",
+           "ambiguous": "O pedido pode significar mais de uma coisa ({what}); diga qual."},
+}
 
 
 def normalize(text: str) -> str:
@@ -138,24 +151,38 @@ def normalize(text: str) -> str:
     return " ".join(stripped.translate(_DASHES).casefold().split())
 
 
-def _matches(rules: tuple[tuple[str, re.Pattern[str]], ...], text: str) -> bool:
-    return any(pattern.search(text) for _, pattern in rules)
+@dataclass(frozen=True)
+class _Vocabulary:
+    languages: Mapping[str, re.Pattern[str]]
+    not_tenants: frozenset[str]
 
 
-def _language(text: str) -> str:
-    pt, en = len(_PT_WORDS.findall(text)), len(_EN_WORDS.findall(text))
+@functools.lru_cache(maxsize=32)
+def _vocabulary(catalog: DomainCatalog) -> _Vocabulary:
+    words: dict[str, list[str]] = {lang: list(base) for lang, base in _BASE_WORDS.items()}
+    not_tenants = set(_NOT_TENANT_WORDS)
+    for d in catalog.domains:
+        for lang, extra in d.language.items():
+            words[lang].extend(w for w in extra if w not in words[lang])
+        not_tenants.update(d.vocabulary)
+    return _Vocabulary({lang: re.compile(r"\b(" + "|".join(ws) + r")\b") for lang, ws in words.items()},
+                       frozenset(not_tenants))
+
+
+def _language(text: str, vocabulary: _Vocabulary) -> str:
+    pt, en = (len(vocabulary.languages[lang].findall(text)) for lang in ("pt", "en"))
     if pt == en:
         return "unknown" if pt == 0 else "en"
     return "pt" if pt > en else "en"
 
 
-def _tenants(text: str) -> tuple[str, ...]:
+def _tenants(text: str, vocabulary: _Vocabulary) -> tuple[str, ...]:
     found: list[tuple[int, str]] = []
     for m in _TENANT_AFTER_RE.finditer(text):
-        if m.group(1) not in _NOT_TENANT_WORDS:
+        if m.group(1) not in vocabulary.not_tenants:
             found.append((m.start(1), m.group(1)))
     for m in _TENANT_BEFORE_RE.finditer(text):
-        if m.group(1) not in _NOT_TENANT_WORDS and m.group(1) != "tenant":
+        if m.group(1) not in vocabulary.not_tenants and m.group(1) != "tenant":
             found.append((m.start(1), m.group(1)))
     seen: list[str] = []
     for _, name in sorted(found):
@@ -164,50 +191,89 @@ def _tenants(text: str) -> tuple[str, ...]:
     return tuple(seen)
 
 
-# Answers in the user's language; English when the language is unknown.
-_MESSAGES: dict[str, dict[str, str]] = {
-    "en": {
-        "help": "I can analyse whether a work permit can be released (e.g. \"Analyze permit WP-10231 and "
-                "tell me if it can be released\") or report its status (e.g. \"status of WP-10231\").",
-        "no_rule": "I did not understand the request. {help}",
-        "multiple": "The request names several permits ({permits}); ask about one permit at a time.",
-        "no_permit": "No work permit id (e.g. WP-10231) was named; say which permit.",
-        "status": "Report the status of permit {permit}.",
-        "analyze": "Analyse whether permit {permit} can be released.",
-        "analyze_release": "Analyse whether permit {permit} can be released; the release itself was asked "
-                           "for and needs a separate, confirmed step.",
-    },
-    "pt": {
-        "help": "Posso analisar se uma permissão de trabalho pode ser liberada (ex.: \"Analise a permissão "
-                "WP-10231 e me diga se ela pode ser liberada\") ou informar o status dela (ex.: \"qual o "
-                "status da WP-10231\").",
-        "no_rule": "Não entendi o pedido. {help}",
-        "multiple": "O pedido cita várias permissões ({permits}); pergunte sobre uma permissão por vez.",
-        "no_permit": "Nenhuma permissão (ex.: WP-10231) foi informada; diga qual permissão.",
-        "status": "Informar o status da permissão {permit}.",
-        "analyze": "Analisar se a permissão {permit} pode ser liberada.",
-        "analyze_release": "Analisar se a permissão {permit} pode ser liberada; a liberação foi pedida e "
-                           "exige uma etapa separada, com confirmação.",
-    },
-}
-
-
-def _message(language: str, key: str, **values: str) -> str:
-    table = _MESSAGES.get(language, _MESSAGES["en"])
-    return table[key].format(help=table["help"], **values)
+def _help(catalog: DomainCatalog, language: str) -> str:
+    lang = language if language in ("en", "pt") else "en"
+    return " ".join(d.help.render(lang, {}) for d in catalog.domains)
 
 
 def _unknown(language: str, tenants: tuple[str, ...], rule: str, message: str) -> Intent:
-    return Intent(IntentKind.UNKNOWN, None, False, language, tenants, rule, message)
+    return Intent(UNKNOWN, {}, False, language, tenants, rule, message)
 
 
-def parse_intent(text: str, *, context_permit_id: str | None = None) -> Intent:
+def _generic(language: str, key: str, **values: str) -> str:
+    return _GENERIC.get(language, _GENERIC["en"])[key].format(**values)
+
+
+def _match(catalog: DomainCatalog, norm: str) -> list[tuple[DomainDefinition, str, str, bool]]:
+    """The first rule that holds in each domain of the highest priority that has one: (domain, intent, rule, asks)."""
+    found: list[tuple[DomainDefinition, str, str, bool]] = []
+    priority: int | None = None
+    for d in catalog.domains:
+        if priority is not None and d.priority < priority:
+            break
+        present = {name for name, s in d.subjects.items() if s.find(norm)}
+        hits: dict[str, bool] = {}
+
+        def truth(name: str, d: DomainDefinition = d, present: set[str] = present,
+                  hits: dict[str, bool] = hits) -> bool:
+            if name in present:
+                return True
+            if name not in hits:
+                pattern = d.patterns.get(name)
+                hits[name] = pattern is not None and pattern.search(norm) is not None
+            return hits[name]
+
+        for rule in d.rules:
+            if rule.when.evaluate(truth):
+                found.append((d, rule.intent, rule.rule_id, rule.asks_action))
+                priority = d.priority
+                break
+    return found
+
+
+def _resolve(d: DomainDefinition, key: str, rule: str, asks_action: bool, norm: str, language: str,
+             tenants: tuple[str, ...], context_subjects: Mapping[str, str]) -> Intent:
+    intent = d.intents[key]
+    lang = language if language in ("en", "pt") else "en"
+    values: dict[str, str] = {}
+    missing: list[str] = []
+    for name in intent.subjects:
+        subject = d.subjects[name]
+        named = subject.find(norm)
+        if len(named) > 1:
+            return _unknown(language, tenants, f"MULTIPLE_{name.upper()}S",
+                            subject.several.render(lang, {"values": ", ".join(named)}))
+        if named:
+            values[name] = named[0]
+        elif name in context_subjects and subject.accepts(context_subjects[name]):
+            values[name] = context_subjects[name]
+        else:
+            missing.append(name)
+    if missing:
+        message = " ".join(d.subjects[name].missing.render(lang, {}) for name in missing)
+    elif asks_action and intent.action_message is not None:
+        message = intent.action_message.render(lang, values)
+    else:
+        message = intent.message.render(lang, values)
+    return Intent(intent.kind, values, asks_action and intent.action is not None, language, tenants, rule, message,
+                  d, intent)
+
+
+def parse_intent(
+    text: str,
+    *,
+    catalog: DomainCatalog | None = None,
+    context_subjects: Mapping[str, str] | None = None,
+    classifier: Classifier | None = None,
+) -> Intent:
     """Parse a request deterministically.
 
     Args:
         text: The user's request in Portuguese or English.
-        context_permit_id: The permit the conversation is about, used only when
-            the text names none (a follow-up such as "Se estiver tudo correto, libere").
+        catalog: The domains served (the shipped definitions by default).
+        context_subjects: Subjects the conversation is about, used only for a subject the text does
+            not name (a follow-up such as "Se estiver tudo correto, libere").
+        classifier: Asked only when no rule holds (see the module docstring).
 
     Raises:
         RequestInvalid: ``REQUEST_TEXT_EMPTY`` or ``REQUEST_TEXT_TOO_LONG`` (field ``request_text``).
@@ -220,56 +286,32 @@ def parse_intent(text: str, *, context_permit_id: str | None = None) -> Intent:
             reason="REQUEST_TEXT_TOO_LONG",
             field="request_text",
         )
+    catalog = catalog or default_catalog()
+    vocabulary = _vocabulary(catalog)
     norm = normalize(text)
-    tenants = _tenants(norm)
-    permits = list(dict.fromkeys(f"WP-{m.group(1)}" for m in _PERMIT_RE.finditer(norm)))
+    tenants = _tenants(norm, vocabulary)
+    language = _language(norm, vocabulary)
+    lang = language if language in ("en", "pt") else "en"
+    context = dict(context_subjects or {})
 
-    release = _matches(_RELEASE_REQUEST, norm) and not _RELEASE_NOT_REQUESTED.search(norm)
-    analysis = _matches(_ANALYSIS, norm)
-    status = _matches(_STATUS, norm)
-    language = _language(norm)
-
-    if len(permits) > 1:
-        return _unknown(
-            language, tenants, "MULTIPLE_PERMITS",
-            _message(language, "multiple", permits=", ".join(permits)),
-        )
-    permit_id = permits[0] if permits else context_permit_id
-
-    if release or analysis:
-        kind, rule = IntentKind.ANALYZE_PERMIT, "RELEASE_REQUEST" if release else "ANALYSIS"
-        # A status question that mentions release ("is it ready for release?") is an analysis;
-        # a pure "status of" question is answered by one task (§49: keep the simple simple).
-        if not release and status and not _RELEASE_WORDS.search(norm):
-            kind, rule = IntentKind.PERMIT_STATUS, "STATUS"
-    elif status:
-        kind, rule = IntentKind.PERMIT_STATUS, "STATUS"
-    else:
-        return _unknown(language, tenants, "NO_RULE", _message(language, "no_rule"))
-
-    release_requested = release
-    if permit_id is None:
-        return Intent(
-            kind, None, release_requested, language, tenants, rule, _message(language, "no_permit")
-        )
-    if kind is IntentKind.PERMIT_STATUS:
-        message = _message(language, "status", permit=permit_id)
-    elif release_requested:
-        message = _message(language, "analyze_release", permit=permit_id)
-    else:
-        message = _message(language, "analyze", permit=permit_id)
-    return Intent(kind, permit_id, release_requested, language, tenants, rule, message)
-
-
-def classified_intent(kind: IntentKind, permit_id: str, *, language: str, tenants: tuple[str, ...],
-                      rule: str) -> Intent:
-    """The intent of a request the rules did not understand, as another classifier (a model) found it.
-
-    It never asks for the release itself: a release is asked for in words the rules
-    understand, or with ``AnalyzeRequest.request_release``.
-    """
-    key = "status" if kind is IntentKind.PERMIT_STATUS else "analyze"
-    return Intent(kind, permit_id, False, language, tenants, rule, _message(language, key, permit=permit_id))
+    matches = _match(catalog, norm)
+    if len(matches) > 1:
+        what = ", ".join(f"{d.domain}: {d.intents[key].kind}" for d, key, _, _ in matches)
+        return _unknown(language, tenants, "AMBIGUOUS_REQUEST", _generic(lang, "ambiguous", what=what))
+    if matches:
+        d, key, rule, asks = matches[0]
+        return _resolve(d, key, rule, asks, norm, language, tenants, context)
+    if classifier is not None:
+        found = classifier.classify(text, catalog)
+        known = catalog.intent(found.kind) if found is not None else None
+        if found is not None and known is not None:
+            d, intent = known
+            # A classifier's subject values are held to the definitions like the text's.
+            accepted = {k: v for k, v in found.subjects.items()
+                        if k in intent.subjects and d.subjects[k].accepts(v)}
+            return _resolve(d, intent.key, found.name, found.action_requested, norm, language, tenants,
+                            {**context, **accepted})
+    return _unknown(language, tenants, "NO_RULE", _generic(lang, "no_rule", help=_help(catalog, language)))
 
 
 def check_tenant(intent: Intent, tenant_id: str) -> None:

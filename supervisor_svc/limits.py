@@ -1,7 +1,7 @@
 """Orchestration limits (PRD §21) and budgets (PRD §51).
 
-Limits are configured per tenant (``limits`` in ``config/tenants.yaml``, over
-the defaults below); a request may bring an ``AgentBudget`` that can only
+Limits are configured per tenant (a tenant definition's ``limits``, over the
+platform defaults of ``config/limits.yaml``); a request may bring an ``AgentBudget`` that can only
 *tighten* them, never loosen them. An :class:`ExecutionBudget` tracks one
 execution's usage and refuses — before the fact — whatever would exceed a
 limit, raising :class:`~supervisor_svc.errors.LimitExceeded` whose ``reason``
@@ -21,6 +21,10 @@ max_model_calls            MAX_MODEL_CALLS_EXCEEDED     budget.max_model_calls  
 max_model_cost             MAX_MODEL_COST_EXCEEDED      budget.max_model_cost      none
 =========================  ===========================  =========================  =======
 
+A reviewer may let one execution go past a limit it reached (a
+``REVIEW_KIND_LIMIT`` approval): :meth:`ExecutionBudget.waive` lifts that limit
+for the rest of the execution, and only that one.
+
 The three model limits travel signed in every grant (:meth:`ExecutionBudget.grant_budgets`):
 the model service reserves each call's maximum against the task's and the
 execution's budget before the call and refuses what would exceed them; a limit
@@ -39,7 +43,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
@@ -177,6 +181,7 @@ class ExecutionBudget:
         self._policy = policy
         self._usage = usage or Usage()
         self._lock = threading.Lock()
+        self._waived: frozenset[str] = frozenset()
         base = policy.limits
         # Which configuration field binds each limit, for the error's ``field``.
         self._source: dict[str, str] = {
@@ -213,6 +218,25 @@ class ExecutionBudget:
         with self._lock:
             return self._usage
 
+    @property
+    def waived(self) -> frozenset[str]:
+        """The limit reasons no longer checked for this execution."""
+        return self._waived
+
+    def waive(self, reasons: Iterable[str]) -> None:
+        """Lifts limits (by reason, e.g. ``MAX_COST_EXCEEDED``) for the rest of the execution: a human
+        reviewer decided it may go past them. Usage is still counted.
+
+        Raises:
+            ValueError: an unknown limit reason.
+        """
+        wanted = frozenset(reasons)
+        unknown = sorted(wanted - set(LIMIT_REASONS))
+        if unknown:
+            raise ValueError(f"unknown limit reason(s): {', '.join(unknown)}")
+        with self._lock:
+            self._waived = self._waived | wanted
+
     def _exceeded(self, reason: str, name: str, limit: float, observed: float, what: str) -> LimitExceeded:
         action = self._policy.action_for(reason)
         return LimitExceeded(
@@ -229,15 +253,15 @@ class ExecutionBudget:
         """
         limits = self.limits
         with self._lock:
-            u = self._usage
-            if depth > limits.max_depth:
+            u, waived = self._usage, self._waived
+            if depth > limits.max_depth and "MAX_DEPTH_EXCEEDED" not in waived:
                 raise self._exceeded("MAX_DEPTH_EXCEEDED", "max_depth", limits.max_depth, depth, "task depth")
-            if u.tasks + 1 > limits.max_tasks:
+            if u.tasks + 1 > limits.max_tasks and "MAX_TASKS_EXCEEDED" not in waived:
                 raise self._exceeded("MAX_TASKS_EXCEEDED", "max_tasks", limits.max_tasks, u.tasks + 1, "tasks")
-            if handoff and u.handoffs + 1 > limits.max_handoffs:
+            if handoff and u.handoffs + 1 > limits.max_handoffs and "MAX_HANDOFFS_EXCEEDED" not in waived:
                 raise self._exceeded(
                     "MAX_HANDOFFS_EXCEEDED", "max_handoffs", limits.max_handoffs, u.handoffs + 1, "handoffs")
-            if u.cost + cost > limits.max_cost + 1e-9:
+            if u.cost + cost > limits.max_cost + 1e-9 and "MAX_COST_EXCEEDED" not in waived:
                 raise self._exceeded("MAX_COST_EXCEEDED", "max_cost", limits.max_cost, u.cost + cost, "cost")
             self._usage = replace(
                 u, tasks=u.tasks + 1, handoffs=u.handoffs + (1 if handoff else 0), cost=u.cost + cost,
@@ -267,12 +291,15 @@ class ExecutionBudget:
             LimitExceeded: ``MAX_EXECUTION_TIME_EXCEEDED``.
         """
         limit = self.limits.max_execution_time_ms
-        if elapsed_ms > limit:
+        if elapsed_ms > limit and "MAX_EXECUTION_TIME_EXCEEDED" not in self._waived:
             raise self._exceeded(
                 "MAX_EXECUTION_TIME_EXCEEDED", "max_execution_time_ms", limit, elapsed_ms, "elapsed ms")
 
-    def remaining_ms(self, elapsed_ms: int) -> int:
-        """Time left before ``max_execution_time_ms`` (0 when none): the deadline for new tasks."""
+    def remaining_ms(self, elapsed_ms: int) -> int | None:
+        """Time left before ``max_execution_time_ms`` (0 when none), the deadline for new tasks;
+        None once a reviewer waived the time limit."""
+        if "MAX_EXECUTION_TIME_EXCEEDED" in self._waived:
+            return None
         return max(0, self.limits.max_execution_time_ms - elapsed_ms)
 
     def record_model_usage(self, *, tokens: int = 0, model_calls: int = 0, cost: float = 0.0) -> None:
@@ -290,12 +317,15 @@ class ExecutionBudget:
                         model_calls=self._usage.model_calls + model_calls,
                         model_cost=self._usage.model_cost + cost)
             self._usage = u
-        if limits.max_tokens is not None and u.tokens > limits.max_tokens:
+        waived = self._waived
+        if limits.max_tokens is not None and u.tokens > limits.max_tokens and "MAX_TOKENS_EXCEEDED" not in waived:
             raise self._exceeded("MAX_TOKENS_EXCEEDED", "max_tokens", limits.max_tokens, u.tokens, "tokens")
-        if limits.max_model_calls is not None and u.model_calls > limits.max_model_calls:
+        if limits.max_model_calls is not None and u.model_calls > limits.max_model_calls and \
+                "MAX_MODEL_CALLS_EXCEEDED" not in waived:
             raise self._exceeded(
                 "MAX_MODEL_CALLS_EXCEEDED", "max_model_calls", limits.max_model_calls, u.model_calls, "model calls")
-        if limits.max_model_cost is not None and u.model_cost > limits.max_model_cost + 1e-12:
+        if limits.max_model_cost is not None and u.model_cost > limits.max_model_cost + 1e-12 and \
+                "MAX_MODEL_COST_EXCEEDED" not in waived:
             raise self._exceeded(
                 "MAX_MODEL_COST_EXCEEDED", "max_model_cost", limits.max_model_cost, u.model_cost, "model cost")
 
@@ -330,11 +360,12 @@ class ExecutionBudget:
     def task_budget(self, elapsed_ms: int) -> common_pb2.AgentBudget:
         """The budget to put on a new task: what is left of the execution's."""
         limits, u = self.limits, self.usage
+        remaining = self.remaining_ms(elapsed_ms)
         return common_pb2.AgentBudget(
             max_tokens=max(0, limits.max_tokens - u.tokens) if limits.max_tokens is not None else 0,
             max_model_calls=(max(0, limits.max_model_calls - u.model_calls)
                              if limits.max_model_calls is not None else 0),
-            max_execution_time_ms=self.remaining_ms(elapsed_ms),
+            max_execution_time_ms=remaining if remaining is not None else 0,
             max_cost=max(0.0, limits.max_cost - u.cost),
             max_delegations=max(0, limits.max_handoffs - u.handoffs),
             max_model_cost=(max(0.0, limits.max_model_cost - u.model_cost)

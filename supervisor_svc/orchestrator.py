@@ -1,11 +1,14 @@
 """The supervisor's executor: one governed, parallel, evidence-first analysis.
 
 ``start`` verifies the request and plans it (intent → discovery/selection →
-task graph, all persisted); ``run`` executes the plan stage by stage — the
-work-permit task first, then the other specialists in parallel — each task
-with a freshly signed grant (naming the resources of its projected input), its
-context projection and a deadline; then it aggregates the results into a
-decision. Every step is audited, every state change persisted, and watchers
+task graph from the domain definition's template, all persisted); ``run``
+executes the plan stage by stage — in the work-permit domain the work-permit
+task first, then the other specialists in parallel — each task with a freshly
+signed grant (naming the resources of its projected input), its context
+projection and a deadline; a task whose incoming edge's condition does not
+hold is skipped; then it aggregates the results into a decision (or a report)
+with the domain's evidence rules and decision mapping. Nothing here knows a
+domain (supervisor_svc.definitions). Every step is audited, every state change persisted, and watchers
 are told as it happens. Audit fails closed (supervisor_svc.recording): an
 execution is accepted, and a task delegated, only once its record is durable.
 Executions are private (supervisor_svc.privacy): reading or cancelling one is
@@ -66,35 +69,33 @@ from supervisor_svc import listing
 from supervisor_svc.actions import ReleaseActions
 from supervisor_svc.aggregation import (
     Assessment,
-    EvidencePolicy,
     TaskOutcome,
     TaskState,
     aggregate,
     missing_item,
-    summarize_status,
+    report,
 )
-from supervisor_svc.contract import Analysis, condition_holds, permit_context
+from supervisor_svc.contract import context_of
+from supervisor_svc.definitions import DomainCatalog, default_catalog, execution_intent
 from supervisor_svc.dispatch import Actor, close_stored_delegations, delegate, delegated_unfinished
 from supervisor_svc.executions import ClaimLost, ExecutionStore, LeaseLost, ResumeInfo
-from supervisor_svc.intent import Intent, IntentKind, check_tenant, classified_intent, parse_intent
-from supervisor_svc.limits import ExecutionBudget, LimitAction
+from supervisor_svc.intent import UNKNOWN, Classification, Intent, check_tenant, parse_intent
+from supervisor_svc.limits import ExecutionBudget, LimitAction, Usage
 from supervisor_svc.model_intent import IntentClassifier
 from supervisor_svc.planner import (
-    ANALYSIS_ROLES,
-    STATUS_ROLE,
     HandoffRequest,
     NotRun,
     Plan,
-    TaskSpec,
     admit_handoff,
     build_plan,
+    restore_plan,
 )
 from supervisor_svc.privacy import CANCEL, READ, Authorizer, ExecutionGuard, not_found
 from supervisor_svc.projection import Projector, to_struct
 from supervisor_svc.recording import PipelinedRecorder, governing, narrative, narrative_batch
 from supervisor_svc.registry import AgentRegistry
 from supervisor_svc.selection import AgentSelector
-from supervisor_svc.tenants import TenantDirectory
+from supervisor_svc.tenants import TenantConfig, TenantSource
 
 log = logging.getLogger(__name__)
 
@@ -103,13 +104,11 @@ LEASE_RENEW_S = 1.0
 FOLLOW_POLL_S = 0.5
 """How often Watch on a replica that does not run the execution reads the shared store."""
 
-EXECUTION_INTENTS: dict[IntentKind, pb.ExecutionIntent] = {
-    IntentKind.ANALYZE_PERMIT: pb.EXECUTION_INTENT_ANALYZE_PERMIT,
-    IntentKind.PERMIT_STATUS: pb.EXECUTION_INTENT_PERMIT_STATUS,
-}
-"""``Execution.intent`` of each actionable intent kind."""
-
 DEFAULT_TASK_TIMEOUT_S = 10.0
+MAX_HANDOFF_ROUNDS = 3
+"""How many times one task may answer WAITING (ask for handoffs) before it is failed."""
+HANDOFF = "handoff"
+"""``RequestedAction.action`` of a handoff request."""
 _meter = metrics.get_meter("agentmesh.supervisor")
 _task_latency = _meter.create_histogram("agentmesh.agent_task.duration", unit="ms",
                                         description="Latency of agent tasks (PRD §52)")
@@ -171,6 +170,15 @@ def request_digest(request: pb.AnalyzeRequest) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
+def _first_resource(intent: Intent) -> str:
+    """The record an execution is about, for its EXECUTION_STARTED record: the intent's first subject as
+    ``name:value`` (``permit:WP-10231``; subjects are named after the resource types they are)."""
+    if intent.definition is None:
+        return ""
+    name = intent.definition.subjects[0]
+    return f"{name}:{intent.subjects.get(name, '')}"
+
+
 def _ts(moment: dt.datetime | None = None) -> Timestamp:
     ts = Timestamp()
     ts.FromDatetime(moment or dt.datetime.now(dt.UTC))
@@ -193,13 +201,37 @@ class _Live:
     done: threading.Event = field(default_factory=threading.Event)
     lock: threading.RLock = field(default_factory=threading.RLock)
     release_requested: bool = False
-    """The user asked for the release too (phase two): proposed once the analysis is decided."""
+    """The user asked for the intent's action too (the release, phase two): proposed once the analysis is
+    decided."""
     confirmation_ttl_s: int = 0
-    limit_hit: sup_errors.LimitExceeded | None = None
     """A model budget a task's agent found exhausted: the execution stops at the end of the stage."""
     delegated_before: set[str] = field(default_factory=set)
     """Tasks a previous supervisor process may have delegated (TASK_DELEGATED on the record) without
     finishing them: if one ends here without running, its delegation is closed (see _close_delegation)."""
+    allowed_agents: frozenset[str] = frozenset()
+    """The agents the tenant may use (handoff targets included), as configured when it was accepted."""
+    limit: sup_errors.LimitExceeded | None = None
+    """The limit a task or handoff reached: the stage ends and the execution stops there."""
+
+
+@dataclass(frozen=True)
+class _Call:
+    """How one RunTask of a task ended, or the task's outcome if it was never delegated."""
+
+    state: TaskState = TaskState.COMPLETED
+    result: common_pb2.AgentResult | None = None
+    reason: str = ""
+    not_run: TaskOutcome | None = None
+
+
+class _Fixed:
+    """A classifier that gives one reading already found (a model's accepted answer) to the intent parser."""
+
+    def __init__(self, found: Classification) -> None:
+        self._found = found
+
+    def classify(self, text: str, catalog: DomainCatalog) -> Classification | None:
+        return self._found
 
 
 class Orchestrator:
@@ -211,9 +243,8 @@ class Orchestrator:
         identity: spiffe.SpiffeId,
         registry: AgentRegistry,
         selector: AgentSelector,
-        tenants: TenantDirectory,
+        tenants: TenantSource,
         projector: Projector,
-        evidence: EvidencePolicy,
         store: ExecutionStore,
         signer: grants.GrantSigner,
         specialists: SpecialistPort,
@@ -224,18 +255,21 @@ class Orchestrator:
         max_parallel: int = 16,
         actions: ReleaseActions | None = None,
         revoker: Revoker | None = None,
+        domains: DomainCatalog | None = None,
         intents: IntentClassifier | None = None,
     ) -> None:
         """``revoker`` stops an execution's work at the capability service; by default the
         specialists port, when it can (``GrpcSpecialists`` reaches the capability service too).
-        ``intents`` classifies, through the model service, a request the rules have no rule for;
-        without it such a request is refused as before."""
+        ``domains``: the domain definitions served (the shipped ones by default); ``intents``
+        classifies, through the model service, a request no rule of theirs understands; without it
+        such a request is refused."""
         self._id = identity
         self._registry = registry
         self._selector = selector
         self._tenants = tenants
         self._projector = projector
-        self._evidence = evidence
+        self._domains = domains or default_catalog()
+        self._intents = intents
         self._store = store
         self._signer = signer
         self._specialists = specialists
@@ -349,10 +383,16 @@ class Orchestrator:
             raise self._refuse(errors.PermissionDenied(
                 "tenant_id does not match the tenant of the user assertion", reason="TENANT_MISMATCH",
                 metadata={"field": "tenant_id"}), user)
+        try:
+            # Read for every execution: a tenant applied or changed a moment ago is in force for this one.
+            tenant = self._tenants.get(user.tenant_id)
+        except sup_errors.TenantNotConfigured as err:
+            raise self._refuse(errors.FailedPrecondition(err.message, reason=err.reason,
+                                                         metadata={"field": "tenant_id"}), user) from err
         if not request.request_text.strip():
             raise errors.InvalidArgument("request_text is required", reason="MISSING_FIELD",
                                          metadata={"field": "request_text"})
-        intent = parse_intent(request.request_text)
+        intent = self.parse(request.request_text)
         try:
             check_tenant(intent, user.tenant_id)
         except sup_errors.TenantMismatch as err:
@@ -388,7 +428,7 @@ class Orchestrator:
                 self._await_existence(owner)
                 return Accepted(owner, user, duplicate=True)
         try:
-            self._begin(request, user, intent, caller, execution_id)
+            self._begin(request, user, intent, caller, execution_id, tenant)
         except ClaimLost as err:  # this process was too slow: a retry took the request over
             raise self._refuse(errors.Aborted(
                 "client_request_id was taken over by a retry while this request was being accepted",
@@ -401,6 +441,10 @@ class Orchestrator:
             with self._live_lock:
                 self._accepting.discard(execution_id)
         return Accepted(execution_id, user)
+
+    def parse(self, request_text: str) -> Intent:
+        """The intent of a request, from the domain definitions' rules."""
+        return parse_intent(request_text, catalog=self._domains)
 
     def _claimed_by_a_dead_process(self, user: assertion.UserIdentity, crid: str, execution_id: str) -> bool:
         """Whether a client request's execution can never come to exist: on a store of one supervisor
@@ -425,7 +469,7 @@ class Orchestrator:
 
     def _model_may_classify(self, intent: Intent) -> bool:
         """Deterministic first (PRD §49): only a request the rules have no rule for may go to a model."""
-        return self._intents is not None and intent.kind is IntentKind.UNKNOWN and intent.rule == "NO_RULE"
+        return self._intents is not None and intent.kind == UNKNOWN and intent.rule == "NO_RULE"
 
     def _classify(self, request: pb.AnalyzeRequest, user: assertion.UserIdentity, rules: Intent,
                   execution_id: str, budget: ExecutionBudget) -> tuple[Intent, pb.IntentClassification]:
@@ -446,8 +490,7 @@ class Orchestrator:
         trace = common_pb2.TraceContext(execution_id=execution_id,
                                         correlation_id=telemetry.current_ids().get(telemetry.CORRELATION_ID, ""))
         try:
-            found = self._intents.classify(request.request_text, rules, grant=grant, principal=principal,
-                                           trace=trace)
+            found = self._intents.classify(request.request_text, grant=grant, principal=principal, trace=trace)
         except errors.MeshError as err:
             if isinstance(err, errors.Unavailable | errors.DeadlineExceeded):
                 raise errors.Unavailable(
@@ -460,35 +503,44 @@ class Orchestrator:
         with contextlib.suppress(sup_errors.LimitExceeded):  # enforced by the model service; spent already
             budget.record_model_usage(tokens=found.usage.prompt_tokens + found.usage.completion_tokens,
                                       model_calls=found.usage.calls, cost=found.usage.cost)
-        if found.intent is None:
+        intent = None if found.classification is None else self._resolve(request.request_text, found.classification)
+        if intent is None or not intent.actionable:
+            why = found.why_not or "NOT_RESOLVED"
             raise errors.InvalidArgument(
-                f"{rules.message} (a model was asked; its answer was not accepted: {found.why_not})",
+                f"{rules.message} (a model was asked; its answer was not accepted: {why})",
                 reason="UNKNOWN_INTENT",
                 metadata={"field": "request_text", "model_call_id": found.record.model_call_id})
-        return found.intent, found.record
+        return intent, found.record
 
-    def _budget(self, request: pb.AnalyzeRequest, user: assertion.UserIdentity) -> ExecutionBudget:
+    def _resolve(self, text: str, found: Classification) -> Intent:
+        """A model's accepted reading, resolved through the domain definitions as a rule's would be (never
+        asking for the intent's action: that takes words the rules understand, or ``request_release``)."""
+        reading = Classification(found.kind, dict(found.subjects), found.name, action_requested=False)
+        return parse_intent(text, catalog=self._domains, classifier=_Fixed(reading))
+
+    @staticmethod
+    def _budget(request: pb.AnalyzeRequest, tenant: TenantConfig) -> ExecutionBudget:
         try:
-            tenant = self._tenants.get(user.tenant_id)
             return ExecutionBudget(tenant.limit_policy, request.budget if request.HasField("budget") else None)
         except sup_errors.SupervisorError as err:
             raise errors.InvalidArgument(err.message, reason=err.reason,
                                          metadata={"field": err.field or "budget"}) from err
 
     def _begin(self, request: pb.AnalyzeRequest, user: assertion.UserIdentity, intent: Intent, caller: str,
-               execution_id: str) -> None:
+               execution_id: str, tenant: TenantConfig) -> None:
         correlation_id = request.correlation_id or f"corr-{uuid.uuid4().hex[:12]}"
         with telemetry.mesh_ids(execution_id=execution_id, correlation_id=correlation_id):
-            budget = self._budget(request, user)
+            budget = self._budget(request, tenant)
             if intent.actionable:
-                classification = pb.IntentClassification(source="RULES", intent=intent.kind.value,
-                                                          subjects={"permit_id": intent.permit_id or ""})
+                classification = pb.IntentClassification(source="RULES", intent=intent.kind,
+                                                          subjects=dict(intent.subjects))
             else:
                 intent, classification = self._classify(request, user, intent, execution_id, budget)
             ids = telemetry.current_ids()
             execution = pb.Execution(
                 execution_id=execution_id, status=pb.EXECUTION_STATUS_RUNNING, request_text=request.request_text,
-                intent=EXECUTION_INTENTS[intent.kind], intent_rule=intent.rule, tenant_id=user.tenant_id,
+                intent=execution_intent(intent.kind), intent_kind=intent.kind, domain=intent.domain_id,
+                intent_rule=intent.rule, tenant_id=user.tenant_id,
                 user_id=user.user_id, actor_type=common_pb2.ACTOR_TYPE_USER, user_roles=user.roles,
                 trace=common_pb2.TraceContext(trace_id=ids.get("trace_id", ""), correlation_id=correlation_id,
                                               execution_id=execution_id),
@@ -496,27 +548,24 @@ class Orchestrator:
                 intent_classification=classification)
             user_ctx = user.to_context()
             live = _Live(execution, None, user, budget, intent.language if intent.language != "unknown" else "en",
-                         release_requested=(intent.release_requested or request.request_release)
-                         and intent.kind is IntentKind.ANALYZE_PERMIT,
+                         allowed_agents=tenant.allowed_agents,
+                         release_requested=(intent.action_requested or request.request_release)
+                         and intent.action is not None,
                          confirmation_ttl_s=max(0, request.confirmation_ttl_seconds))
             governing(self._audit, audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_STARTED,
                       outcome=audit_pb2.AUDIT_OUTCOME_PENDING, execution_id=execution_id,
                       correlation_id=correlation_id, tenant_id=user.tenant_id, user_id=user.user_id,
-                      reason_codes=[f"intent={intent.kind.value}", f"rule={intent.rule}", f"caller={caller}",
+                      reason_codes=[f"intent={intent.kind}", f"rule={intent.rule}", f"caller={caller}",
+                                    f"domain={intent.domain_id}",
                                     *([f"model={classification.model_id}", f"model_call={classification.model_call_id}"]
                                       if classification.source == "MODEL" else [])],
-                      resource=f"permit:{intent.permit_id}")
+                      resource=_first_resource(intent))
             with telemetry.tracer().start_as_current_span("AgentSelection") as span:
                 try:
+                    # Admitted against the limits below, once the plan is stored: a plan that exceeds
+                    # one stops (or waits for a reviewer, who may let it go on) with its tasks known.
                     plan = build_plan(intent, execution_id=execution_id, user=user_ctx,
-                                      correlation_id=correlation_id, selector=self._selector, budget=budget)
-                except sup_errors.LimitExceeded as err:
-                    live.plan = None
-                    self._stop_for_limit(live, err)
-                    self._finish(live)
-                    self._register(live)
-                    live.done.set()
-                    return
+                                      correlation_id=correlation_id, selector=self._selector)
                 except sup_errors.NoAgentAvailable as err:
                     execution.status = pb.EXECUTION_STATUS_FAILED
                     execution.decision = common_pb2.ANALYSIS_DECISION_INSUFFICIENT_EVIDENCE
@@ -544,7 +593,17 @@ class Orchestrator:
         # What a restarted supervisor needs to resume it, then the execution: both before any task runs.
         self._store.save_resume(execution_id, ResumeInfo(
             user_ctx, request.budget if request.HasField("budget") else None, live.release_requested,
-            live.confirmation_ttl_s, live.language, tuple((n.analysis.value, n.reason) for n in plan.not_run)))
+            live.confirmation_ttl_s, live.language, tuple((n.analysis, n.reason) for n in plan.not_run)))
+        try:
+            budget.admit_plan([(node.depth, plan.specs[node.task_id].agent.manifest.cost)
+                               for node in plan.graph.nodes])
+        except sup_errors.LimitExceeded as err:
+            with telemetry.mesh_ids(execution_id=execution_id, correlation_id=correlation_id):
+                self._stop_for_limit(live, err)
+                self._finish(live)
+            self._register(live)
+            live.done.set()
+            return
         self._store.save(execution)
         self._register(live)
 
@@ -613,8 +672,12 @@ class Orchestrator:
         if ex.status not in (pb.EXECUTION_STATUS_SUCCEEDED, pb.EXECUTION_STATUS_PARTIAL,
                              pb.EXECUTION_STATUS_AWAITING_REVIEW):
             return
+        intent = live.plan.intent
+        action = intent.domain.actions.get(intent.action) if intent.domain is not None and intent.action else None
+        if action is None:
+            return
         with live.lock, self._actions.lock:
-            self._actions.propose(ex, live.user, live.plan.intent.permit_id or "", live.confirmation_ttl_s)
+            self._actions.propose(ex, live.user, action, intent.subjects, live.confirmation_ttl_s)
             if ex.HasField("action"):
                 for conflict in ex.conflicts:
                     if conflict.review_id:
@@ -649,12 +712,11 @@ class Orchestrator:
                     if done.result is not None:
                         results[task_id] = done.result
                     continue
-                skip = next((e for e in plan.incoming(task_id)
-                             if not condition_holds(e.condition, plan.specs[e.from_task_id].analysis,
-                                                    results.get(e.from_task_id))), None)
+                skip = next((e for e in plan.incoming(task_id) if not plan.edge_holds(e, results)), None)
                 if skip is not None:
                     outcomes[task_id] = self._outcome(plan, task_id, TaskState.SKIPPED,
-                                                      error_reason=f"CONDITION_NOT_MET: {skip.condition}")
+                                                      error_reason=f"CONDITION_NOT_MET: {skip.condition or 'done'}",
+                                                      off_path=plan.branch_not_taken(skip, results))
                     self._close_delegation(live, task_id, TaskState.SKIPPED, f"CONDITION_NOT_MET: {skip.condition}")
                     self._set_status(live, task_id, common_pb2.TASK_STATUS_SKIPPED)
                 elif live.cancelled.is_set():
@@ -666,13 +728,17 @@ class Orchestrator:
             context = self._context_for_stage(plan, results)
             ctx = contextvars.copy_context()
             running = {t: self._pool.submit(ctx.copy().run, self._run_task, live, t, context) for t in runnable}
+            # Every task of the stage ends (and is on the record) before anything is concluded, also when
+            # one of them fails inside the supervisor.
+            futures.wait(running.values())
             for task_id, fut in running.items():
                 outcome = fut.result()
                 outcomes[task_id] = outcome
                 if outcome.result is not None:
                     results[task_id] = outcome.result
-            if live.limit_hit is not None:  # a model budget ran out in this stage: as the tenant's policy says
-                self._stop_for_limit(live, live.limit_hit, outcomes)
+            if live.limit is not None:
+                # A task or a handoff reached a limit: the execution stops after this stage's work.
+                self._stop_for_limit(live, live.limit, outcomes)
                 return
         self._decide(live, outcomes)
 
@@ -690,15 +756,19 @@ class Orchestrator:
         return self._outcome(plan, task_id, TaskState.COMPLETED, result=result)
 
     def _context_for_stage(self, plan: Plan, results: dict[str, common_pb2.AgentResult]) -> dict[str, Any] | None:
-        for task_id, spec in plan.specs.items():
-            if spec.analysis == Analysis.WORK_PERMIT and task_id in results:
-                return permit_context(results[task_id])
-        return None
+        """What later tasks are projected from: the ``context`` fields of the planned tasks' results so far."""
+        found = [(results[task_id], spec.template.contract, spec.template.context)
+                 for task_id, spec in plan.specs.items()
+                 if task_id in results and spec.template is not None and spec.template.context]
+        return context_of(found) or None
 
     def _outcome(self, plan: Plan, task_id: str, state: TaskState, *, result: common_pb2.AgentResult | None = None,
-                 error_reason: str = "") -> TaskOutcome:
+                 error_reason: str = "", off_path: bool = False) -> TaskOutcome:
         spec = plan.specs[task_id]
-        return TaskOutcome(spec.analysis, state, task_id, spec.agent.agent_id, result, error_reason)
+        template = spec.template
+        return TaskOutcome(spec.analysis, state, task_id, spec.agent.agent_id, result, error_reason,
+                           contract=template.contract if template else None,
+                           template_task=template.task_id if template else "", off_path=off_path)
 
     def _elapsed_ms(self, live: _Live) -> int:
         return int((time.monotonic() - live.started) * 1000)
@@ -729,6 +799,8 @@ class Orchestrator:
                       reason_codes=[state.value, reason, why])
 
     def _run_task(self, live: _Live, task_id: str, context: dict[str, Any] | None) -> TaskOutcome:
+        """Runs one task to its end: the agent is called, and called again with the outcome of each
+        handoff it asks for while its result is WAITING (see :meth:`_run_handoffs`)."""
         plan = live.plan
         assert plan is not None
         spec = plan.specs[task_id]
@@ -751,137 +823,240 @@ class Orchestrator:
                                                                 source_context_id=live.execution.execution_id)
                 node.input.CopyFrom(to_struct(projected))
                 node.projection.CopyFrom(projection)
-            remaining_s = live.budget.remaining_ms(self._elapsed_ms(live)) / 1000
-            timeout_s = max(0.05, min(self._task_timeout_s, remaining_s))
-            deadline = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=timeout_s)
-            node.deadline.CopyFrom(_ts(deadline))
-            node.status = common_pb2.TASK_STATUS_RUNNING
-            node.started_at.CopyFrom(_ts())
-            # The user's language, so the agent writes its statements in it (the supervisor knows no words).
-            node.locale = live.language
-            grant, principal = delegate(self._signer, self._id, entry, node, Actor.of_user(user),
-                                        rules=self._projector.resource_rules,
-                                        ttl=dt.timedelta(seconds=timeout_s + 30),
-                                        model_budgets=live.budget.grant_budgets())
-            with live.lock:
-                # Stored before the delegation is on the record: a restart in between knows the task may
-                # have been delegated (see _rebuild), and closes that delegation if it does not run it.
-                for n in live.execution.graph.nodes:
-                    if n.task_id == task_id:
-                        n.started_at.CopyFrom(node.started_at)
-                self._store.save(live.execution)
-            try:
-                # The delegation is durable in the audit log before the agent hears of it.
-                governing(self._audit, audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED,
-                          outcome=audit_pb2.AUDIT_OUTCOME_PENDING, tenant_id=user.tenant_id, user_id=user.user_id,
-                          task_id=task_id, agent_id=agent_id, principal=principal,
-                          input_digest=node.projection.digest,
-                          versions=common_pb2.VersionStamp(agent_version=entry.manifest.version))
-            except errors.Unavailable as err:
-                # Not run. Whether the delegation record is in the log is unknown (audit may have written
-                # it and gone before answering), so it is closed either way, through the outbox: no
-                # delegation is ever left open. A TASK_FINISHED with no delegation before it says NOT_RUN.
-                with live.lock:
-                    earlier = task_id in live.delegated_before
-                    live.delegated_before.add(task_id)
-                self._close_delegation(live, task_id, TaskState.NOT_RUN, f"{err.code.name} {err.reason}: {err.message}",
-                                       why="DELEGATED_BEFORE_RESTART" if earlier else "DELEGATION_UNACKNOWLEDGED")
-                self._set_status(live, task_id, common_pb2.TASK_STATUS_FAILED, finished=True)
-                span.set_attribute("agentmesh.task_state", TaskState.NOT_RUN.value)
-                return self._outcome(plan, task_id, TaskState.NOT_RUN,
-                                     error_reason=f"{err.code.name} {err.reason}: {err.message}")
-            finished = False
-            try:
-                with live.lock:
-                    # Delegated again under the same task id: its TASK_FINISHED below closes both delegations.
-                    live.delegated_before.discard(task_id)
-                    for n in live.execution.graph.nodes:
-                        if n.task_id == task_id:
-                            n.CopyFrom(node)
-                    self._store.save(live.execution)
-                self._notify(live, pb.EXECUTION_EVENT_TASK_STARTED, task_id=task_id, agent_id=agent_id,
-                             task_status=common_pb2.TASK_STATUS_RUNNING)
-                request = spec_pb2.RunTaskRequest(task=node, grant=grant, principal=principal,
-                                                  trace=live.execution.trace)
-                started = time.monotonic()
-                state, result, reason = TaskState.COMPLETED, None, ""
-                if live.cancelled.is_set():
-                    state, reason = TaskState.CANCELLED, "CANCELLED"
-                else:
-                    call = self._specialists.start(agent_id, request, timeout_s)
-                    with live.lock:
-                        live.calls[task_id] = call
-                    try:
-                        result = call.result()
-                    except errors.DeadlineExceeded as err:
-                        state, reason = TaskState.TIMED_OUT, f"DEADLINE_EXCEEDED after {timeout_s * 1000:.0f} ms: {err}"
-                    except errors.MeshError as err:
-                        if live.cancelled.is_set():
-                            state, reason = TaskState.CANCELLED, "CANCELLED"
-                        else:
-                            state, reason = TaskState.FAILED, f"{err.code.name} {err.reason}: {err.message}"
-                    finally:
-                        with live.lock:
-                            live.calls.pop(task_id, None)
-                latency = (time.monotonic() - started) * 1000
-                _task_latency.record(latency, {"agent": agent_id})
-                _task_outcomes.add(1, {"agent": agent_id, "state": state.value})
-                status = _TASK_STATUS.get(state, common_pb2.TASK_STATUS_FAILED)
-                span.set_attribute("agentmesh.task_state", state.value)
-                outcome = _TASK_OUTCOME.get(state, audit_pb2.AUDIT_OUTCOME_FAILURE)
-                # The record first (kept in the outbox if audit is down), then the checkpoint: a task whose
-                # stored result makes a restarted supervisor skip it always has its TASK_FINISHED record.
-                self._narrate(
-                    audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED,
-                    outcome=outcome,
-                    tenant_id=user.tenant_id, user_id=user.user_id, task_id=task_id, agent_id=agent_id,
-                    reason_codes=[state.value, *([reason] if reason else []),
-                                  *(s.code for s in result.statements if s.code)] if result else [state.value, reason],
-                    evidence=list(result.evidence) if result else [], confidence=result.confidence if result else 0.0,
-                    versions=result.versions if result else None)
-                finished = True
-            finally:
-                if not finished:
-                    # Failed inside the supervisor after the delegation was on the record: closed there too.
-                    self._narrate(audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED, outcome=audit_pb2.AUDIT_OUTCOME_FAILURE,
+            handoffs: list[common_pb2.HandoffOutcome] = []
+            rounds = 0
+            while True:
+                call = self._call_agent(live, task_id, entry, node, handoffs, span, again=rounds > 0)
+                if call.not_run is not None:
+                    return call.not_run
+                state, result, reason = call.state, call.result, call.reason
+                if result is not None and result.HasField("model_usage"):
+                    self._model_usage(live, result.model_usage)
+                if result is None or result.status != common_pb2.RESULT_STATUS_WAITING:
+                    break
+                # The agent waits for the handoffs it asked for (PRD §12, §20).
+                rounds += 1
+                if not any(a.action == HANDOFF for a in result.requested_actions):
+                    state, result, reason = TaskState.FAILED, None, (
+                        "RESULT_WAITING_WITHOUT_HANDOFF: the agent answered WAITING but asked for no handoff")
+                    break
+                if live.limit is not None or live.cancelled.is_set():
+                    return self._waiting_cut_short(live, task_id, agent_id)
+                if rounds > MAX_HANDOFF_ROUNDS:
+                    state, result, reason = TaskState.FAILED, None, (
+                        f"HANDOFF_ROUNDS_EXCEEDED: {agent_id} was still WAITING after {MAX_HANDOFF_ROUNDS} rounds "
+                        "of handoffs")
+                    self._narrate(audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
                                   tenant_id=user.tenant_id, user_id=user.user_id, task_id=task_id, agent_id=agent_id,
-                                  reason_codes=[TaskState.FAILED.value, "SUPERVISOR_ERROR"])
+                                  reason_codes=["HANDOFF_ROUNDS_EXCEEDED", f"rounds={MAX_HANDOFF_ROUNDS}"])
+                    break
+                self._set_status(live, task_id, common_pb2.TASK_STATUS_WAITING)
+                self._notify(live, pb.EXECUTION_EVENT_TASK_WAITING, task_id=task_id, agent_id=agent_id,
+                             task_status=common_pb2.TASK_STATUS_WAITING)
+                handoffs = self._run_handoffs(live, task_id, result)
+                if live.limit is not None or live.cancelled.is_set():
+                    return self._waiting_cut_short(live, task_id, agent_id)
+            status = _TASK_STATUS.get(state, common_pb2.TASK_STATUS_FAILED)
             with live.lock:
                 if result is not None:
                     live.execution.results.append(result)
-            if result is not None and result.HasField("model_usage"):
-                self._model_usage(live, result.model_usage)
             self._set_status(live, task_id, status, finished=True)
             self._notify(live, pb.EXECUTION_EVENT_TASK_FINISHED, task_id=task_id, agent_id=agent_id, task_status=status)
             if result is not None:
-                self._handle_handoffs(live, task_id, result, context)
+                self._ignored_handoffs(live, task_id, result)
             return self._outcome(plan, task_id, state, result=result, error_reason=reason)
 
-    def _handle_handoffs(self, live: _Live, task_id: str, result: common_pb2.AgentResult,
-                         context: dict[str, Any] | None) -> None:
-        """A specialist's handoff request goes through the supervisor's checks (PRD §20–22), then runs.
+    def _waiting_cut_short(self, live: _Live, task_id: str, agent_id: str) -> TaskOutcome:
+        """A WAITING task the execution's cancellation or a reached limit ends before it is called again:
+        CANCELLED (its delegations are already closed: each RunTask's TASK_FINISHED is on the record)."""
+        plan = live.plan
+        assert plan is not None
+        why = "CANCELLED" if live.cancelled.is_set() else \
+            f"{live.limit.reason}: the limit was reached" if live.limit else ""
+        self._set_status(live, task_id, common_pb2.TASK_STATUS_CANCELLED, finished=True)
+        self._notify(live, pb.EXECUTION_EVENT_TASK_FINISHED, task_id=task_id, agent_id=agent_id,
+                     task_status=common_pb2.TASK_STATUS_CANCELLED)
+        return self._outcome(plan, task_id, TaskState.CANCELLED, error_reason=why)
 
-        The handoff's result is reported with the execution's results; the
-        decision rests on the planned analyses only.
+    def _call_agent(self, live: _Live, task_id: str, entry: Any, node: common_pb2.AgentTask,
+                    handoffs: list[common_pb2.HandoffOutcome], span: Any, *, again: bool) -> _Call:
+        """One RunTask of a task: a fresh grant, the delegation on the record (durably) before the agent
+        hears of it, the call within the task's deadline, and its end on the record. ``again``: the
+        agent answered WAITING before; ``handoffs`` are the outcomes of what it asked for."""
+        plan = live.plan
+        assert plan is not None
+        agent_id = entry.agent_id
+        user = live.user
+        remaining_ms = live.budget.remaining_ms(self._elapsed_ms(live))
+        timeout_s = self._task_timeout_s if remaining_ms is None else max(
+            0.05, min(self._task_timeout_s, remaining_ms / 1000))
+        deadline = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=timeout_s)
+        node.deadline.CopyFrom(_ts(deadline))
+        node.status = common_pb2.TASK_STATUS_RUNNING
+        if not node.HasField("started_at"):
+            node.started_at.CopyFrom(_ts())
+        # The user's language, so the agent writes its statements in it (the supervisor knows no words).
+        node.locale = live.language
+        grant, principal = delegate(self._signer, self._id, entry, node, Actor.of_user(user),
+                                    rules=self._projector.resource_rules,
+                                    ttl=dt.timedelta(seconds=timeout_s + 30),
+                                    model_budgets=live.budget.grant_budgets())
+        with live.lock:
+            # Stored before the delegation is on the record: a restart in between knows the task may
+            # have been delegated (see _rebuild), and closes that delegation if it does not run it.
+            for n in live.execution.graph.nodes:
+                if n.task_id == task_id:
+                    n.started_at.CopyFrom(node.started_at)
+                    if again:  # called again after WAITING: RUNNING again from here on
+                        n.status = common_pb2.TASK_STATUS_RUNNING
+            self._store.save(live.execution)
+        try:
+            # The delegation is durable in the audit log before the agent hears of it.
+            governing(self._audit, audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED,
+                      outcome=audit_pb2.AUDIT_OUTCOME_PENDING, tenant_id=user.tenant_id, user_id=user.user_id,
+                      task_id=task_id, agent_id=agent_id, principal=principal,
+                      input_digest=node.projection.digest,
+                      reason_codes=["HANDOFF_OUTCOMES", *(f"{h.action_id}={common_pb2.HandoffState.Name(h.state)}"
+                                                          for h in handoffs)] if again else [],
+                      versions=common_pb2.VersionStamp(agent_version=entry.manifest.version))
+        except errors.Unavailable as err:
+            # Not run. Whether the delegation record is in the log is unknown (audit may have written
+            # it and gone before answering), so it is closed either way, through the outbox: no
+            # delegation is ever left open. A TASK_FINISHED with no delegation before it says NOT_RUN.
+            with live.lock:
+                earlier = task_id in live.delegated_before
+                live.delegated_before.add(task_id)
+            self._close_delegation(live, task_id, TaskState.NOT_RUN, f"{err.code.name} {err.reason}: {err.message}",
+                                   why="DELEGATED_BEFORE_RESTART" if earlier else "DELEGATION_UNACKNOWLEDGED")
+            self._set_status(live, task_id, common_pb2.TASK_STATUS_FAILED, finished=True)
+            span.set_attribute("agentmesh.task_state", TaskState.NOT_RUN.value)
+            return _Call(not_run=self._outcome(plan, task_id, TaskState.NOT_RUN,
+                                               error_reason=f"{err.code.name} {err.reason}: {err.message}"))
+        finished = False
+        state, result, reason = TaskState.COMPLETED, None, ""
+        try:
+            with live.lock:
+                # Delegated again under the same task id: its TASK_FINISHED below closes both delegations.
+                live.delegated_before.discard(task_id)
+                for n in live.execution.graph.nodes:
+                    if n.task_id == task_id:
+                        n.CopyFrom(node)
+                self._store.save(live.execution)
+            self._notify(live, pb.EXECUTION_EVENT_TASK_STARTED, task_id=task_id, agent_id=agent_id,
+                         task_status=common_pb2.TASK_STATUS_RUNNING)
+            request = spec_pb2.RunTaskRequest(task=node, grant=grant, principal=principal,
+                                              trace=live.execution.trace, handoff_outcomes=handoffs)
+            started = time.monotonic()
+            if live.cancelled.is_set():
+                state, reason = TaskState.CANCELLED, "CANCELLED"
+            else:
+                call = self._specialists.start(agent_id, request, timeout_s)
+                with live.lock:
+                    live.calls[task_id] = call
+                try:
+                    result = call.result()
+                except errors.DeadlineExceeded as err:
+                    state, reason = TaskState.TIMED_OUT, f"DEADLINE_EXCEEDED after {timeout_s * 1000:.0f} ms: {err}"
+                except errors.MeshError as err:
+                    if live.cancelled.is_set():
+                        state, reason = TaskState.CANCELLED, "CANCELLED"
+                    else:
+                        state, reason = TaskState.FAILED, f"{err.code.name} {err.reason}: {err.message}"
+                finally:
+                    with live.lock:
+                        live.calls.pop(task_id, None)
+            latency = (time.monotonic() - started) * 1000
+            _task_latency.record(latency, {"agent": agent_id})
+            waiting = result is not None and result.status == common_pb2.RESULT_STATUS_WAITING
+            _task_outcomes.add(1, {"agent": agent_id, "state": "WAITING" if waiting else state.value})
+            span.set_attribute("agentmesh.task_state", "WAITING" if waiting else state.value)
+            if waiting:
+                assert result is not None
+                outcome = audit_pb2.AUDIT_OUTCOME_PENDING
+                codes = ["WAITING", *(f"handoff:{a.action_id or '-'}->{a.target_agent_id}"
+                                      for a in result.requested_actions if a.action == HANDOFF)]
+            else:
+                outcome = _TASK_OUTCOME.get(state, audit_pb2.AUDIT_OUTCOME_FAILURE)
+                codes = [state.value, *([reason] if reason else []),
+                         *(s.code for s in result.statements if s.code)] if result else [state.value, reason]
+            # The record first (kept in the outbox if audit is down), then the checkpoint: a task whose
+            # stored result makes a restarted supervisor skip it always has its TASK_FINISHED record;
+            # a call that ended WAITING has its TASK_FINISHED before the task is stored WAITING.
+            self._narrate(
+                audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED,
+                outcome=outcome,
+                tenant_id=user.tenant_id, user_id=user.user_id, task_id=task_id, agent_id=agent_id,
+                reason_codes=codes,
+                evidence=list(result.evidence) if result else [], confidence=result.confidence if result else 0.0,
+                versions=result.versions if result else None)
+            finished = True
+        finally:
+            if not finished:
+                # Failed inside the supervisor after the delegation was on the record: closed there too.
+                self._narrate(audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED, outcome=audit_pb2.AUDIT_OUTCOME_FAILURE,
+                              tenant_id=user.tenant_id, user_id=user.user_id, task_id=task_id, agent_id=agent_id,
+                              reason_codes=[TaskState.FAILED.value, "SUPERVISOR_ERROR"])
+        return _Call(state=state, result=result, reason=reason)
+
+    def _run_handoffs(self, live: _Live, task_id: str,
+                      result: common_pb2.AgentResult) -> list[common_pb2.HandoffOutcome]:
+        """The handoffs a WAITING result asks for, each through the supervisor's checks (PRD §20–22), then
+        run; their outcomes go back to the agent that asked.
+
+        Admitted only if the target is allowed for the tenant, is not already in the task's lineage
+        (a loop), is in the requester's ``allowed_delegations``, is ACTIVE and has the capabilities,
+        and the limits allow one more task and handoff. The handoff task's input is what the
+        requester proposed, projected for the target and purpose (nothing else passes). A refusal is
+        audited and returned as REFUSED; a limit the handoff would exceed stops the execution (the
+        tenant's action: STOP, or HUMAN_REVIEW) and nothing more is run.
         """
         plan = live.plan
         assert plan is not None
-        for action in result.requested_actions:
-            if action.action != "handoff":
+        outcomes: list[common_pb2.HandoffOutcome] = []
+        for i, action in enumerate(result.requested_actions):
+            if action.action != HANDOFF:
+                continue
+            action_id = action.action_id or f"handoff-{i + 1}"
+            if live.limit is not None or live.cancelled.is_set():
+                outcomes.append(common_pb2.HandoffOutcome(
+                    action_id=action_id, target_agent_id=action.target_agent_id,
+                    state=common_pb2.HANDOFF_STATE_REFUSED,
+                    reason="CANCELLED: the execution was cancelled" if live.cancelled.is_set()
+                    else f"{live.limit.reason if live.limit else ''}: the execution reached a limit"))
                 continue
             params = json_format.MessageToDict(action.parameters)
             caps = params.get("required_capabilities", [])
+            proposed = params.get("input")
             req = HandoffRequest(from_task_id=task_id, target_agent_id=action.target_agent_id,
                                  objective=action.reason or "handoff",
                                  required_capabilities=tuple(str(c) for c in caps) if isinstance(caps, list) else (),
                                  correlation_id=live.execution.trace.correlation_id,
                                  purpose=str(params.get("purpose", "")))
             try:
+                if action.target_agent_id not in live.allowed_agents:
+                    raise sup_errors.HandoffRejected(
+                        f"{action.target_agent_id} is not an agent tenant {live.user.tenant_id} may use",
+                        reason="HANDOFF_TARGET_NOT_ALLOWED_FOR_TENANT", source_agent_id=result.agent_id,
+                        target_agent_id=action.target_agent_id)
                 with live.lock:
                     task = admit_handoff(plan, req, lookup=self._registry.ensure_active,
                                          execution_correlation_id=live.execution.trace.correlation_id,
-                                         budget=live.budget)
+                                         budget=live.budget, task_id=self._next_task_id(live))
+                    projected, projection = self._projector.project(
+                        proposed if isinstance(proposed, dict) else {}, task.target_agent_id, req.purpose,
+                        source_context_id=task_id)
+                    task.input.CopyFrom(to_struct(projected))
+                    task.projection.CopyFrom(projection)
+                    plan.task(task.task_id).CopyFrom(task)
                     live.execution.graph.nodes.append(task)
+                    self._store.save(live.execution)
+            except sup_errors.LimitExceeded as err:
+                _handoffs.add(1, {"result": "limit"})
+                self._limit_reached(live, err)
+                outcomes.append(common_pb2.HandoffOutcome(
+                    action_id=action_id, target_agent_id=action.target_agent_id,
+                    state=common_pb2.HANDOFF_STATE_REFUSED, reason=f"{err.reason}: {err.message}"))
+                continue
             except sup_errors.SupervisorError as err:
                 _handoffs.add(1, {"result": "rejected"})
                 with live.lock:
@@ -892,12 +1067,56 @@ class Orchestrator:
                 self._narrate(audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
                               tenant_id=live.user.tenant_id, user_id=live.user.user_id, task_id=task_id,
                               agent_id=result.agent_id, reason_codes=[err.reason, f"to={action.target_agent_id}"])
+                outcomes.append(common_pb2.HandoffOutcome(
+                    action_id=action_id, target_agent_id=action.target_agent_id,
+                    state=common_pb2.HANDOFF_STATE_REFUSED, reason=f"{err.reason}: {err.message}"))
                 continue
             _handoffs.add(1, {"result": "admitted"})
-            self._run_task(live, task.task_id, context)
+            done = self._run_task(live, task.task_id, None)
+            if done.state is TaskState.COMPLETED and done.result is not None:
+                outcomes.append(common_pb2.HandoffOutcome(
+                    action_id=action_id, task_id=task.task_id, target_agent_id=task.target_agent_id,
+                    state=common_pb2.HANDOFF_STATE_COMPLETED, result=done.result))
+            else:
+                outcomes.append(common_pb2.HandoffOutcome(
+                    action_id=action_id, task_id=task.task_id, target_agent_id=task.target_agent_id,
+                    state=common_pb2.HANDOFF_STATE_FAILED,
+                    reason=f"{done.state.value}: {done.error_reason or 'no result'}"))
+        return outcomes
 
-    @staticmethod
-    def _model_usage(live: _Live, usage: common_pb2.ModelUsage) -> None:
+    def _ignored_handoffs(self, live: _Live, task_id: str, result: common_pb2.AgentResult) -> None:
+        """A finished result that still asks for a handoff: nobody would get its outcome, so none is run."""
+        asked = [a for a in result.requested_actions if a.action == HANDOFF]
+        if not asked:
+            return
+        with live.lock:
+            for a in asked:
+                why = "HANDOFF_NOT_WAITING: asked for in a finished result, so not run (a handoff is asked with a " \
+                      "WAITING result)"
+                live.execution.missing.append(missing_item(
+                    pb.MISSING_KIND_HANDOFF, f"{result.agent_id} -> {a.target_agent_id}", why,
+                    f"handoff {result.agent_id} -> {a.target_agent_id}: {why}"))
+        self._narrate(audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
+                      tenant_id=live.user.tenant_id, user_id=live.user.user_id, task_id=task_id,
+                      agent_id=result.agent_id,
+                      reason_codes=["HANDOFF_NOT_WAITING", *(f"to={a.target_agent_id}" for a in asked)])
+
+    def _next_task_id(self, live: _Live) -> str:
+        """A task id not used in the execution (its graph keeps the handoffs of earlier runs too)."""
+        with live.lock:
+            used = {n.task_id for n in live.execution.graph.nodes}
+        n = len(used) + 1
+        while f"{live.execution.execution_id}-t{n}" in used:
+            n += 1
+        return f"{live.execution.execution_id}-t{n}"
+
+    def _limit_reached(self, live: _Live, err: sup_errors.LimitExceeded) -> None:
+        """A task or handoff hit a limit: the first one stands; the stage ends and the execution stops there."""
+        with live.lock:
+            if live.limit is None:
+                live.limit = err
+
+    def _model_usage(self, live: _Live, usage: common_pb2.ModelUsage) -> None:
         """An agent's model usage feeds the execution's limits; an exhausted budget stops the execution
         once the stage ends (the tenant's ``on_exceeded``: STOP or HUMAN_REVIEW)."""
         hit: sup_errors.LimitExceeded | None = None
@@ -909,14 +1128,15 @@ class Orchestrator:
         if hit is None and usage.exhausted_reason:
             hit = live.budget.model_budget_exhausted(usage.exhausted_reason)
         if hit is not None:
-            with live.lock:
-                live.limit_hit = live.limit_hit or hit
+            self._limit_reached(live, hit)
 
     def _stop_for_limit(self, live: _Live, err: sup_errors.LimitExceeded,
                         outcomes: dict[str, TaskOutcome] | None = None) -> None:
+        """The execution stops at a limit: STOPPED, or with the tenant's HUMAN_REVIEW for that limit
+        AWAITING_REVIEW with a LIMIT review item (a reviewer lets it go on past the limit, or stops it)."""
         ex = live.execution
+        review = LimitAction(err.action) is LimitAction.HUMAN_REVIEW
         with live.lock:
-            review = err.action == LimitAction.HUMAN_REVIEW
             ex.status = pb.EXECUTION_STATUS_AWAITING_REVIEW if review else pb.EXECUTION_STATUS_STOPPED
             ex.decision = (common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW if review
                            else common_pb2.ANALYSIS_DECISION_INSUFFICIENT_EVIDENCE)
@@ -924,12 +1144,28 @@ class Orchestrator:
             ex.summary = (f"Stopped: {err.message}" if not review
                           else f"Sent to human review: {err.message}")
             for node in ex.graph.nodes:
-                if node.status in (common_pb2.TASK_STATUS_CREATED, common_pb2.TASK_STATUS_UNSPECIFIED) or (
+                if node.status in (common_pb2.TASK_STATUS_CREATED, common_pb2.TASK_STATUS_UNSPECIFIED,
+                                   common_pb2.TASK_STATUS_WAITING) or (
                         node.task_id in live.delegated_before and node.status == common_pb2.TASK_STATUS_RUNNING):
                     node.status = common_pb2.TASK_STATUS_CANCELLED
             left = sorted(live.delegated_before)
         for task_id in left:
             self._close_delegation(live, task_id, TaskState.CANCELLED, f"{err.reason}: {err.message}")
+        if review:
+            _escalations.add(1)
+            item = dc_pb2.ReviewItem(
+                execution_id=ex.execution_id, tenant_id=ex.tenant_id, kind=dc_pb2.REVIEW_KIND_LIMIT,
+                status=dc_pb2.REVIEW_STATUS_OPEN, requester=ex.user_id,
+                summary=f"The execution reached {err.reason} ({err.message}); approve to let it go on past this "
+                        "limit, reject to stop it",
+                limit=dc_pb2.LimitReached(limit_reason=err.reason, source=err.field or "", limit=err.limit,
+                                          observed=err.observed),
+                analysis_decision=ex.decision, created_at=_ts(), updated_at=_ts())
+            item.review_id = self._store.add_review(item)
+            self._store.save_review(item)
+            self._narrate(audit_pb2.AUDIT_EVENT_TYPE_REVIEW_CREATED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
+                          execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=ex.user_id,
+                          reason_codes=[item.review_id, "LIMIT", err.reason], analysis_decision=ex.decision)
 
     def _decide(self, live: _Live, outcomes: dict[str, TaskOutcome]) -> None:
         plan = live.plan
@@ -937,13 +1173,20 @@ class Orchestrator:
         ex = live.execution
         all_outcomes = list(outcomes.values()) + [
             TaskOutcome(n.analysis, TaskState.NOT_RUN, error_reason=n.reason) for n in plan.not_run]
+        domain = plan.intent.domain
+        template = plan.template
+        assert domain is not None and template is not None
+        conditions = tuple(template.conditions.values())
         with telemetry.tracer().start_as_current_span("Aggregation"):
-            permit_id = plan.intent.permit_id or ""
-            if plan.intent.kind is IntentKind.PERMIT_STATUS:
-                assessment: Assessment = summarize_status(all_outcomes[0], permit_id=permit_id, language=live.language)
+            if template.report is not None:
+                first = template.tasks[0]
+                assessment: Assessment = report(
+                    all_outcomes[0], template.report, decisions=domain.outcomes, conditions=conditions,
+                    context=first.context, subjects=plan.intent.subjects, language=live.language)
             else:
-                assessment = aggregate(all_outcomes, expected=plan.expected, policy=self._evidence,
-                                       permit_id=permit_id, language=live.language)
+                assessment = aggregate(all_outcomes, expected=plan.expected, policy=domain.evidence,
+                                       decisions=domain.outcomes, conditions=conditions,
+                                       subjects=plan.intent.subjects, language=live.language)
         with live.lock:
             handoff_notes = list(ex.missing)
             assessment.apply_to(ex)
@@ -959,8 +1202,10 @@ class Orchestrator:
                         item = dc_pb2.ReviewItem(
                             execution_id=ex.execution_id, tenant_id=ex.tenant_id, kind=dc_pb2.REVIEW_KIND_CONFLICT,
                             status=dc_pb2.REVIEW_STATUS_OPEN, requester=ex.user_id, conflict=conflict,
-                            summary=f"{conflict.agent_a} and {conflict.agent_b} disagree on {conflict.subject}; "
-                                    "no rule decides it",
+                            summary=(f"Records of {conflict.subject} ({conflict.agent_a}) disagree; no issuer "
+                                     "authority rule decides it" if conflict.agent_a == conflict.agent_b else
+                                     f"{conflict.agent_a} and {conflict.agent_b} disagree on {conflict.subject}; "
+                                     "no rule decides it"),
                             analysis_decision=ex.decision, created_at=_ts(), updated_at=_ts())
                         conflict.review_id = self._store.add_review(item)
                         item.conflict.review_id = conflict.review_id
@@ -1247,38 +1492,52 @@ class Orchestrator:
             resume()
         return touched
 
-    def _rebuild(self, ex: pb.Execution, restarted: dt.datetime) -> _Live | None:
-        """The in-memory state of a stored RUNNING execution, to go on from its checkpoint; None if it cannot be."""
+    def _rebuild(self, ex: pb.Execution, restarted: dt.datetime, *, why: tuple[str, ...] = ("SUPERVISOR_RESTARTED",),
+                 elapsed_s: float | None = None) -> _Live | None:
+        """The in-memory state of a stored RUNNING execution, to go on from its checkpoint; None if it cannot be.
+
+        ``why``: the reason codes of its EXECUTION_STARTED ``RESUMED`` record. ``elapsed_s``: the wall
+        time it had used (default: since it was accepted, downtime included).
+        """
         info = self._store.resume_info(ex.execution_id)
         if info is None:
             return None
         try:
-            intent = parse_intent(ex.request_text)
+            intent = self.parse(ex.request_text)
             found = ex.intent_classification
             if found.source == "MODEL" and not intent.actionable:
                 # Understood by a model when it was accepted: the accepted reading, not a new call.
-                intent = classified_intent(IntentKind(found.intent), found.subjects["permit_id"],
-                                           language=info.language, tenants=intent.mentioned_tenants, rule="MODEL")
+                intent = self._resolve(ex.request_text, Classification(found.intent, dict(found.subjects), "MODEL"))
+            stored_kind = ex.intent_kind or pb.ExecutionIntent.Name(ex.intent).removeprefix("EXECUTION_INTENT_")
+            if stored_kind != intent.kind or ex.intent_rule != intent.rule:
+                raise sup_errors.PlanError(f"the request now reads as {intent.kind}:{intent.rule}, not "
+                                           f"{stored_kind}:{ex.intent_rule}",
+                                           reason="PLAN_MISMATCH", field="intent")
             requester = info.requester
             user = assertion.UserIdentity(requester.tenant_id, requester.user_id, tuple(requester.roles),
                                           requester.session_id, requester.conversation_id, requester.assertion_digest)
-            budget = ExecutionBudget(self._tenants.get(user.tenant_id).limit_policy, info.budget)
-            roles = (STATUS_ROLE,) if intent.kind is IntentKind.PERMIT_STATUS else ANALYSIS_ROLES
+            tenant = self._tenants.get(user.tenant_id)
+            # Model usage already spent counts again; the planned tasks are admitted below.
+            used = Usage(tokens=sum(r.model_usage.prompt_tokens + r.model_usage.completion_tokens for r in ex.results),
+                         model_calls=sum(r.model_usage.calls for r in ex.results),
+                         model_cost=sum(r.model_usage.cost for r in ex.results))
+            budget = ExecutionBudget(tenant.limit_policy, info.budget, usage=used)
+            budget.waive(ex.waived_limits)
             graph = common_pb2.AgentTaskGraph()
             graph.CopyFrom(ex.graph)
             # Handoff tasks run inside their parent's task; one unfinished at the crash is not re-run.
             handoffs = [n for n in ex.graph.nodes if n.parent_task_id]
             del graph.nodes[:]
             graph.nodes.extend(n for n in ex.graph.nodes if not n.parent_task_id)
-            specs: dict[str, TaskSpec] = {}
-            for node in graph.nodes:
-                role = STATUS_ROLE if intent.kind is IntentKind.PERMIT_STATUS else next(
-                    r for r in ANALYSIS_ROLES
-                    if tuple(r.requirement.required_capabilities) == tuple(node.required_capabilities))
-                specs[node.task_id] = TaskSpec(node.task_id, role.analysis, role.purpose,
-                                               self._registry.get(node.target_agent_id))
-            plan = Plan(intent, ex.execution_id, graph, specs, {}, tuple(r.analysis for r in roles),
-                        [NotRun(Analysis(a), reason) for a, reason in info.not_run])
+            for nodes in (graph.nodes, ex.graph.nodes):
+                for n in nodes:
+                    if n.status == common_pb2.TASK_STATUS_WAITING and not n.parent_task_id:
+                        # Its last call ended (WAITING, on the record); it runs again from the start.
+                        n.status = common_pb2.TASK_STATUS_CREATED
+                        n.ClearField("started_at")
+            plan = restore_plan(intent, ex.execution_id, graph, [NotRun(a, reason) for a, reason in info.not_run],
+                                self._registry.get)
+            specs = plan.specs
             with contextlib.suppress(sup_errors.LimitExceeded):  # admitted when it was planned
                 budget.admit_plan([(n.depth, specs[n.task_id].agent.manifest.cost) for n in graph.nodes])
         except Exception:  # noqa: BLE001 - what cannot be rebuilt ends truthfully instead
@@ -1297,19 +1556,63 @@ class Orchestrator:
                     "did not finish before the supervisor stopped"))
         done = [n.task_id for n in graph.nodes if n.status == common_pb2.TASK_STATUS_COMPLETED]
         live = _Live(ex, plan, user, budget, info.language, release_requested=info.release_requested,
-                     confirmation_ttl_s=info.ttl_s)
+                     confirmation_ttl_s=info.ttl_s, allowed_agents=tenant.allowed_agents)
         # Delegated (RUNNING), or about to be (started, not yet marked RUNNING), when the process stopped.
         live.delegated_before = {n.task_id for n in graph.nodes if delegated_unfinished(n)}
         # The execution's time limit counts from when it was accepted, downtime included.
-        live.started = time.monotonic() - max(0.0, (restarted - ex.started_at.ToDatetime(tzinfo=dt.UTC))
-                                              .total_seconds())
+        if elapsed_s is None:
+            elapsed_s = (restarted - ex.started_at.ToDatetime(tzinfo=dt.UTC)).total_seconds()
+        live.started = time.monotonic() - max(0.0, elapsed_s)
         self._store.save(ex)
         self._narrate(audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_STARTED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
                       execution_id=ex.execution_id, correlation_id=ex.trace.correlation_id, tenant_id=ex.tenant_id,
-                      user_id=ex.user_id, reason_codes=["RESUMED", "SUPERVISOR_RESTARTED",
+                      user_id=ex.user_id, reason_codes=["RESUMED", *why,
                                                         f"completed={','.join(done) or 'none'}"])
         log.info("resuming %s from its checkpoint (completed: %s)", ex.execution_id, ", ".join(done) or "none")
         return live
+
+    def continue_past_limit(self, execution_id: str, limit_reason: str, reviewer: str) -> pb.Execution:
+        """A reviewer approved the LIMIT review of an execution that stopped AWAITING_REVIEW at a limit: the
+        limit is waived for it (``Execution.waived_limits``) and it goes on from its checkpoint, in the
+        background — completed tasks are kept, the others run. Its wall time keeps what it had used before
+        it stopped (not the time it waited for the reviewer). Returns the execution, RUNNING again.
+
+        Raises:
+            agentmesh.errors.FailedPrecondition: ``EXECUTION_NOT_AWAITING_REVIEW``.
+        """
+        ex = self._store.get(execution_id)
+        if ex is None or ex.status != pb.EXECUTION_STATUS_AWAITING_REVIEW or execution_id in self._live:
+            raise errors.FailedPrecondition("the execution no longer waits at a limit",
+                                            reason="EXECUTION_NOT_AWAITING_REVIEW", metadata={"field": "review_id"})
+        elapsed_s = 0.0
+        if ex.HasField("finished_at"):
+            elapsed_s = (ex.finished_at.ToDatetime(tzinfo=dt.UTC)
+                         - ex.started_at.ToDatetime(tzinfo=dt.UTC)).total_seconds()
+        if limit_reason not in ex.waived_limits:
+            ex.waived_limits.append(limit_reason)
+        ex.status = pb.EXECUTION_STATUS_RUNNING
+        ex.decision = common_pb2.ANALYSIS_DECISION_UNSPECIFIED
+        ex.reason = ""
+        ex.summary = ""
+        del ex.missing[:]
+        ex.ClearField("finished_at")
+        for n in ex.graph.nodes:
+            if not n.parent_task_id and n.status == common_pb2.TASK_STATUS_CANCELLED:
+                # Stopped at the limit before it ran (or while it waited for a handoff): it runs now.
+                n.status = common_pb2.TASK_STATUS_CREATED
+                n.ClearField("started_at")
+                n.ClearField("finished_at")
+        self._store.save(ex)  # RUNNING again, owned (leased) by this replica
+        with telemetry.mesh_ids(execution_id=execution_id, correlation_id=ex.trace.correlation_id):
+            live = self._rebuild(ex, dt.datetime.now(dt.UTC), why=("LIMIT_WAIVED", limit_reason, f"by={reviewer}"),
+                                 elapsed_s=elapsed_s)
+            if live is None:
+                self._end_interrupted(ex)
+                raise errors.FailedPrecondition("the execution cannot go on from its checkpoint; it ended",
+                                                reason="EXECUTION_NOT_RESUMABLE", metadata={"field": "review_id"})
+        self._register(live)
+        self.run_async(execution_id)
+        return self._snapshot(live)
 
     def _close_stored_delegations(self, ex: pb.Execution, nodes: Iterable[common_pb2.AgentTask], state: TaskState,
                                   reason: str) -> None:

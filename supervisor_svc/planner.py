@@ -1,27 +1,33 @@
 """Plans as task DAGs (PRD §17–19), handoff validation (§20) and loop prevention (§22).
 
-A permit analysis (``ANALYZE_PERMIT``) is two stages::
+A plan is built from the DAG template of the intent's domain definition
+(:mod:`supervisor_svc.definitions`): one task per template task, in template
+order, with an edge for each ``after`` of the template — sequential chains,
+parallel fan-out, and conditional edges whose condition (``permit_found``, or
+``not permit_found`` for the false branch) is read from the source task's
+result at run time (:meth:`Plan.edge_holds`). The work-permit analysis, for
+example, is two stages::
 
     t1 work-permit ──permit_found──┬─> t2 training
                                    ├─> t3 risk          (in parallel)
                                    └─> t4 compliance
 
-If the permit is not found (in the caller's tenant) the condition fails, the
-other tasks are SKIPPED and the answer says so. A status question
-(``PERMIT_STATUS``) is one task for the work-permit agent — the simple stays
-simple (§49). Each task's agent is chosen by the selector (discovery +
-explainable scores); an analysis no ACTIVE agent can take is recorded in
-``Plan.not_run`` (it will be reported missing, never guessed), except the
-first stage, without which nothing can run (:class:`NoAgentAvailable`).
+First-stage tasks get their input from the intent's subjects; the others get
+their context projection at run time (``purpose`` in :class:`TaskSpec`). Each
+task's agent is chosen by the selector (discovery + explainable scores) for
+the template's requirement; an analysis no ACTIVE agent can take is recorded
+in ``Plan.not_run`` (it will be reported missing, never guessed), and so is
+every task after it; a first-stage task without an agent stops the plan
+(:class:`NoAgentAvailable`): nothing could run.
 
 Graphs must be DAGs: :func:`validate_graph` rejects cycles (``GRAPH_CYCLE``,
 with the cycle), duplicate task ids and edges to unknown tasks;
 :func:`stages` gives the executor the topological stages.
 
 A handoff a specialist asks for (a ``RequestedAction`` with a
-``target_agent_id``) goes through :func:`admit_handoff`: the target must be in
-the requesting agent's ``allowed_delegations``; it must not already be in the
-task's lineage (A→B→A, A→B→C→A are loops); the same task may not ask for the
+``target_agent_id``) goes through :func:`admit_handoff`: the target must not
+already be in the task's lineage (A→A, A→B→A, A→B→C→A are loops); it must be in
+the requesting agent's ``allowed_delegations``; the same task may not ask for the
 same target twice; the correlation id must be the execution's; the target
 must be ACTIVE and hold the requested capabilities; and the limits (depth,
 tasks, handoffs, cost) must allow it. A handoff task is linked to its parent by
@@ -31,37 +37,36 @@ cycle) and gets depth parent + 1.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from agentmesh.v1 import common_pb2
-from supervisor_svc.contract import CONDITION_PERMIT_FOUND, Analysis
+from supervisor_svc.definitions import PlanDef, TaskDef
 from supervisor_svc.errors import HandoffRejected, NoAgentAvailable, PlanError, RequestInvalid
-from supervisor_svc.intent import Intent, IntentKind
+from supervisor_svc.intent import Intent
 from supervisor_svc.limits import ExecutionBudget
 from supervisor_svc.registry import AgentEntry
 from supervisor_svc.selection import Requirement, Selection
 
 __all__ = [
-    "ANALYSIS_ROLES",
-    "STATUS_ROLE",
     "SUPERVISOR_AGENT_ID",
     "HandoffRequest",
     "NotRun",
     "Plan",
-    "Role",
     "Selector",
     "TaskSpec",
     "admit_handoff",
     "build_plan",
     "lineage",
+    "restore_plan",
     "stages",
     "validate_graph",
 ]
 
-SUPERVISOR_AGENT_ID = "work-permit-supervisor"
-"""``source_agent_id`` of the tasks the supervisor creates itself (PRD §71)."""
+SUPERVISOR_AGENT_ID = "supervisor"
+"""``source_agent_id`` of the tasks the supervisor creates itself."""
+_NOT = "not "
 
 
 class Selector(Protocol):
@@ -73,50 +78,23 @@ class Selector(Protocol):
 
 
 @dataclass(frozen=True)
-class Role:
-    """What one analysis needs and what its task is for."""
-
-    analysis: Analysis
-    requirement: Requirement
-    purpose: str
-    """Context-projection purpose (see :mod:`supervisor_svc.projection`)."""
-    objective: str
-    """Task objective; ``{permit}`` is replaced by the permit id."""
-
-
-ANALYSIS_ROLES: tuple[Role, ...] = (
-    Role(Analysis.WORK_PERMIT, Requirement(("work-permit",), ("workPermit.get",)), "permit.assess",
-         "Read permit {permit} and assess whether its own state allows release."),
-    Role(Analysis.TRAINING, Requirement(("training",), ("training.getStatus",)), "training.verify",
-         "Verify that every worker of permit {permit} holds each required training, valid for the permit's window."),
-    Role(Analysis.RISK, Requirement(("risk",), ("risk.evaluate",)), "risk.assess",
-         "Evaluate the registered hazards and controls of permit {permit}."),
-    Role(Analysis.COMPLIANCE, Requirement(("compliance",), ("compliance.getChecklist", "knowledge.search"),
-                                          ("compliance.nr",)), "compliance.check",
-         "Check the compliance checklists of permit {permit} against the clauses they cite."),
-)
-"""The roles of a permit analysis; the first one is the first stage."""
-
-STATUS_ROLE = Role(Analysis.WORK_PERMIT, Requirement(("work-permit",), ("workPermit.get",)), "permit.status",
-                   "Report the status of permit {permit}.")
-
-
-@dataclass(frozen=True)
 class TaskSpec:
     """What the executor needs to know about a task beyond the AgentTask message."""
 
     task_id: str
-    analysis: Analysis
+    analysis: str
     purpose: str
     """Projection purpose for this task's input."""
     agent: AgentEntry
+    template: TaskDef | None = None
+    """The template task it was planned from; None for a handoff (it serves its parent's analysis)."""
 
 
 @dataclass(frozen=True)
 class NotRun:
     """An analysis the plan could not assign; reported as missing, never guessed."""
 
-    analysis: Analysis
+    analysis: str
     reason: str
 
 
@@ -131,9 +109,11 @@ class Plan:
     """By task id."""
     selections: dict[str, Selection]
     """By task id: the chosen agent and every candidate's score."""
-    expected: tuple[Analysis, ...]
+    expected: tuple[str, ...]
     """The analyses the answer needs (planned or not)."""
     not_run: list[NotRun] = field(default_factory=list)
+    template: PlanDef | None = None
+    """The DAG template it was built from (conditions, report)."""
 
     def stages(self) -> list[list[str]]:
         """Topological stages of the graph (see :func:`stages`)."""
@@ -156,25 +136,53 @@ class Plan:
 
     def selection_scores(self) -> list[common_pb2.AgentSelectionScore]:
         """Every selection score, task by task, for ``Execution.selection_scores``."""
-        return [s for task_id in self.specs for s in self.selections[task_id].scores]
+        return [s for task_id in self.specs if task_id in self.selections for s in self.selections[task_id].scores]
+
+    def condition_value(self, edge: common_pb2.TaskEdge,
+                        results: Mapping[str, common_pb2.AgentResult]) -> bool | None:
+        """The value of an edge's condition for its source's result: True, False or None (undetermined).
+
+        ``""`` (the source produced a usable result) is True or None. An unknown condition is None.
+        """
+        result = results.get(edge.from_task_id)
+        if edge.condition == "":
+            return True if result is not None and result.status != common_pb2.RESULT_STATUS_FAILED else None
+        name = edge.condition.removeprefix(_NOT)
+        condition = self.template.conditions.get(name) if self.template is not None else None
+        spec = self.specs.get(edge.from_task_id)
+        if condition is None or spec is None or spec.template is None or spec.template.task_id != condition.task:
+            return None  # fail closed
+        return condition.evaluate(result, spec.template.contract)
+
+    def edge_holds(self, edge: common_pb2.TaskEdge, results: Mapping[str, common_pb2.AgentResult]) -> bool:
+        """Whether the task after ``edge`` may run: its condition holds (``not X``: X is definitely false)."""
+        value = self.condition_value(edge, results)
+        return value is (not edge.condition.startswith(_NOT))
+
+    def branch_not_taken(self, edge: common_pb2.TaskEdge, results: Mapping[str, common_pb2.AgentResult]) -> bool:
+        """Whether the edge's condition is definitely the other branch (its task is off the path, not missing)."""
+        if edge.condition == "":
+            return False
+        value = self.condition_value(edge, results)
+        return value is edge.condition.startswith(_NOT)
 
 
 def _task(
-    task_id: str, role: Role, agent: AgentEntry, *, execution_id: str, user: common_pb2.UserContext,
-    correlation_id: str, permit_id: str, with_input: bool,
+    task_id: str, template: TaskDef, agent: AgentEntry, *, execution_id: str, user: common_pb2.UserContext,
+    correlation_id: str, subjects: Mapping[str, str],
 ) -> common_pb2.AgentTask:
     task = common_pb2.AgentTask(
         task_id=task_id, execution_id=execution_id, source_agent_id=SUPERVISOR_AGENT_ID,
         target_agent_id=agent.agent_id, tenant_id=user.tenant_id, user_id=user.user_id,
         session_id=user.session_id, conversation_id=user.conversation_id,
-        objective=role.objective.format(permit=permit_id),
-        required_capabilities=role.requirement.required_capabilities,
+        objective=template.objective.render(subjects),
+        required_capabilities=template.requirement.required_capabilities,
         priority=common_pb2.TASK_PRIORITY_NORMAL, status=common_pb2.TASK_STATUS_CREATED, depth=1,
         correlation_id=correlation_id,
     )
-    if with_input:
-        # The first stage only needs the permit id; later stages get their projection at run time.
-        task.input.update({"permit_id": permit_id})
+    if template.input is not None:
+        # The first stage gets its input from the subjects; later stages get their projection at run time.
+        task.input.update({k: v.render(subjects) for k, v in template.input.items()})
     return task
 
 
@@ -187,10 +195,10 @@ def build_plan(
     selector: Selector,
     budget: ExecutionBudget | None = None,
 ) -> Plan:
-    """Build and validate the plan for an intent.
+    """Build and validate the plan for an intent from its domain's DAG template.
 
-    Task ids are ``"<execution_id>-t<n>"``. Stage-two tasks carry no input yet:
-    the executor projects the work-permit result into them (purpose in ``specs``).
+    Task ids are ``"<execution_id>-t<n>"``, in template order. Tasks after others carry no
+    input yet: the executor projects the context into them (purpose in ``specs``).
 
     Args:
         intent: A parsed, actionable intent.
@@ -202,46 +210,79 @@ def build_plan(
 
     Raises:
         RequestInvalid: ``INTENT_NOT_ACTIONABLE`` (field ``request_text``).
-        NoAgentAvailable: no agent for the first stage.
+        NoAgentAvailable: no agent for a first-stage task.
         LimitExceeded: the plan alone exceeds a limit (e.g. ``MAX_TASKS_EXCEEDED``).
     """
-    if not intent.actionable or intent.permit_id is None:
+    if not intent.actionable or intent.domain is None or intent.definition is None:
         raise RequestInvalid(intent.message, reason="INTENT_NOT_ACTIONABLE", field="request_text")
-    permit_id = intent.permit_id
-    roles = (STATUS_ROLE,) if intent.kind is IntentKind.PERMIT_STATUS else ANALYSIS_ROLES
+    template = intent.domain.plan_of(intent.definition)
     graph = common_pb2.AgentTaskGraph(graph_id=f"{execution_id}-graph")
     specs: dict[str, TaskSpec] = {}
     selections: dict[str, Selection] = {}
     not_run: list[NotRun] = []
-    first_id = ""
-    for role in roles:
+    planned: dict[str, str] = {}
+    """template task id -> task id."""
+    for t in template.tasks:
+        missing = [source for source, _ in t.after if source not in planned]
+        if missing:
+            before = template.task(missing[0])
+            not_run.append(NotRun(t.analysis, f"NO_AGENT_AVAILABLE: it comes after the {before.analysis} "
+                                              "analysis, which has no agent"))
+            continue
         try:
-            selection = selector.select(user.tenant_id, role.requirement)
+            selection = selector.select(user.tenant_id, t.requirement)
         except NoAgentAvailable as exc:
-            if not specs:
+            if not t.after:
                 raise  # without the first stage nothing can run
             # Name the agents that would have fit but are switched off or not allowed: that is the news.
             blocked = [f"{a} {why}" for a, why in sorted(exc.excluded.items())
                        if why.startswith(("NOT_ACTIVE", "TENANT_NOT_ALLOWED"))]
             detail = f" ({'; '.join(blocked)})" if blocked else ""
-            not_run.append(NotRun(role.analysis, f"NO_AGENT_AVAILABLE: {exc.message}{detail}"))
+            not_run.append(NotRun(t.analysis, f"NO_AGENT_AVAILABLE: {exc.message}{detail}"))
             continue
         task_id = f"{execution_id}-t{len(specs) + 1}"
-        graph.nodes.append(_task(
-            task_id, role, selection.agent, execution_id=execution_id, user=user,
-            correlation_id=correlation_id, permit_id=permit_id, with_input=not specs,
-        ))
-        if specs:
-            graph.edges.append(common_pb2.TaskEdge(
-                from_task_id=first_id, to_task_id=task_id, condition=CONDITION_PERMIT_FOUND))
-        else:
-            first_id = task_id
-        specs[task_id] = TaskSpec(task_id, role.analysis, role.purpose, selection.agent)
+        graph.nodes.append(_task(task_id, t, selection.agent, execution_id=execution_id, user=user,
+                                 correlation_id=correlation_id, subjects=intent.subjects))
+        for source, condition in t.after:
+            graph.edges.append(common_pb2.TaskEdge(from_task_id=planned[source], to_task_id=task_id,
+                                                   condition=condition))
+        planned[t.task_id] = task_id
+        specs[task_id] = TaskSpec(task_id, t.analysis, t.purpose, selection.agent, t)
         selections[task_id] = selection
     validate_graph(graph)
     if budget is not None:
         budget.admit_plan([(node.depth, specs[node.task_id].agent.manifest.cost) for node in graph.nodes])
-    return Plan(intent, execution_id, graph, specs, selections, tuple(r.analysis for r in roles), not_run)
+    return Plan(intent, execution_id, graph, specs, selections, template.expected, not_run, template)
+
+
+def restore_plan(
+    intent: Intent, execution_id: str, graph: common_pb2.AgentTaskGraph, not_run: list[NotRun],
+    agent: Callable[[str], AgentEntry],
+) -> Plan:
+    """The plan of a stored execution (its planned tasks, without handoffs), mapped onto its template again.
+
+    The template's tasks, minus the analyses recorded as not run, are the stored tasks in order.
+
+    Raises:
+        PlanError: ``PLAN_MISMATCH`` — the stored graph is not what the template plans (the definition
+            changed since); ``RequestInvalid`` for an intent that is no longer actionable.
+    """
+    if not intent.actionable or intent.domain is None or intent.definition is None:
+        raise RequestInvalid(intent.message, reason="INTENT_NOT_ACTIONABLE", field="request_text")
+    template = intent.domain.plan_of(intent.definition)
+    skipped = {n.analysis for n in not_run}
+    tasks = [t for t in template.tasks if t.analysis not in skipped]
+    nodes = list(graph.nodes)
+    if len(tasks) != len(nodes):
+        raise PlanError(f"{len(nodes)} stored tasks, the template plans {len(tasks)}", reason="PLAN_MISMATCH",
+                        field="graph")
+    specs: dict[str, TaskSpec] = {}
+    for t, node in zip(tasks, nodes, strict=True):
+        if tuple(node.required_capabilities) != tuple(t.requirement.required_capabilities):
+            raise PlanError(f"task {node.task_id} does not match template task {t.task_id}", reason="PLAN_MISMATCH",
+                            field="graph")
+        specs[node.task_id] = TaskSpec(node.task_id, t.analysis, t.purpose, agent(node.target_agent_id), t)
+    return Plan(intent, execution_id, graph, specs, {}, template.expected, not_run, template)
 
 
 # --- graph checks ----------------------------------------------------------------------------------
@@ -382,6 +423,7 @@ def admit_handoff(
     lookup: Callable[[str], AgentEntry],
     execution_correlation_id: str,
     budget: ExecutionBudget | None = None,
+    task_id: str | None = None,
 ) -> common_pb2.AgentTask:
     """Validate a handoff request and, if admitted, add its task to the plan.
 
@@ -392,6 +434,7 @@ def admit_handoff(
             DISABLED or unknown target is refused at once.
         execution_correlation_id: The execution's correlation id.
         budget: The execution's limits; the new task counts as a task and a handoff.
+        task_id: The new task's id (default ``<execution_id>-t<n>``, n = the plan's task count + 1).
 
     Returns:
         The new task (depth = parent's + 1, ``parent_task_id`` set, ``source_agent_id`` the requester).
@@ -417,15 +460,16 @@ def admit_handoff(
 
     if request.correlation_id != execution_correlation_id or parent.correlation_id != execution_correlation_id:
         raise reject("HANDOFF_CORRELATION_MISMATCH", "the handoff does not belong to this execution")
+    # A loop is refused whatever the delegations allow (and named as the loop it is).
+    chain = lineage(plan.graph, parent.task_id)
+    if target in chain:
+        path = (*chain, target)
+        raise reject("HANDOFF_LOOP", f"handoff would loop: {' -> '.join(path)}", path)
     requester = lookup(source)
     if target not in requester.manifest.allowed_delegations:
         raise reject("HANDOFF_NOT_ALLOWED",
                      f"{source} may not hand off to {target} (allowed: "
                      f"{', '.join(requester.manifest.allowed_delegations) or 'none'})")
-    chain = lineage(plan.graph, parent.task_id)
-    if target in chain:
-        path = (*chain, target)
-        raise reject("HANDOFF_LOOP", f"handoff would loop: {' -> '.join(path)}", path)
     for node in plan.graph.nodes:
         if node.parent_task_id == parent.task_id and node.target_agent_id == target:
             raise reject("HANDOFF_REPEATED", f"task {parent.task_id} already handed off to {target}")
@@ -437,7 +481,7 @@ def admit_handoff(
     if budget is not None:
         budget.admit_task(depth=depth, cost=agent.manifest.cost, handoff=True)
     task = common_pb2.AgentTask(
-        task_id=f"{plan.execution_id}-t{len(plan.graph.nodes) + 1}",
+        task_id=task_id or f"{plan.execution_id}-t{len(plan.graph.nodes) + 1}",
         parent_task_id=parent.task_id, execution_id=parent.execution_id, source_agent_id=source,
         target_agent_id=target, tenant_id=parent.tenant_id, user_id=parent.user_id,
         session_id=parent.session_id, conversation_id=parent.conversation_id, objective=request.objective,
@@ -447,7 +491,7 @@ def admit_handoff(
     plan.graph.nodes.append(task)
     validate_graph(plan.graph)
     spec = plan.specs[parent.task_id]
-    plan.specs[task.task_id] = TaskSpec(task.task_id, spec.analysis, request.purpose, agent)
+    plan.specs[task.task_id] = TaskSpec(task.task_id, spec.analysis, request.purpose, agent, None)
     plan.selections[task.task_id] = Selection(agent, ())
     return task
 

@@ -1,9 +1,13 @@
 """Context projection: each task receives only the fields its agent and purpose need (PRD §23–25).
 
-The whitelist is data (``supervisor_svc/config/projections.yaml`` by default)::
+The whitelist is data: each domain definition's ``projections``
+(``supervisor_svc/domains/*.yaml``, merged with :meth:`ProjectionConfig.merged`)
+and, for the platform, ``supervisor_svc/config/projections.yaml``, which
+holds the sensitive fields and the resource rules (below) and may whitelist
+too::
 
     sensitive_fields: [medical_notes, clinical_notes, diagnosis]   # never projected, to anyone
-    agents:
+    agents:                                  # optional; a domain's purposes live in its definition
       training-agent:
         training.verify:                     # purpose
           - permit_id
@@ -109,7 +113,7 @@ class _ResourcesModel(pydantic.BaseModel):
 class _FileModel(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", strict=True, frozen=True)
     sensitive_fields: list[Annotated[str, pydantic.StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]]
-    agents: dict[_AgentId, dict[_Purpose, list[_Path]]]
+    agents: dict[_AgentId, dict[_Purpose, list[_Path]]] = {}
     resources: _ResourcesModel = _ResourcesModel(fields={})
     """Absent: grants name no resource, so their tasks can act on nothing (fail closed)."""
 
@@ -219,6 +223,27 @@ class ProjectionConfig:
         rules = ResourceRules(tuple(model.resources.fields.items()), frozenset(model.resources.tenant_wide),
                               frozenset(model.resources.knowledge))
         return cls(sensitive, whitelists, rules)
+
+    def merged(self, whitelists: Mapping[str, Mapping[str, tuple[str, ...]]], *, source: str) -> ProjectionConfig:
+        """This configuration plus more whitelists (a domain catalogue's), which must name no sensitive
+        field and no (agent, purpose) already whitelisted.
+
+        Raises:
+            ConfigError: ``PROJECTION_SENSITIVE_FIELD`` or ``PROJECTION_DUPLICATE`` (file ``source``).
+        """
+        combined: dict[str, dict[str, tuple[str, ...]]] = {a: dict(p) for a, p in self.whitelists.items()}
+        for agent_id, purposes in whitelists.items():
+            for purpose, paths in purposes.items():
+                where = f"projections.{agent_id}.{purpose}"
+                if purpose in combined.get(agent_id, {}):
+                    raise ConfigError(f"{agent_id} already has a whitelist for {purpose!r}", file=source,
+                                      field=where, reason="PROJECTION_DUPLICATE")
+                for i, p in enumerate(paths):
+                    if {t for t in _tokens(p) if t != _LIST} & self.sensitive_fields:
+                        raise ConfigError(f"{p!r} names a sensitive field; sensitive fields are never projected",
+                                          file=source, field=f"{where}[{i}]", reason="PROJECTION_SENSITIVE_FIELD")
+                combined.setdefault(agent_id, {})[purpose] = tuple(sorted(set(paths)))
+        return ProjectionConfig(self.sensitive_fields, combined, self.resources)
 
     def whitelist(self, agent_id: str, purpose: str) -> tuple[str, ...]:
         """The allowed paths, or ``()`` for an unknown agent or purpose."""

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from agentmesh.v1 import common_pb2
 from supervisor_svc.errors import NoAgentAvailable
 from supervisor_svc.registry import AgentEntry, AgentRegistry
-from supervisor_svc.tenants import TenantDirectory
+from supervisor_svc.tenants import TenantSource
 
 __all__ = [
     "WEIGHTS",
@@ -213,20 +213,25 @@ def discover(
     return Discovery(tuple(e for _, e, _ in ranked), tuple(s for _, _, s in ranked), tuple(excluded))
 
 
+PLAN_TENANT_AGE_S = 30.0
+"""How old a read of the tenant's configuration a selection may use: the execution being planned read it
+when it was accepted, moments before (the configuration is read fresh for every execution)."""
+
+
 class AgentSelector:
     """Discovery and selection over the live registry and the tenants' configuration."""
 
     def __init__(
         self,
         registry: AgentRegistry,
-        tenants: TenantDirectory,
+        tenants: TenantSource,
         *,
         signals: Callable[[], Signals] | None = None,
         weights: SelectionWeights = WEIGHTS,
     ) -> None:
         """Args:
         registry: The agent registry (status is read live, so DISABLED applies at once).
-        tenants: Per-tenant allowed agents.
+        tenants: Per-tenant allowed agents (the tenant directory).
         signals: Returns the current availability / history signals, if any.
         weights: Score weights.
         """
@@ -235,10 +240,17 @@ class AgentSelector:
         self._signals = signals
         self._weights = weights
 
-    def discover(self, tenant_id: str, requirement: Requirement) -> Discovery:
-        """Candidates for the tenant and requirement, best first (``DiscoverAgents``)."""
+    def discover(self, tenant_id: str, requirement: Requirement, *, max_age_s: float = 0.0) -> Discovery:
+        """Candidates for the tenant and requirement, best first (``DiscoverAgents``).
+
+        ``max_age_s``: a read of the tenant's configuration that recent will do (a plan's selections
+        read the one its execution was accepted with).
+
+        Raises:
+            TenantNotConfigured: the tenant has no definition.
+        """
         signals = self._signals() if self._signals else None
-        allowed = self._tenants.get(tenant_id).allowed_agents
+        allowed = self._tenants.get(tenant_id, max_age_s=max_age_s).allowed_agents
         return discover(self._registry.list(), allowed, requirement, signals, self._weights)
 
     def select(self, tenant_id: str, requirement: Requirement) -> Selection:
@@ -247,7 +259,7 @@ class AgentSelector:
         Raises:
             NoAgentAvailable: no candidate; ``excluded`` says why each agent was left out.
         """
-        found = self.discover(tenant_id, requirement)
+        found = self.discover(tenant_id, requirement, max_age_s=PLAN_TENANT_AGE_S)
         if not found.candidates:
             wanted = ", ".join([*requirement.domains, *requirement.required_capabilities]) or "the task"
             raise NoAgentAvailable(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 
 import grpc
@@ -26,6 +28,8 @@ from agentmesh.v1 import specialist_service_pb2 as spec_pb2
 from agentmesh.v1 import specialist_service_pb2_grpc as spec_grpc
 from agentmesh.v1 import supervisor_service_pb2 as pb
 from agentmesh.v1 import supervisor_service_pb2_grpc as pb_grpc
+from agentmesh.v1 import tenant_service_pb2 as tenant_pb2
+from agentmesh.v1 import tenant_service_pb2_grpc as tenant_grpc
 from agentmesh.vocabulary import LifecycleStatus
 from capability_svc.errors import DependencyError
 from capability_svc.semver import Version, parse_dependency
@@ -34,6 +38,7 @@ from supervisor_svc import onboarding_grpc
 from supervisor_svc.actions import ReleaseActions
 from supervisor_svc.decision_center import DecisionCenter
 from supervisor_svc.events import EventHandler
+from supervisor_svc.limits import LimitPolicy
 from supervisor_svc.onboarding import Onboarding as _Onboarding
 from supervisor_svc.onboarding import (
     OnboardingDenied,
@@ -44,12 +49,14 @@ from supervisor_svc.onboarding import (
 from supervisor_svc.orchestrator import Orchestrator
 from supervisor_svc.registry import AgentRegistry, status_from_proto
 from supervisor_svc.selection import AgentSelector, Requirement
+from supervisor_svc.tenants import TenantConfig, tenant_config
 
 log = logging.getLogger(__name__)
 
 ERRORS: errors.ErrorTable = [
     (sup_errors.RequestInvalid, errors.InvalidArgument),
     (sup_errors.TenantMismatch, errors.PermissionDenied),
+    (sup_errors.TenantNotConfigured, errors.FailedPrecondition),
     (sup_errors.AgentNotFound, errors.NotFound),
     (sup_errors.AgentNotActive, errors.FailedPrecondition),
     (sup_errors.StatusChangeRefused, errors.FailedPrecondition),
@@ -151,6 +158,51 @@ class GrpcAuthorizer:
         except grpc.RpcError as err:
             raise errors.from_rpc_error(err) from err
         return response
+
+
+class PolicyTenants:
+    """The tenant directory of the policy engine (TenantService.GetTenant) as a :class:`TenantSource`.
+
+    Every :meth:`get` asks (a tenant applied a moment ago is in force for the next execution); a read
+    at most ``max_age_s`` old may be used instead, for the selections of the execution just accepted.
+    An UNAVAILABLE answer is asked again twice (the policy engine restarting), then raised.
+    """
+
+    def __init__(self, channel: grpc.Channel, defaults: LimitPolicy, timeout_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._stub = tenant_grpc.TenantServiceStub(channel)
+        self._defaults = defaults
+        self._timeout_s = timeout_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._recent: dict[str, tuple[float, TenantConfig]] = {}
+
+    def get(self, tenant_id: str, *, max_age_s: float = 0.0) -> TenantConfig:
+        if max_age_s > 0:
+            with self._lock:
+                seen = self._recent.get(tenant_id)
+            if seen is not None and self._clock() - seen[0] <= max_age_s:
+                return seen[1]
+        for attempt in range(3):
+            try:
+                response = self._stub.GetTenant(tenant_pb2.GetTenantRequest(tenant_id=tenant_id),
+                                                timeout=self._timeout_s)
+                break
+            except grpc.RpcError as err:
+                failure = errors.from_rpc_error(err)
+                if isinstance(failure, errors.NotFound) and failure.reason == "TENANT_NOT_CONFIGURED":
+                    with self._lock:
+                        self._recent.pop(tenant_id, None)
+                    raise sup_errors.TenantNotConfigured(tenant_id) from err
+                if not isinstance(failure, errors.Unavailable) or attempt == 2:
+                    raise errors.Unavailable(f"the tenant directory could not be read: {failure.message}",
+                                             reason="TENANT_DIRECTORY_UNAVAILABLE",
+                                             metadata={"field": "tenant_id"}) from err
+                time.sleep(0.3 * (attempt + 1))
+        config = tenant_config(response.tenant, self._defaults)
+        with self._lock:
+            self._recent[tenant_id] = (self._clock(), config)
+        return config
 
 
 def dependency_checker(capabilities: Sequence[cap_pb2.CapabilityDefinition]) -> Callable[[str], None]:

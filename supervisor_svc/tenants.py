@@ -1,39 +1,38 @@
-"""Per-tenant orchestration configuration: allowed agents and limits (PRD §10, §21, §26).
+"""Per-tenant orchestration configuration: allowed agents and limits (PRD §10, §21, §26). Tenants are data.
 
-One data file, ``supervisor_svc/config/tenants.yaml`` by default::
+A tenant's configuration is its ``TenantDefinition`` (proto ``tenant_service.proto``),
+applied by an operator to the tenant directory the policy engine hosts
+(``agentmesh tenants apply``); the supervisor reads it for every execution it
+accepts (:class:`TenantSource`), so a change takes effect with the next one,
+without a restart. Over the definition's ``limits`` and ``on_exceeded`` lie the
+platform defaults, one data file, ``supervisor_svc/config/limits.yaml``::
 
-    defaults:
-      limits: {max_depth: 5, max_tasks: 30, max_handoffs: 10,
-               max_execution_time_ms: 60000, max_cost: 100.0}
-      on_exceeded: {default: STOP}            # STOP | HUMAN_REVIEW, per limit reason
-    tenants:
-      acme:
-        allowed_agents: [work-permit-agent, training-agent, risk-agent, compliance-agent]
-        limits: {max_tasks: 20}               # overrides the defaults field by field
-        on_exceeded: {default: STOP, MAX_COST_EXCEEDED: HUMAN_REVIEW}
+    limits: {max_depth: 5, max_tasks: 30, max_handoffs: 10,
+             max_execution_time_ms: 60000, max_cost: 100.0}
+    on_exceeded: {default: STOP}            # STOP | HUMAN_REVIEW, per limit reason
 
-A tenant that is not listed may use no agent (fail closed) and gets the
-default limits. The whole file is validated at start-up; an error names the
-file, the field and the line.
+A tenant with no definition is not configured: nothing of it runs
+(:class:`~supervisor_svc.errors.TenantNotConfigured`, "tenant X is not configured"),
+never "no agent available". The defaults file is validated at start-up; an error
+names the file, the field and the line.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, Protocol, get_args
 
 import pydantic
 
+from agentmesh.v1 import tenant_service_pb2 as tenant_pb2
 from supervisor_svc._datafile import load_document, validation_error
-from supervisor_svc.errors import ConfigError
+from supervisor_svc.errors import TenantNotConfigured
 from supervisor_svc.limits import LIMIT_REASONS, LimitAction, LimitPolicy, Limits
-from supervisor_svc.registry import AGENT_ID_PATTERN
 
-__all__ = ["TenantConfig", "TenantDirectory", "default_tenants_file"]
-
-_TENANT_PATTERN = r"^[a-z][a-z0-9-]{0,62}$"
+__all__ = ["TenantConfig", "TenantDirectory", "TenantSource", "default_limits_file", "load_limit_defaults",
+           "tenant_config"]
 
 
 class _Strict(pydantic.BaseModel):
@@ -59,18 +58,9 @@ _ActionKey = Literal[
 assert set(get_args(_ActionKey)) == {"default", *LIMIT_REASONS}  # the two lists must not drift
 
 
-class _SectionModel(_Strict):
+class _DefaultsModel(_Strict):
     limits: _LimitsModel = _LimitsModel()
     on_exceeded: dict[_ActionKey, _Action] = {}
-
-
-class _TenantModel(_SectionModel):
-    allowed_agents: list[Annotated[str, pydantic.StringConstraints(pattern=AGENT_ID_PATTERN)]]
-
-
-class _FileModel(_Strict):
-    defaults: _SectionModel = _SectionModel()
-    tenants: dict[Annotated[str, pydantic.StringConstraints(pattern=_TENANT_PATTERN)], _TenantModel]
 
 
 @dataclass(frozen=True)
@@ -79,23 +69,25 @@ class TenantConfig:
 
     tenant_id: str
     allowed_agents: frozenset[str]
-    """Agents this tenant may use; any other is never discovered for it."""
+    """Agents this tenant may use; any other is never discovered for it, nor admitted as a handoff target."""
     limit_policy: LimitPolicy
+    revision: int = 0
+    """The definition's revision in the tenant directory."""
 
 
-def default_tenants_file() -> Path:
-    """The tenant configuration shipped with the supervisor."""
-    return Path(__file__).parent / "config" / "tenants.yaml"
+def default_limits_file() -> Path:
+    """The platform's default limits, shipped with the supervisor."""
+    return Path(__file__).parent / "config" / "limits.yaml"
 
 
-def _merge(base: Limits, section: _LimitsModel) -> Limits:
-    values = {f.name: getattr(section, f.name) for f in fields(Limits) if getattr(section, f.name) is not None}
-    if "max_cost" in values:
-        values["max_cost"] = float(values["max_cost"])
-    return Limits(**{**{f.name: getattr(base, f.name) for f in fields(Limits)}, **values})
+def _merge(base: Limits, values: Mapping[str, Any]) -> Limits:
+    given = {f.name: values[f.name] for f in fields(Limits) if values.get(f.name) is not None}
+    if "max_cost" in given:
+        given["max_cost"] = float(given["max_cost"])
+    return Limits(**{**{f.name: getattr(base, f.name) for f in fields(Limits)}, **given})
 
 
-def _policy(limits: Limits, on_exceeded: Mapping[Any, str], inherited: LimitPolicy | None) -> LimitPolicy:
+def _policy(limits: Limits, on_exceeded: Mapping[str, str], inherited: LimitPolicy | None) -> LimitPolicy:
     actions = dict(inherited.actions) if inherited else {}
     default = inherited.default_action if inherited else LimitAction.STOP
     for key, value in on_exceeded.items():
@@ -106,54 +98,70 @@ def _policy(limits: Limits, on_exceeded: Mapping[Any, str], inherited: LimitPoli
     return LimitPolicy(limits=limits, default_action=default, actions=actions)
 
 
+def load_limit_defaults(path: Path | None = None) -> LimitPolicy:
+    """The platform's default limits and actions.
+
+    Raises:
+        ConfigError: naming the file, the field and the line.
+    """
+    path = path or default_limits_file()
+    doc = load_document(path)
+    try:
+        model = _DefaultsModel.model_validate(doc.data)
+    except pydantic.ValidationError as exc:
+        raise validation_error(exc, doc, str(path)) from None
+    return _policy(_merge(Limits(), model.limits.model_dump()), {str(k): str(v) for k, v in model.on_exceeded.items()},
+                   None)
+
+
+def tenant_config(definition: tenant_pb2.TenantDefinition, defaults: LimitPolicy) -> TenantConfig:
+    """The orchestration settings of a tenant's definition, over the platform defaults.
+
+    The definition was checked when it was applied (the policy engine's tenant directory): limits are
+    not negative and every ``on_exceeded`` action is STOP or HUMAN_REVIEW.
+    """
+    limits = {f.name: getattr(definition.limits, f.name) for f in fields(Limits)
+              if definition.limits.HasField(f.name)}
+    actions = {key: tenant_pb2.LimitAction.Name(value).removeprefix("LIMIT_ACTION_")
+               for key, value in definition.on_exceeded.items()}
+    policy = _policy(_merge(defaults.limits, limits), actions, defaults)
+    return TenantConfig(definition.tenant_id, frozenset(definition.allowed_agents), policy, definition.revision)
+
+
+class TenantSource(Protocol):
+    """Where the supervisor reads a tenant's configuration (the tenant directory, or a fixed one in tests)."""
+
+    def get(self, tenant_id: str, *, max_age_s: float = 0.0) -> TenantConfig:
+        """The tenant's configuration, as in force now (``max_age_s`` > 0: one read that recently will do).
+
+        Raises:
+            TenantNotConfigured: the tenant has no definition.
+            agentmesh.errors.Unavailable: the tenant directory could not be asked.
+        """
+        ...
+
+
 @dataclass(frozen=True)
 class TenantDirectory:
-    """All tenants' configuration."""
+    """A fixed set of tenants (tests, tools); the supervisor process reads the policy engine's directory."""
 
     defaults: LimitPolicy = field(default_factory=LimitPolicy)
     tenants: Mapping[str, TenantConfig] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, path: Path | None = None) -> TenantDirectory:
-        """Read and validate a tenants file.
+    def of(cls, definitions: Iterable[tenant_pb2.TenantDefinition], defaults: LimitPolicy | None = None
+           ) -> TenantDirectory:
+        """The directory of these definitions over ``defaults`` (the shipped limits.yaml when None)."""
+        base = defaults or load_limit_defaults()
+        return cls(base, {d.tenant_id: tenant_config(d, base) for d in definitions})
+
+    def get(self, tenant_id: str, *, max_age_s: float = 0.0) -> TenantConfig:
+        """The tenant's settings.
 
         Raises:
-            ConfigError: naming the file, the field and the line.
+            TenantNotConfigured: the tenant has no definition.
         """
-        path = path or default_tenants_file()
-        doc = load_document(path)
-        try:
-            model = _FileModel.model_validate(doc.data)
-        except pydantic.ValidationError as exc:
-            raise validation_error(exc, doc, str(path)) from None
-        defaults = _policy(_merge(Limits(), model.defaults.limits), model.defaults.on_exceeded, None)
-        tenants: dict[str, TenantConfig] = {}
-        for tenant_id, tenant in model.tenants.items():
-            if len(set(tenant.allowed_agents)) != len(tenant.allowed_agents):
-                loc = ("tenants", tenant_id, "allowed_agents")
-                raise ConfigError("an agent is listed twice", file=str(path),
-                                  field=f"tenants.{tenant_id}.allowed_agents", line=doc.line_of(loc))
-            policy = _policy(_merge(defaults.limits, tenant.limits), tenant.on_exceeded, defaults)
-            tenants[tenant_id] = TenantConfig(tenant_id, frozenset(tenant.allowed_agents), policy)
-        return cls(defaults, tenants)
-
-    def get(self, tenant_id: str) -> TenantConfig:
-        """The tenant's settings; an unknown tenant may use no agent and has the default limits."""
         config = self.tenants.get(tenant_id)
         if config is None:
-            return TenantConfig(tenant_id, frozenset(), self.defaults)
+            raise TenantNotConfigured(tenant_id)
         return config
-
-    def check_agents(self, known_agents: set[str], *, file: str = "tenants") -> None:
-        """Refuse a configuration that allows an agent the registry does not know (a typo fails loudly).
-
-        Raises:
-            ConfigError: ``CONFIG_REFERENCE_INVALID``.
-        """
-        for tenant_id, config in sorted(self.tenants.items()):
-            unknown = sorted(config.allowed_agents - known_agents)
-            if unknown:
-                raise ConfigError(
-                    f"unknown agent(s) {', '.join(unknown)}", file=file,
-                    field=f"tenants.{tenant_id}.allowed_agents", reason="CONFIG_REFERENCE_INVALID",
-                )

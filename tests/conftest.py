@@ -4,6 +4,7 @@ of the certificates the mesh must refuse."""
 from __future__ import annotations
 
 import datetime as dt
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +18,11 @@ from agentmesh import config, spiffe
 from agentmesh.config import MeshConfig
 from agentmesh.identities import init_identities
 from agentmesh.pki import CertificateAuthority, CertPaths
+
+DEMO_TODAY = dt.date(2026, 11, 30)
+"""The date the demo world is written for. Every mesh a test starts inherits it (``AGENTMESH_TODAY``), so the
+analyses of its dated permits (windows that have not ended yet) do not change with the day the suite runs."""
+os.environ.setdefault("AGENTMESH_TODAY", DEMO_TODAY.isoformat())
 
 
 @pytest.fixture(scope="session")

@@ -113,7 +113,7 @@ class AgentRegistryServiceServicer:
         """Deterministic discovery (PRD §9) with explainable scores (PRD §11).
 
         Errors: INVALID_ARGUMENT `MISSING_FIELD` (tenant_id); FAILED_PRECONDITION
-        `NO_AGENT_AVAILABLE`.
+        `NO_AGENT_AVAILABLE`, `TENANT_NOT_CONFIGURED` (tenant_id).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

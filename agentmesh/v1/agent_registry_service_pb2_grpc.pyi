@@ -56,7 +56,7 @@ class AgentRegistryServiceStub:
     """Deterministic discovery (PRD §9) with explainable scores (PRD §11).
 
     Errors: INVALID_ARGUMENT `MISSING_FIELD` (tenant_id); FAILED_PRECONDITION
-    `NO_AGENT_AVAILABLE`.
+    `NO_AGENT_AVAILABLE`, `TENANT_NOT_CONFIGURED` (tenant_id).
     """
     SetAgentStatus: _grpc.UnaryUnaryMultiCallable[_agent_registry_service_pb2.SetAgentStatusRequest, _agent_registry_service_pb2.SetAgentStatusResponse]
     """Changes an agent's lifecycle status (operators only; PRD §63). In force at
@@ -128,7 +128,7 @@ class AgentRegistryServiceAsyncStub(AgentRegistryServiceStub):
     """Deterministic discovery (PRD §9) with explainable scores (PRD §11).
 
     Errors: INVALID_ARGUMENT `MISSING_FIELD` (tenant_id); FAILED_PRECONDITION
-    `NO_AGENT_AVAILABLE`.
+    `NO_AGENT_AVAILABLE`, `TENANT_NOT_CONFIGURED` (tenant_id).
     """
     SetAgentStatus: _aio.UnaryUnaryMultiCallable[_agent_registry_service_pb2.SetAgentStatusRequest, _agent_registry_service_pb2.SetAgentStatusResponse]  # type: ignore[assignment]
     """Changes an agent's lifecycle status (operators only; PRD §63). In force at
@@ -215,7 +215,7 @@ class AgentRegistryServiceServicer(metaclass=_abc_1.ABCMeta):
         """Deterministic discovery (PRD §9) with explainable scores (PRD §11).
 
         Errors: INVALID_ARGUMENT `MISSING_FIELD` (tenant_id); FAILED_PRECONDITION
-        `NO_AGENT_AVAILABLE`.
+        `NO_AGENT_AVAILABLE`, `TENANT_NOT_CONFIGURED` (tenant_id).
         """
 
     @_abc_1.abstractmethod

@@ -30,6 +30,7 @@ class AuditEventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     AUDIT_EVENT_TYPE_CONFIRMATION: _ClassVar[AuditEventType]
     AUDIT_EVENT_TYPE_VERIFICATION: _ClassVar[AuditEventType]
     AUDIT_EVENT_TYPE_MODEL_CALL: _ClassVar[AuditEventType]
+    AUDIT_EVENT_TYPE_TENANT_CHANGED: _ClassVar[AuditEventType]
 
 class AuditOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -56,6 +57,7 @@ AUDIT_EVENT_TYPE_REVIEW_DECIDED: AuditEventType
 AUDIT_EVENT_TYPE_CONFIRMATION: AuditEventType
 AUDIT_EVENT_TYPE_VERIFICATION: AuditEventType
 AUDIT_EVENT_TYPE_MODEL_CALL: AuditEventType
+AUDIT_EVENT_TYPE_TENANT_CHANGED: AuditEventType
 AUDIT_OUTCOME_UNSPECIFIED: AuditOutcome
 AUDIT_OUTCOME_SUCCESS: AuditOutcome
 AUDIT_OUTCOME_FAILURE: AuditOutcome

@@ -75,6 +75,7 @@ class ResultStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RESULT_STATUS_PARTIAL: _ClassVar[ResultStatus]
     RESULT_STATUS_FAILED: _ClassVar[ResultStatus]
     RESULT_STATUS_UNCERTAIN: _ClassVar[ResultStatus]
+    RESULT_STATUS_WAITING: _ClassVar[ResultStatus]
 
 class ActorType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -97,6 +98,13 @@ class AnalysisDecision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ANALYSIS_DECISION_NOT_RECOMMENDED: _ClassVar[AnalysisDecision]
     ANALYSIS_DECISION_REQUIRES_REVIEW: _ClassVar[AnalysisDecision]
     ANALYSIS_DECISION_INSUFFICIENT_EVIDENCE: _ClassVar[AnalysisDecision]
+
+class HandoffState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    HANDOFF_STATE_UNSPECIFIED: _ClassVar[HandoffState]
+    HANDOFF_STATE_COMPLETED: _ClassVar[HandoffState]
+    HANDOFF_STATE_FAILED: _ClassVar[HandoffState]
+    HANDOFF_STATE_REFUSED: _ClassVar[HandoffState]
 LIFECYCLE_STATUS_UNSPECIFIED: LifecycleStatus
 LIFECYCLE_STATUS_DRAFT: LifecycleStatus
 LIFECYCLE_STATUS_VALIDATING: LifecycleStatus
@@ -141,6 +149,7 @@ RESULT_STATUS_SUCCESS: ResultStatus
 RESULT_STATUS_PARTIAL: ResultStatus
 RESULT_STATUS_FAILED: ResultStatus
 RESULT_STATUS_UNCERTAIN: ResultStatus
+RESULT_STATUS_WAITING: ResultStatus
 ACTOR_TYPE_UNSPECIFIED: ActorType
 ACTOR_TYPE_USER: ActorType
 ACTOR_TYPE_SYSTEM: ActorType
@@ -154,6 +163,10 @@ ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE: AnalysisDecision
 ANALYSIS_DECISION_NOT_RECOMMENDED: AnalysisDecision
 ANALYSIS_DECISION_REQUIRES_REVIEW: AnalysisDecision
 ANALYSIS_DECISION_INSUFFICIENT_EVIDENCE: AnalysisDecision
+HANDOFF_STATE_UNSPECIFIED: HandoffState
+HANDOFF_STATE_COMPLETED: HandoffState
+HANDOFF_STATE_FAILED: HandoffState
+HANDOFF_STATE_REFUSED: HandoffState
 
 class VersionStamp(_message.Message):
     __slots__ = ("agent_version", "capability_version", "policy_version", "knowledge_version", "ui_manifest_version", "runtime_version", "model_version")
@@ -388,16 +401,34 @@ class Statement(_message.Message):
     def __init__(self, kind: _Optional[_Union[StatementKind, str]] = ..., text: _Optional[str] = ..., code: _Optional[str] = ..., evidence_indexes: _Optional[_Iterable[int]] = ..., subject: _Optional[str] = ...) -> None: ...
 
 class RequestedAction(_message.Message):
-    __slots__ = ("action", "target_agent_id", "reason", "parameters")
+    __slots__ = ("action", "target_agent_id", "reason", "parameters", "action_id")
     ACTION_FIELD_NUMBER: _ClassVar[int]
     TARGET_AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    ACTION_ID_FIELD_NUMBER: _ClassVar[int]
     action: str
     target_agent_id: str
     reason: str
     parameters: _struct_pb2.Struct
-    def __init__(self, action: _Optional[str] = ..., target_agent_id: _Optional[str] = ..., reason: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+    action_id: str
+    def __init__(self, action: _Optional[str] = ..., target_agent_id: _Optional[str] = ..., reason: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., action_id: _Optional[str] = ...) -> None: ...
+
+class HandoffOutcome(_message.Message):
+    __slots__ = ("action_id", "task_id", "target_agent_id", "state", "result", "reason")
+    ACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    TARGET_AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    action_id: str
+    task_id: str
+    target_agent_id: str
+    state: HandoffState
+    result: AgentResult
+    reason: str
+    def __init__(self, action_id: _Optional[str] = ..., task_id: _Optional[str] = ..., target_agent_id: _Optional[str] = ..., state: _Optional[_Union[HandoffState, str]] = ..., result: _Optional[_Union[AgentResult, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class AgentResult(_message.Message):
     __slots__ = ("task_id", "agent_id", "status", "result", "evidence", "confidence", "statements", "requested_actions", "completed_at", "error_reason", "versions", "model_usage")

@@ -27,7 +27,7 @@ from agentmesh.v1 import supervisor_service_pb2 as agentmesh_dot_v1_dot_supervis
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*agentmesh/v1/decision_center_service.proto\x12\x0c\x61gentmesh.v1\x1a\x19\x61gentmesh/v1/common.proto\x1a%agentmesh/v1/supervisor_service.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf0\x01\n\x0bReviewEvent\x12.\n\x08\x64\x65\x63ision\x18\x01 \x01(\x0e\x32\x1c.agentmesh.v1.ReviewDecision\x12\x10\n\x08reviewer\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x10\n\x08\x61ssignee\x18\x04 \x01(\t\x12\x39\n\x11override_decision\x18\x05 \x01(\x0e\x32\x1e.agentmesh.v1.AnalysisDecision\x12\x1a\n\x12policy_decision_id\x18\x06 \x01(\t\x12&\n\x02\x61t\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x90\x04\n\nReviewItem\x12\x11\n\treview_id\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\x12\x11\n\ttenant_id\x18\x03 \x01(\t\x12&\n\x04kind\x18\x04 \x01(\x0e\x32\x18.agentmesh.v1.ReviewKind\x12*\n\x06status\x18\x05 \x01(\x0e\x32\x1a.agentmesh.v1.ReviewStatus\x12\x11\n\trequester\x18\x06 \x01(\t\x12\x10\n\x08\x61ssignee\x18\x07 \x01(\t\x12\x0f\n\x07summary\x18\x08 \x01(\t\x12(\n\x08\x63onflict\x18\t \x01(\x0b\x32\x16.agentmesh.v1.Conflict\x12,\n\x06\x61\x63tion\x18\n \x01(\x0b\x32\x1c.agentmesh.v1.ProposedAction\x12\x1d\n\x15recommended_resources\x18\x0b \x03(\t\x12\x39\n\x11\x61nalysis_decision\x18\x0c \x01(\x0e\x32\x1e.agentmesh.v1.AnalysisDecision\x12*\n\x07history\x18\r \x03(\x0b\x32\x19.agentmesh.v1.ReviewEvent\x12.\n\ncreated_at\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"n\n\x12ListReviewsRequest\x12\x16\n\x0euser_assertion\x18\x01 \x01(\t\x12*\n\x06status\x18\x02 \x01(\x0e\x32\x1a.agentmesh.v1.ReviewStatus\x12\x14\n\x0c\x65xecution_id\x18\x03 \x01(\t\"@\n\x13ListReviewsResponse\x12)\n\x07reviews\x18\x01 \x03(\x0b\x32\x18.agentmesh.v1.ReviewItem\"=\n\x10GetReviewRequest\x12\x16\n\x0euser_assertion\x18\x01 \x01(\t\x12\x11\n\treview_id\x18\x02 \x01(\t\"i\n\x11GetReviewResponse\x12(\n\x06review\x18\x01 \x01(\x0b\x32\x18.agentmesh.v1.ReviewItem\x12*\n\texecution\x18\x02 \x01(\x0b\x32\x17.agentmesh.v1.Execution\"\xd5\x01\n\x1bSubmitReviewDecisionRequest\x12\x16\n\x0euser_assertion\x18\x01 \x01(\t\x12\x11\n\treview_id\x18\x02 \x01(\t\x12.\n\x08\x64\x65\x63ision\x18\x03 \x01(\x0e\x32\x1c.agentmesh.v1.ReviewDecision\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x10\n\x08\x61ssignee\x18\x05 \x01(\t\x12\x39\n\x11override_decision\x18\x06 \x01(\x0e\x32\x1e.agentmesh.v1.AnalysisDecision\"t\n\x1cSubmitReviewDecisionResponse\x12(\n\x06review\x18\x01 \x01(\x0b\x32\x18.agentmesh.v1.ReviewItem\x12*\n\texecution\x18\x02 \x01(\x0b\x32\x17.agentmesh.v1.Execution*\x84\x01\n\nReviewKind\x12\x1b\n\x17REVIEW_KIND_UNSPECIFIED\x10\x00\x12\x18\n\x14REVIEW_KIND_CONFLICT\x10\x01\x12\x1f\n\x1bREVIEW_KIND_ACTION_APPROVAL\x10\x02\x12\x1e\n\x1aREVIEW_KIND_RECOMMENDATION\x10\x03*\xc4\x01\n\x0cReviewStatus\x12\x1d\n\x19REVIEW_STATUS_UNSPECIFIED\x10\x00\x12\x16\n\x12REVIEW_STATUS_OPEN\x10\x01\x12\'\n#REVIEW_STATUS_INFORMATION_REQUESTED\x10\x02\x12\x1a\n\x16REVIEW_STATUS_APPROVED\x10\x03\x12\x1a\n\x16REVIEW_STATUS_REJECTED\x10\x04\x12\x1c\n\x18REVIEW_STATUS_OVERRIDDEN\x10\x05*\xcd\x01\n\x0eReviewDecision\x12\x1f\n\x1bREVIEW_DECISION_UNSPECIFIED\x10\x00\x12\x1b\n\x17REVIEW_DECISION_APPROVE\x10\x01\x12\x1a\n\x16REVIEW_DECISION_REJECT\x10\x02\x12\'\n#REVIEW_DECISION_REQUEST_INFORMATION\x10\x03\x12\x1c\n\x18REVIEW_DECISION_OVERRIDE\x10\x04\x12\x1a\n\x16REVIEW_DECISION_ASSIGN\x10\x05\x32\xa8\x02\n\x15\x44\x65\x63isionCenterService\x12R\n\x0bListReviews\x12 .agentmesh.v1.ListReviewsRequest\x1a!.agentmesh.v1.ListReviewsResponse\x12L\n\tGetReview\x12\x1e.agentmesh.v1.GetReviewRequest\x1a\x1f.agentmesh.v1.GetReviewResponse\x12m\n\x14SubmitReviewDecision\x12).agentmesh.v1.SubmitReviewDecisionRequest\x1a*.agentmesh.v1.SubmitReviewDecisionResponseB\x97\x01\n\x12local.agentmesh.v1B\x1a\x44\x65\x63isionCenterServiceProtoP\x01Z/agentmesh.local/gen/go/agentmesh/v1;agentmeshv1\xa2\x02\x03\x41VX\xaa\x02\x0c\x41gentmesh.V1\xca\x02\x0c\x41gentmesh\\V1\xea\x02\rAgentmesh::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*agentmesh/v1/decision_center_service.proto\x12\x0c\x61gentmesh.v1\x1a\x19\x61gentmesh/v1/common.proto\x1a%agentmesh/v1/supervisor_service.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"U\n\x0cLimitReached\x12\x14\n\x0climit_reason\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x01\x12\x10\n\x08observed\x18\x04 \x01(\x01\"\xf0\x01\n\x0bReviewEvent\x12.\n\x08\x64\x65\x63ision\x18\x01 \x01(\x0e\x32\x1c.agentmesh.v1.ReviewDecision\x12\x10\n\x08reviewer\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x10\n\x08\x61ssignee\x18\x04 \x01(\t\x12\x39\n\x11override_decision\x18\x05 \x01(\x0e\x32\x1e.agentmesh.v1.AnalysisDecision\x12\x1a\n\x12policy_decision_id\x18\x06 \x01(\t\x12&\n\x02\x61t\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xbb\x04\n\nReviewItem\x12\x11\n\treview_id\x18\x01 \x01(\t\x12\x14\n\x0c\x65xecution_id\x18\x02 \x01(\t\x12\x11\n\ttenant_id\x18\x03 \x01(\t\x12&\n\x04kind\x18\x04 \x01(\x0e\x32\x18.agentmesh.v1.ReviewKind\x12*\n\x06status\x18\x05 \x01(\x0e\x32\x1a.agentmesh.v1.ReviewStatus\x12\x11\n\trequester\x18\x06 \x01(\t\x12\x10\n\x08\x61ssignee\x18\x07 \x01(\t\x12\x0f\n\x07summary\x18\x08 \x01(\t\x12(\n\x08\x63onflict\x18\t \x01(\x0b\x32\x16.agentmesh.v1.Conflict\x12,\n\x06\x61\x63tion\x18\n \x01(\x0b\x32\x1c.agentmesh.v1.ProposedAction\x12\x1d\n\x15recommended_resources\x18\x0b \x03(\t\x12)\n\x05limit\x18\x10 \x01(\x0b\x32\x1a.agentmesh.v1.LimitReached\x12\x39\n\x11\x61nalysis_decision\x18\x0c \x01(\x0e\x32\x1e.agentmesh.v1.AnalysisDecision\x12*\n\x07history\x18\r \x03(\x0b\x32\x19.agentmesh.v1.ReviewEvent\x12.\n\ncreated_at\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"n\n\x12ListReviewsRequest\x12\x16\n\x0euser_assertion\x18\x01 \x01(\t\x12*\n\x06status\x18\x02 \x01(\x0e\x32\x1a.agentmesh.v1.ReviewStatus\x12\x14\n\x0c\x65xecution_id\x18\x03 \x01(\t\"@\n\x13ListReviewsResponse\x12)\n\x07reviews\x18\x01 \x03(\x0b\x32\x18.agentmesh.v1.ReviewItem\"=\n\x10GetReviewRequest\x12\x16\n\x0euser_assertion\x18\x01 \x01(\t\x12\x11\n\treview_id\x18\x02 \x01(\t\"i\n\x11GetReviewResponse\x12(\n\x06review\x18\x01 \x01(\x0b\x32\x18.agentmesh.v1.ReviewItem\x12*\n\texecution\x18\x02 \x01(\x0b\x32\x17.agentmesh.v1.Execution\"\xd5\x01\n\x1bSubmitReviewDecisionRequest\x12\x16\n\x0euser_assertion\x18\x01 \x01(\t\x12\x11\n\treview_id\x18\x02 \x01(\t\x12.\n\x08\x64\x65\x63ision\x18\x03 \x01(\x0e\x32\x1c.agentmesh.v1.ReviewDecision\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x10\n\x08\x61ssignee\x18\x05 \x01(\t\x12\x39\n\x11override_decision\x18\x06 \x01(\x0e\x32\x1e.agentmesh.v1.AnalysisDecision\"t\n\x1cSubmitReviewDecisionResponse\x12(\n\x06review\x18\x01 \x01(\x0b\x32\x18.agentmesh.v1.ReviewItem\x12*\n\texecution\x18\x02 \x01(\x0b\x32\x17.agentmesh.v1.Execution*\x9b\x01\n\nReviewKind\x12\x1b\n\x17REVIEW_KIND_UNSPECIFIED\x10\x00\x12\x18\n\x14REVIEW_KIND_CONFLICT\x10\x01\x12\x1f\n\x1bREVIEW_KIND_ACTION_APPROVAL\x10\x02\x12\x1e\n\x1aREVIEW_KIND_RECOMMENDATION\x10\x03\x12\x15\n\x11REVIEW_KIND_LIMIT\x10\x04*\xc4\x01\n\x0cReviewStatus\x12\x1d\n\x19REVIEW_STATUS_UNSPECIFIED\x10\x00\x12\x16\n\x12REVIEW_STATUS_OPEN\x10\x01\x12\'\n#REVIEW_STATUS_INFORMATION_REQUESTED\x10\x02\x12\x1a\n\x16REVIEW_STATUS_APPROVED\x10\x03\x12\x1a\n\x16REVIEW_STATUS_REJECTED\x10\x04\x12\x1c\n\x18REVIEW_STATUS_OVERRIDDEN\x10\x05*\xcd\x01\n\x0eReviewDecision\x12\x1f\n\x1bREVIEW_DECISION_UNSPECIFIED\x10\x00\x12\x1b\n\x17REVIEW_DECISION_APPROVE\x10\x01\x12\x1a\n\x16REVIEW_DECISION_REJECT\x10\x02\x12\'\n#REVIEW_DECISION_REQUEST_INFORMATION\x10\x03\x12\x1c\n\x18REVIEW_DECISION_OVERRIDE\x10\x04\x12\x1a\n\x16REVIEW_DECISION_ASSIGN\x10\x05\x32\xa8\x02\n\x15\x44\x65\x63isionCenterService\x12R\n\x0bListReviews\x12 .agentmesh.v1.ListReviewsRequest\x1a!.agentmesh.v1.ListReviewsResponse\x12L\n\tGetReview\x12\x1e.agentmesh.v1.GetReviewRequest\x1a\x1f.agentmesh.v1.GetReviewResponse\x12m\n\x14SubmitReviewDecision\x12).agentmesh.v1.SubmitReviewDecisionRequest\x1a*.agentmesh.v1.SubmitReviewDecisionResponseB\x97\x01\n\x12local.agentmesh.v1B\x1a\x44\x65\x63isionCenterServiceProtoP\x01Z/agentmesh.local/gen/go/agentmesh/v1;agentmeshv1\xa2\x02\x03\x41VX\xaa\x02\x0c\x41gentmesh.V1\xca\x02\x0c\x41gentmesh\\V1\xea\x02\rAgentmesh::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,28 +35,30 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agentmesh.v1.decision_cente
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\022local.agentmesh.v1B\032DecisionCenterServiceProtoP\001Z/agentmesh.local/gen/go/agentmesh/v1;agentmeshv1\242\002\003AVX\252\002\014Agentmesh.V1\312\002\014Agentmesh\\V1\352\002\rAgentmesh::V1'
-  _globals['_REVIEWKIND']._serialized_start=1616
-  _globals['_REVIEWKIND']._serialized_end=1748
-  _globals['_REVIEWSTATUS']._serialized_start=1751
-  _globals['_REVIEWSTATUS']._serialized_end=1947
-  _globals['_REVIEWDECISION']._serialized_start=1950
-  _globals['_REVIEWDECISION']._serialized_end=2155
-  _globals['_REVIEWEVENT']._serialized_start=160
-  _globals['_REVIEWEVENT']._serialized_end=400
-  _globals['_REVIEWITEM']._serialized_start=403
-  _globals['_REVIEWITEM']._serialized_end=931
-  _globals['_LISTREVIEWSREQUEST']._serialized_start=933
-  _globals['_LISTREVIEWSREQUEST']._serialized_end=1043
-  _globals['_LISTREVIEWSRESPONSE']._serialized_start=1045
-  _globals['_LISTREVIEWSRESPONSE']._serialized_end=1109
-  _globals['_GETREVIEWREQUEST']._serialized_start=1111
-  _globals['_GETREVIEWREQUEST']._serialized_end=1172
-  _globals['_GETREVIEWRESPONSE']._serialized_start=1174
-  _globals['_GETREVIEWRESPONSE']._serialized_end=1279
-  _globals['_SUBMITREVIEWDECISIONREQUEST']._serialized_start=1282
-  _globals['_SUBMITREVIEWDECISIONREQUEST']._serialized_end=1495
-  _globals['_SUBMITREVIEWDECISIONRESPONSE']._serialized_start=1497
-  _globals['_SUBMITREVIEWDECISIONRESPONSE']._serialized_end=1613
-  _globals['_DECISIONCENTERSERVICE']._serialized_start=2158
-  _globals['_DECISIONCENTERSERVICE']._serialized_end=2454
+  _globals['_REVIEWKIND']._serialized_start=1746
+  _globals['_REVIEWKIND']._serialized_end=1901
+  _globals['_REVIEWSTATUS']._serialized_start=1904
+  _globals['_REVIEWSTATUS']._serialized_end=2100
+  _globals['_REVIEWDECISION']._serialized_start=2103
+  _globals['_REVIEWDECISION']._serialized_end=2308
+  _globals['_LIMITREACHED']._serialized_start=159
+  _globals['_LIMITREACHED']._serialized_end=244
+  _globals['_REVIEWEVENT']._serialized_start=247
+  _globals['_REVIEWEVENT']._serialized_end=487
+  _globals['_REVIEWITEM']._serialized_start=490
+  _globals['_REVIEWITEM']._serialized_end=1061
+  _globals['_LISTREVIEWSREQUEST']._serialized_start=1063
+  _globals['_LISTREVIEWSREQUEST']._serialized_end=1173
+  _globals['_LISTREVIEWSRESPONSE']._serialized_start=1175
+  _globals['_LISTREVIEWSRESPONSE']._serialized_end=1239
+  _globals['_GETREVIEWREQUEST']._serialized_start=1241
+  _globals['_GETREVIEWREQUEST']._serialized_end=1302
+  _globals['_GETREVIEWRESPONSE']._serialized_start=1304
+  _globals['_GETREVIEWRESPONSE']._serialized_end=1409
+  _globals['_SUBMITREVIEWDECISIONREQUEST']._serialized_start=1412
+  _globals['_SUBMITREVIEWDECISIONREQUEST']._serialized_end=1625
+  _globals['_SUBMITREVIEWDECISIONRESPONSE']._serialized_start=1627
+  _globals['_SUBMITREVIEWDECISIONRESPONSE']._serialized_end=1743
+  _globals['_DECISIONCENTERSERVICE']._serialized_start=2311
+  _globals['_DECISIONCENTERSERVICE']._serialized_end=2607
 # @@protoc_insertion_point(module_scope)

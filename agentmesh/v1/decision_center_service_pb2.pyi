@@ -18,6 +18,7 @@ class ReviewKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REVIEW_KIND_CONFLICT: _ClassVar[ReviewKind]
     REVIEW_KIND_ACTION_APPROVAL: _ClassVar[ReviewKind]
     REVIEW_KIND_RECOMMENDATION: _ClassVar[ReviewKind]
+    REVIEW_KIND_LIMIT: _ClassVar[ReviewKind]
 
 class ReviewStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -40,6 +41,7 @@ REVIEW_KIND_UNSPECIFIED: ReviewKind
 REVIEW_KIND_CONFLICT: ReviewKind
 REVIEW_KIND_ACTION_APPROVAL: ReviewKind
 REVIEW_KIND_RECOMMENDATION: ReviewKind
+REVIEW_KIND_LIMIT: ReviewKind
 REVIEW_STATUS_UNSPECIFIED: ReviewStatus
 REVIEW_STATUS_OPEN: ReviewStatus
 REVIEW_STATUS_INFORMATION_REQUESTED: ReviewStatus
@@ -52,6 +54,18 @@ REVIEW_DECISION_REJECT: ReviewDecision
 REVIEW_DECISION_REQUEST_INFORMATION: ReviewDecision
 REVIEW_DECISION_OVERRIDE: ReviewDecision
 REVIEW_DECISION_ASSIGN: ReviewDecision
+
+class LimitReached(_message.Message):
+    __slots__ = ("limit_reason", "source", "limit", "observed")
+    LIMIT_REASON_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    OBSERVED_FIELD_NUMBER: _ClassVar[int]
+    limit_reason: str
+    source: str
+    limit: float
+    observed: float
+    def __init__(self, limit_reason: _Optional[str] = ..., source: _Optional[str] = ..., limit: _Optional[float] = ..., observed: _Optional[float] = ...) -> None: ...
 
 class ReviewEvent(_message.Message):
     __slots__ = ("decision", "reviewer", "reason", "assignee", "override_decision", "policy_decision_id", "at")
@@ -72,7 +86,7 @@ class ReviewEvent(_message.Message):
     def __init__(self, decision: _Optional[_Union[ReviewDecision, str]] = ..., reviewer: _Optional[str] = ..., reason: _Optional[str] = ..., assignee: _Optional[str] = ..., override_decision: _Optional[_Union[_common_pb2.AnalysisDecision, str]] = ..., policy_decision_id: _Optional[str] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ReviewItem(_message.Message):
-    __slots__ = ("review_id", "execution_id", "tenant_id", "kind", "status", "requester", "assignee", "summary", "conflict", "action", "recommended_resources", "analysis_decision", "history", "created_at", "updated_at")
+    __slots__ = ("review_id", "execution_id", "tenant_id", "kind", "status", "requester", "assignee", "summary", "conflict", "action", "recommended_resources", "limit", "analysis_decision", "history", "created_at", "updated_at")
     REVIEW_ID_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -84,6 +98,7 @@ class ReviewItem(_message.Message):
     CONFLICT_FIELD_NUMBER: _ClassVar[int]
     ACTION_FIELD_NUMBER: _ClassVar[int]
     RECOMMENDED_RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
     ANALYSIS_DECISION_FIELD_NUMBER: _ClassVar[int]
     HISTORY_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
@@ -99,11 +114,12 @@ class ReviewItem(_message.Message):
     conflict: _supervisor_service_pb2.Conflict
     action: _supervisor_service_pb2.ProposedAction
     recommended_resources: _containers.RepeatedScalarFieldContainer[str]
+    limit: LimitReached
     analysis_decision: _common_pb2.AnalysisDecision
     history: _containers.RepeatedCompositeFieldContainer[ReviewEvent]
     created_at: _timestamp_pb2.Timestamp
     updated_at: _timestamp_pb2.Timestamp
-    def __init__(self, review_id: _Optional[str] = ..., execution_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., kind: _Optional[_Union[ReviewKind, str]] = ..., status: _Optional[_Union[ReviewStatus, str]] = ..., requester: _Optional[str] = ..., assignee: _Optional[str] = ..., summary: _Optional[str] = ..., conflict: _Optional[_Union[_supervisor_service_pb2.Conflict, _Mapping]] = ..., action: _Optional[_Union[_supervisor_service_pb2.ProposedAction, _Mapping]] = ..., recommended_resources: _Optional[_Iterable[str]] = ..., analysis_decision: _Optional[_Union[_common_pb2.AnalysisDecision, str]] = ..., history: _Optional[_Iterable[_Union[ReviewEvent, _Mapping]]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    def __init__(self, review_id: _Optional[str] = ..., execution_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., kind: _Optional[_Union[ReviewKind, str]] = ..., status: _Optional[_Union[ReviewStatus, str]] = ..., requester: _Optional[str] = ..., assignee: _Optional[str] = ..., summary: _Optional[str] = ..., conflict: _Optional[_Union[_supervisor_service_pb2.Conflict, _Mapping]] = ..., action: _Optional[_Union[_supervisor_service_pb2.ProposedAction, _Mapping]] = ..., recommended_resources: _Optional[_Iterable[str]] = ..., limit: _Optional[_Union[LimitReached, _Mapping]] = ..., analysis_decision: _Optional[_Union[_common_pb2.AnalysisDecision, str]] = ..., history: _Optional[_Iterable[_Union[ReviewEvent, _Mapping]]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ListReviewsRequest(_message.Message):
     __slots__ = ("user_assertion", "status", "execution_id")

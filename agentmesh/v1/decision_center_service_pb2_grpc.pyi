@@ -71,7 +71,10 @@ class DecisionCenterServiceStub:
     for REJECT / REQUEST_INFORMATION / OVERRIDE, assignee for ASSIGN),
     `INVALID_DECISION` (decision), `INVALID_OVERRIDE_DECISION`
     (override_decision); NOT_FOUND `REVIEW_NOT_FOUND`; FAILED_PRECONDITION
-    `REVIEW_CLOSED` (already decided), `EXECUTION_NOT_AWAITING_REVIEW`;
+    `REVIEW_CLOSED` (already decided), `EXECUTION_NOT_AWAITING_REVIEW`,
+    `REVIEW_NOT_OVERRIDABLE` (OVERRIDE of a limit review: approve or reject
+    it), `EXECUTION_NOT_RESUMABLE` (an approved limit review this Decision
+    Center cannot continue);
     PERMISSION_DENIED `REVIEWER_ROLE_REQUIRED`, `ADMIN_ROLE_REQUIRED`
     (OVERRIDE), `OWN_REQUEST` (deciding one's own request),
     `OVERRIDE_REASON_REQUIRED`, `POLICY_DENIED`, `APPROVAL_NOT_INDEPENDENT`
@@ -120,7 +123,10 @@ class DecisionCenterServiceAsyncStub(DecisionCenterServiceStub):
     for REJECT / REQUEST_INFORMATION / OVERRIDE, assignee for ASSIGN),
     `INVALID_DECISION` (decision), `INVALID_OVERRIDE_DECISION`
     (override_decision); NOT_FOUND `REVIEW_NOT_FOUND`; FAILED_PRECONDITION
-    `REVIEW_CLOSED` (already decided), `EXECUTION_NOT_AWAITING_REVIEW`;
+    `REVIEW_CLOSED` (already decided), `EXECUTION_NOT_AWAITING_REVIEW`,
+    `REVIEW_NOT_OVERRIDABLE` (OVERRIDE of a limit review: approve or reject
+    it), `EXECUTION_NOT_RESUMABLE` (an approved limit review this Decision
+    Center cannot continue);
     PERMISSION_DENIED `REVIEWER_ROLE_REQUIRED`, `ADMIN_ROLE_REQUIRED`
     (OVERRIDE), `OWN_REQUEST` (deciding one's own request),
     `OVERRIDE_REASON_REQUIRED`, `POLICY_DENIED`, `APPROVAL_NOT_INDEPENDENT`
@@ -184,7 +190,10 @@ class DecisionCenterServiceServicer(metaclass=_abc_1.ABCMeta):
         for REJECT / REQUEST_INFORMATION / OVERRIDE, assignee for ASSIGN),
         `INVALID_DECISION` (decision), `INVALID_OVERRIDE_DECISION`
         (override_decision); NOT_FOUND `REVIEW_NOT_FOUND`; FAILED_PRECONDITION
-        `REVIEW_CLOSED` (already decided), `EXECUTION_NOT_AWAITING_REVIEW`;
+        `REVIEW_CLOSED` (already decided), `EXECUTION_NOT_AWAITING_REVIEW`,
+        `REVIEW_NOT_OVERRIDABLE` (OVERRIDE of a limit review: approve or reject
+        it), `EXECUTION_NOT_RESUMABLE` (an approved limit review this Decision
+        Center cannot continue);
         PERMISSION_DENIED `REVIEWER_ROLE_REQUIRED`, `ADMIN_ROLE_REQUIRED`
         (OVERRIDE), `OWN_REQUEST` (deciding one's own request),
         `OVERRIDE_REASON_REQUIRED`, `POLICY_DENIED`, `APPROVAL_NOT_INDEPENDENT`

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from agentmesh.v1 import common_pb2 as agentmesh_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%agentmesh/v1/specialist_service.proto\x12\x0c\x61gentmesh.v1\x1a\x19\x61gentmesh/v1/common.proto\"\xc1\x01\n\x0eRunTaskRequest\x12%\n\x04task\x18\x01 \x01(\x0b\x32\x17.agentmesh.v1.AgentTask\x12,\n\x05grant\x18\x02 \x01(\x0b\x32\x1d.agentmesh.v1.SignedTaskGrant\x12/\n\tprincipal\x18\x03 \x01(\x0b\x32\x1c.agentmesh.v1.AgentPrincipal\x12)\n\x05trace\x18\x04 \x01(\x0b\x32\x1a.agentmesh.v1.TraceContext\"<\n\x0fRunTaskResponse\x12)\n\x06result\x18\x01 \x01(\x0b\x32\x19.agentmesh.v1.AgentResult\"\x16\n\x14\x44\x65scribeAgentRequest\"E\n\x15\x44\x65scribeAgentResponse\x12,\n\x05\x61gent\x18\x01 \x01(\x0b\x32\x1d.agentmesh.v1.AgentDefinition2\xb5\x01\n\x11SpecialistService\x12\x46\n\x07RunTask\x12\x1c.agentmesh.v1.RunTaskRequest\x1a\x1d.agentmesh.v1.RunTaskResponse\x12X\n\rDescribeAgent\x12\".agentmesh.v1.DescribeAgentRequest\x1a#.agentmesh.v1.DescribeAgentResponseB\x93\x01\n\x12local.agentmesh.v1B\x16SpecialistServiceProtoP\x01Z/agentmesh.local/gen/go/agentmesh/v1;agentmeshv1\xa2\x02\x03\x41VX\xaa\x02\x0c\x41gentmesh.V1\xca\x02\x0c\x41gentmesh\\V1\xea\x02\rAgentmesh::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%agentmesh/v1/specialist_service.proto\x12\x0c\x61gentmesh.v1\x1a\x19\x61gentmesh/v1/common.proto\"\xf9\x01\n\x0eRunTaskRequest\x12%\n\x04task\x18\x01 \x01(\x0b\x32\x17.agentmesh.v1.AgentTask\x12,\n\x05grant\x18\x02 \x01(\x0b\x32\x1d.agentmesh.v1.SignedTaskGrant\x12/\n\tprincipal\x18\x03 \x01(\x0b\x32\x1c.agentmesh.v1.AgentPrincipal\x12)\n\x05trace\x18\x04 \x01(\x0b\x32\x1a.agentmesh.v1.TraceContext\x12\x36\n\x10handoff_outcomes\x18\x05 \x03(\x0b\x32\x1c.agentmesh.v1.HandoffOutcome\"<\n\x0fRunTaskResponse\x12)\n\x06result\x18\x01 \x01(\x0b\x32\x19.agentmesh.v1.AgentResult\"\x16\n\x14\x44\x65scribeAgentRequest\"E\n\x15\x44\x65scribeAgentResponse\x12,\n\x05\x61gent\x18\x01 \x01(\x0b\x32\x1d.agentmesh.v1.AgentDefinition2\xb5\x01\n\x11SpecialistService\x12\x46\n\x07RunTask\x12\x1c.agentmesh.v1.RunTaskRequest\x1a\x1d.agentmesh.v1.RunTaskResponse\x12X\n\rDescribeAgent\x12\".agentmesh.v1.DescribeAgentRequest\x1a#.agentmesh.v1.DescribeAgentResponseB\x93\x01\n\x12local.agentmesh.v1B\x16SpecialistServiceProtoP\x01Z/agentmesh.local/gen/go/agentmesh/v1;agentmeshv1\xa2\x02\x03\x41VX\xaa\x02\x0c\x41gentmesh.V1\xca\x02\x0c\x41gentmesh\\V1\xea\x02\rAgentmesh::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,13 +34,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\022local.agentmesh.v1B\026SpecialistServiceProtoP\001Z/agentmesh.local/gen/go/agentmesh/v1;agentmeshv1\242\002\003AVX\252\002\014Agentmesh.V1\312\002\014Agentmesh\\V1\352\002\rAgentmesh::V1'
   _globals['_RUNTASKREQUEST']._serialized_start=83
-  _globals['_RUNTASKREQUEST']._serialized_end=276
-  _globals['_RUNTASKRESPONSE']._serialized_start=278
-  _globals['_RUNTASKRESPONSE']._serialized_end=338
-  _globals['_DESCRIBEAGENTREQUEST']._serialized_start=340
-  _globals['_DESCRIBEAGENTREQUEST']._serialized_end=362
-  _globals['_DESCRIBEAGENTRESPONSE']._serialized_start=364
-  _globals['_DESCRIBEAGENTRESPONSE']._serialized_end=433
-  _globals['_SPECIALISTSERVICE']._serialized_start=436
-  _globals['_SPECIALISTSERVICE']._serialized_end=617
+  _globals['_RUNTASKREQUEST']._serialized_end=332
+  _globals['_RUNTASKRESPONSE']._serialized_start=334
+  _globals['_RUNTASKRESPONSE']._serialized_end=394
+  _globals['_DESCRIBEAGENTREQUEST']._serialized_start=396
+  _globals['_DESCRIBEAGENTREQUEST']._serialized_end=418
+  _globals['_DESCRIBEAGENTRESPONSE']._serialized_start=420
+  _globals['_DESCRIBEAGENTRESPONSE']._serialized_end=489
+  _globals['_SPECIALISTSERVICE']._serialized_start=492
+  _globals['_SPECIALISTSERVICE']._serialized_end=673
 # @@protoc_insertion_point(module_scope)

@@ -30,6 +30,7 @@ class ExecutionIntent(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EXECUTION_INTENT_ANALYZE_PERMIT: _ClassVar[ExecutionIntent]
     EXECUTION_INTENT_PERMIT_STATUS: _ClassVar[ExecutionIntent]
     EXECUTION_INTENT_TRAINING_EXPIRED: _ClassVar[ExecutionIntent]
+    EXECUTION_INTENT_DOMAIN: _ClassVar[ExecutionIntent]
 
 class ExecutionEvent(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -39,6 +40,7 @@ class ExecutionEvent(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EXECUTION_EVENT_TASK_FINISHED: _ClassVar[ExecutionEvent]
     EXECUTION_EVENT_EXECUTION_UPDATED: _ClassVar[ExecutionEvent]
     EXECUTION_EVENT_EXECUTION_FINISHED: _ClassVar[ExecutionEvent]
+    EXECUTION_EVENT_TASK_WAITING: _ClassVar[ExecutionEvent]
 
 class MissingKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -69,6 +71,15 @@ class ActionState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ACTION_STATE_DECLINED: _ClassVar[ActionState]
     ACTION_STATE_EXPIRED: _ClassVar[ActionState]
     ACTION_STATE_REJECTED: _ClassVar[ActionState]
+
+class ActionEffect(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ACTION_EFFECT_UNSPECIFIED: _ClassVar[ActionEffect]
+    ACTION_EFFECT_NONE: _ClassVar[ActionEffect]
+    ACTION_EFFECT_APPLIED: _ClassVar[ActionEffect]
+    ACTION_EFFECT_COMPENSATED: _ClassVar[ActionEffect]
+    ACTION_EFFECT_NOT_RESTORED: _ClassVar[ActionEffect]
+    ACTION_EFFECT_UNKNOWN: _ClassVar[ActionEffect]
 EXECUTION_STATUS_UNSPECIFIED: ExecutionStatus
 EXECUTION_STATUS_RUNNING: ExecutionStatus
 EXECUTION_STATUS_SUCCEEDED: ExecutionStatus
@@ -82,12 +93,14 @@ EXECUTION_INTENT_UNSPECIFIED: ExecutionIntent
 EXECUTION_INTENT_ANALYZE_PERMIT: ExecutionIntent
 EXECUTION_INTENT_PERMIT_STATUS: ExecutionIntent
 EXECUTION_INTENT_TRAINING_EXPIRED: ExecutionIntent
+EXECUTION_INTENT_DOMAIN: ExecutionIntent
 EXECUTION_EVENT_UNSPECIFIED: ExecutionEvent
 EXECUTION_EVENT_SNAPSHOT: ExecutionEvent
 EXECUTION_EVENT_TASK_STARTED: ExecutionEvent
 EXECUTION_EVENT_TASK_FINISHED: ExecutionEvent
 EXECUTION_EVENT_EXECUTION_UPDATED: ExecutionEvent
 EXECUTION_EVENT_EXECUTION_FINISHED: ExecutionEvent
+EXECUTION_EVENT_TASK_WAITING: ExecutionEvent
 MISSING_KIND_UNSPECIFIED: MissingKind
 MISSING_KIND_TASK_FAILED: MissingKind
 MISSING_KIND_TASK_TIMED_OUT: MissingKind
@@ -112,6 +125,12 @@ ACTION_STATE_FAILED: ActionState
 ACTION_STATE_DECLINED: ActionState
 ACTION_STATE_EXPIRED: ActionState
 ACTION_STATE_REJECTED: ActionState
+ACTION_EFFECT_UNSPECIFIED: ActionEffect
+ACTION_EFFECT_NONE: ActionEffect
+ACTION_EFFECT_APPLIED: ActionEffect
+ACTION_EFFECT_COMPENSATED: ActionEffect
+ACTION_EFFECT_NOT_RESTORED: ActionEffect
+ACTION_EFFECT_UNKNOWN: ActionEffect
 
 class MissingItem(_message.Message):
     __slots__ = ("kind", "analysis", "agent_id", "detail", "text")
@@ -128,7 +147,7 @@ class MissingItem(_message.Message):
     def __init__(self, kind: _Optional[_Union[MissingKind, str]] = ..., analysis: _Optional[str] = ..., agent_id: _Optional[str] = ..., detail: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
 
 class ProposedAction(_message.Message):
-    __slots__ = ("action_id", "capability_id", "resource_id", "arguments", "action_digest", "state", "confirmation_token", "confirmation_expires_at", "policy_decision", "approval_review_id", "approved_by", "reason", "verified", "compensated", "updated_at")
+    __slots__ = ("action_id", "capability_id", "resource_id", "arguments", "action_digest", "state", "confirmation_token", "confirmation_expires_at", "policy_decision", "approval_review_id", "approved_by", "reason", "verified", "compensated", "updated_at", "effect")
     ACTION_ID_FIELD_NUMBER: _ClassVar[int]
     CAPABILITY_ID_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -144,6 +163,7 @@ class ProposedAction(_message.Message):
     VERIFIED_FIELD_NUMBER: _ClassVar[int]
     COMPENSATED_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    EFFECT_FIELD_NUMBER: _ClassVar[int]
     action_id: str
     capability_id: str
     resource_id: str
@@ -159,7 +179,8 @@ class ProposedAction(_message.Message):
     verified: bool
     compensated: bool
     updated_at: _timestamp_pb2.Timestamp
-    def __init__(self, action_id: _Optional[str] = ..., capability_id: _Optional[str] = ..., resource_id: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., action_digest: _Optional[str] = ..., state: _Optional[_Union[ActionState, str]] = ..., confirmation_token: _Optional[str] = ..., confirmation_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., policy_decision: _Optional[_Union[_common_pb2.PolicyDecision, _Mapping]] = ..., approval_review_id: _Optional[str] = ..., approved_by: _Optional[str] = ..., reason: _Optional[str] = ..., verified: _Optional[bool] = ..., compensated: _Optional[bool] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    effect: ActionEffect
+    def __init__(self, action_id: _Optional[str] = ..., capability_id: _Optional[str] = ..., resource_id: _Optional[str] = ..., arguments: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., action_digest: _Optional[str] = ..., state: _Optional[_Union[ActionState, str]] = ..., confirmation_token: _Optional[str] = ..., confirmation_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., policy_decision: _Optional[_Union[_common_pb2.PolicyDecision, _Mapping]] = ..., approval_review_id: _Optional[str] = ..., approved_by: _Optional[str] = ..., reason: _Optional[str] = ..., verified: _Optional[bool] = ..., compensated: _Optional[bool] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., effect: _Optional[_Union[ActionEffect, str]] = ...) -> None: ...
 
 class Conflict(_message.Message):
     __slots__ = ("subject", "agent_a", "agent_b", "evidence_a", "evidence_b", "applicable_rules", "resolution", "review_id")
@@ -182,7 +203,7 @@ class Conflict(_message.Message):
     def __init__(self, subject: _Optional[str] = ..., agent_a: _Optional[str] = ..., agent_b: _Optional[str] = ..., evidence_a: _Optional[_Iterable[_Union[_common_pb2.EvidenceReference, _Mapping]]] = ..., evidence_b: _Optional[_Iterable[_Union[_common_pb2.EvidenceReference, _Mapping]]] = ..., applicable_rules: _Optional[_Iterable[str]] = ..., resolution: _Optional[str] = ..., review_id: _Optional[str] = ...) -> None: ...
 
 class Execution(_message.Message):
-    __slots__ = ("execution_id", "status", "decision", "request_text", "tenant_id", "user_id", "graph", "results", "selection_scores", "conflicts", "reason", "trace", "started_at", "finished_at", "summary", "action", "actor_type", "system_actor", "recommended_resources", "client_request_id", "intent", "intent_rule", "missing", "user_roles", "intent_classification")
+    __slots__ = ("execution_id", "status", "decision", "request_text", "tenant_id", "user_id", "graph", "results", "selection_scores", "conflicts", "reason", "trace", "started_at", "finished_at", "summary", "action", "actor_type", "system_actor", "recommended_resources", "client_request_id", "intent", "intent_rule", "missing", "user_roles", "intent_classification", "intent_kind", "domain", "waived_limits")
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     DECISION_FIELD_NUMBER: _ClassVar[int]
@@ -208,6 +229,9 @@ class Execution(_message.Message):
     MISSING_FIELD_NUMBER: _ClassVar[int]
     USER_ROLES_FIELD_NUMBER: _ClassVar[int]
     INTENT_CLASSIFICATION_FIELD_NUMBER: _ClassVar[int]
+    INTENT_KIND_FIELD_NUMBER: _ClassVar[int]
+    DOMAIN_FIELD_NUMBER: _ClassVar[int]
+    WAIVED_LIMITS_FIELD_NUMBER: _ClassVar[int]
     execution_id: str
     status: ExecutionStatus
     decision: _common_pb2.AnalysisDecision
@@ -233,7 +257,10 @@ class Execution(_message.Message):
     missing: _containers.RepeatedCompositeFieldContainer[MissingItem]
     user_roles: _containers.RepeatedScalarFieldContainer[str]
     intent_classification: IntentClassification
-    def __init__(self, execution_id: _Optional[str] = ..., status: _Optional[_Union[ExecutionStatus, str]] = ..., decision: _Optional[_Union[_common_pb2.AnalysisDecision, str]] = ..., request_text: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., graph: _Optional[_Union[_common_pb2.AgentTaskGraph, _Mapping]] = ..., results: _Optional[_Iterable[_Union[_common_pb2.AgentResult, _Mapping]]] = ..., selection_scores: _Optional[_Iterable[_Union[_common_pb2.AgentSelectionScore, _Mapping]]] = ..., conflicts: _Optional[_Iterable[_Union[Conflict, _Mapping]]] = ..., reason: _Optional[str] = ..., trace: _Optional[_Union[_common_pb2.TraceContext, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., summary: _Optional[str] = ..., action: _Optional[_Union[ProposedAction, _Mapping]] = ..., actor_type: _Optional[_Union[_common_pb2.ActorType, str]] = ..., system_actor: _Optional[str] = ..., recommended_resources: _Optional[_Iterable[str]] = ..., client_request_id: _Optional[str] = ..., intent: _Optional[_Union[ExecutionIntent, str]] = ..., intent_rule: _Optional[str] = ..., missing: _Optional[_Iterable[_Union[MissingItem, _Mapping]]] = ..., user_roles: _Optional[_Iterable[str]] = ..., intent_classification: _Optional[_Union[IntentClassification, _Mapping]] = ...) -> None: ...
+    intent_kind: str
+    domain: str
+    waived_limits: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, execution_id: _Optional[str] = ..., status: _Optional[_Union[ExecutionStatus, str]] = ..., decision: _Optional[_Union[_common_pb2.AnalysisDecision, str]] = ..., request_text: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., graph: _Optional[_Union[_common_pb2.AgentTaskGraph, _Mapping]] = ..., results: _Optional[_Iterable[_Union[_common_pb2.AgentResult, _Mapping]]] = ..., selection_scores: _Optional[_Iterable[_Union[_common_pb2.AgentSelectionScore, _Mapping]]] = ..., conflicts: _Optional[_Iterable[_Union[Conflict, _Mapping]]] = ..., reason: _Optional[str] = ..., trace: _Optional[_Union[_common_pb2.TraceContext, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., summary: _Optional[str] = ..., action: _Optional[_Union[ProposedAction, _Mapping]] = ..., actor_type: _Optional[_Union[_common_pb2.ActorType, str]] = ..., system_actor: _Optional[str] = ..., recommended_resources: _Optional[_Iterable[str]] = ..., client_request_id: _Optional[str] = ..., intent: _Optional[_Union[ExecutionIntent, str]] = ..., intent_rule: _Optional[str] = ..., missing: _Optional[_Iterable[_Union[MissingItem, _Mapping]]] = ..., user_roles: _Optional[_Iterable[str]] = ..., intent_classification: _Optional[_Union[IntentClassification, _Mapping]] = ..., intent_kind: _Optional[str] = ..., domain: _Optional[str] = ..., waived_limits: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class IntentClassification(_message.Message):
     __slots__ = ("source", "intent", "subjects", "candidates", "model_id", "model_version", "model_call_id", "confidence")

@@ -65,10 +65,13 @@ class SupervisorServiceStub:
     `REQUEST_TEXT_EMPTY`, `REQUEST_TEXT_TOO_LONG`, `UNKNOWN_INTENT` (field
     request_text: the message says what is understood), `BUDGET_INVALID`
     (budget); PERMISSION_DENIED `TENANT_MISMATCH` (tenant_id, or a tenant
-    named in request_text, is not the assertion's); ABORTED
+    named in request_text, is not the assertion's); FAILED_PRECONDITION
+    `TENANT_NOT_CONFIGURED` (tenant_id: no definition is in force, "tenant X
+    is not configured"; an operator applies one); ABORTED
     `CLIENT_REQUEST_ID_REUSED` (the id was used for another request);
     UNAVAILABLE `EXECUTION_STARTING` (a retry while the first call is still
-    accepting it: retry), `AUDIT_UNAVAILABLE`. Limits and failed analyses
+    accepting it: retry), `AUDIT_UNAVAILABLE`, `TENANT_DIRECTORY_UNAVAILABLE`
+    (the tenant's definition could not be read). Limits and failed analyses
     are not errors: they are the execution's status and reason.
     """
     GetExecution: _grpc.UnaryUnaryMultiCallable[_supervisor_service_pb2.GetExecutionRequest, _supervisor_service_pb2.GetExecutionResponse]
@@ -124,9 +127,10 @@ class SupervisorServiceStub:
 
     Errors: INVALID_ARGUMENT `MISSING_FIELD` (event_id, tenant_id,
     training_expired.worker_id, training_expired.training_code,
-    training_expired.expired_on), `INVALID_DATE` (training_expired.expired_on),
-    `UNKNOWN_TENANT` (tenant_id); ABORTED `EVENT_IN_PROGRESS` (the event is
-    being started by another call); UNAVAILABLE `AUDIT_UNAVAILABLE`.
+    training_expired.expired_on), `INVALID_DATE` (training_expired.expired_on);
+    FAILED_PRECONDITION `TENANT_NOT_CONFIGURED` (tenant_id); ABORTED
+    `EVENT_IN_PROGRESS` (the event is being started by another call);
+    UNAVAILABLE `AUDIT_UNAVAILABLE`, `TENANT_DIRECTORY_UNAVAILABLE`.
     """
 
 @_typing.type_check_only
@@ -164,10 +168,13 @@ class SupervisorServiceAsyncStub(SupervisorServiceStub):
     `REQUEST_TEXT_EMPTY`, `REQUEST_TEXT_TOO_LONG`, `UNKNOWN_INTENT` (field
     request_text: the message says what is understood), `BUDGET_INVALID`
     (budget); PERMISSION_DENIED `TENANT_MISMATCH` (tenant_id, or a tenant
-    named in request_text, is not the assertion's); ABORTED
+    named in request_text, is not the assertion's); FAILED_PRECONDITION
+    `TENANT_NOT_CONFIGURED` (tenant_id: no definition is in force, "tenant X
+    is not configured"; an operator applies one); ABORTED
     `CLIENT_REQUEST_ID_REUSED` (the id was used for another request);
     UNAVAILABLE `EXECUTION_STARTING` (a retry while the first call is still
-    accepting it: retry), `AUDIT_UNAVAILABLE`. Limits and failed analyses
+    accepting it: retry), `AUDIT_UNAVAILABLE`, `TENANT_DIRECTORY_UNAVAILABLE`
+    (the tenant's definition could not be read). Limits and failed analyses
     are not errors: they are the execution's status and reason.
     """
     GetExecution: _aio.UnaryUnaryMultiCallable[_supervisor_service_pb2.GetExecutionRequest, _supervisor_service_pb2.GetExecutionResponse]  # type: ignore[assignment]
@@ -223,9 +230,10 @@ class SupervisorServiceAsyncStub(SupervisorServiceStub):
 
     Errors: INVALID_ARGUMENT `MISSING_FIELD` (event_id, tenant_id,
     training_expired.worker_id, training_expired.training_code,
-    training_expired.expired_on), `INVALID_DATE` (training_expired.expired_on),
-    `UNKNOWN_TENANT` (tenant_id); ABORTED `EVENT_IN_PROGRESS` (the event is
-    being started by another call); UNAVAILABLE `AUDIT_UNAVAILABLE`.
+    training_expired.expired_on), `INVALID_DATE` (training_expired.expired_on);
+    FAILED_PRECONDITION `TENANT_NOT_CONFIGURED` (tenant_id); ABORTED
+    `EVENT_IN_PROGRESS` (the event is being started by another call);
+    UNAVAILABLE `AUDIT_UNAVAILABLE`, `TENANT_DIRECTORY_UNAVAILABLE`.
     """
 
 class SupervisorServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -266,10 +274,13 @@ class SupervisorServiceServicer(metaclass=_abc_1.ABCMeta):
         `REQUEST_TEXT_EMPTY`, `REQUEST_TEXT_TOO_LONG`, `UNKNOWN_INTENT` (field
         request_text: the message says what is understood), `BUDGET_INVALID`
         (budget); PERMISSION_DENIED `TENANT_MISMATCH` (tenant_id, or a tenant
-        named in request_text, is not the assertion's); ABORTED
+        named in request_text, is not the assertion's); FAILED_PRECONDITION
+        `TENANT_NOT_CONFIGURED` (tenant_id: no definition is in force, "tenant X
+        is not configured"; an operator applies one); ABORTED
         `CLIENT_REQUEST_ID_REUSED` (the id was used for another request);
         UNAVAILABLE `EXECUTION_STARTING` (a retry while the first call is still
-        accepting it: retry), `AUDIT_UNAVAILABLE`. Limits and failed analyses
+        accepting it: retry), `AUDIT_UNAVAILABLE`, `TENANT_DIRECTORY_UNAVAILABLE`
+        (the tenant's definition could not be read). Limits and failed analyses
         are not errors: they are the execution's status and reason.
         """
 
@@ -361,9 +372,10 @@ class SupervisorServiceServicer(metaclass=_abc_1.ABCMeta):
 
         Errors: INVALID_ARGUMENT `MISSING_FIELD` (event_id, tenant_id,
         training_expired.worker_id, training_expired.training_code,
-        training_expired.expired_on), `INVALID_DATE` (training_expired.expired_on),
-        `UNKNOWN_TENANT` (tenant_id); ABORTED `EVENT_IN_PROGRESS` (the event is
-        being started by another call); UNAVAILABLE `AUDIT_UNAVAILABLE`.
+        training_expired.expired_on), `INVALID_DATE` (training_expired.expired_on);
+        FAILED_PRECONDITION `TENANT_NOT_CONFIGURED` (tenant_id); ABORTED
+        `EVENT_IN_PROGRESS` (the event is being started by another call);
+        UNAVAILABLE `AUDIT_UNAVAILABLE`, `TENANT_DIRECTORY_UNAVAILABLE`.
         """
 
 def add_SupervisorServiceServicer_to_server(servicer: SupervisorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

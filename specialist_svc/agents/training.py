@@ -29,8 +29,13 @@ status ``REVOKED`` / ``EXPIRED`` / other   FAIL     FACT ``TRAINING_REVOKED`` / 
 no record of the course                    FAIL     FACT ``TRAINING_MISSING``
 the same certificate recorded twice,       as the   INFERENCE ``DUPLICATE_CERTIFICATE_RECORDS`` naming
 identically                                record   the record used (lowest record id, consistently)
-records of one certificate that disagree   UNKNOWN  UNCERTAINTY ``CONFLICTING_CERTIFICATES`` + a FACT per
-(status or dates)                                   record — never a guess
+records of one certificate that disagree   UNKNOWN  a *data conflict*: a FACT per record, INFERENCE
+on the verdict (one would pass, another             ``CONFLICTING_CERTIFICATES`` and an entry of
+fail)                                               ``result.data_conflicts`` (below) — never a guess
+records of one certificate that disagree,  as the   a FACT per record + INFERENCE ``CONFLICTING_CERTIFICATES``
+each giving the same verdict               records
+records that disagree where one is         UNKNOWN  UNCERTAINTY ``CONFLICTING_CERTIFICATES`` + a FACT per
+incomplete (its verdict unknown)                    record
 a record without usable dates              UNKNOWN  UNCERTAINTY ``TRAINING_RECORD_INCOMPLETE``
 worker unknown to the LMS                  UNKNOWN  FACT ``WORKER_UNKNOWN_TO_LMS`` + UNCERTAINTY
                                                     ``UNKNOWN_WORKER``
@@ -46,6 +51,24 @@ always leaves the subject UNKNOWN. A certificate is identified by its
 
 Course titles, issuers and every other free text are copied into evidence
 ``data`` only; no rule reads them.
+
+A data conflict is the supervisor's to resolve (PRD §36–37), by the authority
+of each record's issuer as configured for the training domain
+(``evidence.issuer_authority`` in ``supervisor_svc/domains/work-permit.yaml``); when no rule
+decides it, a human reviews it with both sides' evidence. ``result.data_conflicts``
+lists each one: ``{subject, sides: [{record_id, verdict, state, issuer_id,
+evidence}]}`` — one side per record, ``verdict`` PASS or FAIL as that record
+alone would decide, ``issuer_id`` the LMS's structured issuer id (or null),
+``evidence`` indexes into ``evidence``.
+
+A worker the LMS does not know: the agent asks the work-permit agent (a handoff,
+``action_id`` ``confirm-assignment``, purpose ``permit.assess``) to confirm that
+the worker is on the permit, answering WAITING first; called again with the
+outcome, it adds an INFERENCE ``WORKER_ASSIGNMENT_CONFIRMED`` (or UNCERTAINTY
+``WORKER_ASSIGNMENT_UNCONFIRMED`` with why: the shipped manifest grants the
+training agent no delegation, so the supervisor refuses it — HANDOFF_NOT_ALLOWED,
+or HANDOFF_LOOP when this task was itself handed off by the work-permit agent).
+The trainings stay UNKNOWN either way: the LMS holds no record of the worker.
 
 Worker training (PRD §44, §28)
 ------------------------------
@@ -78,14 +101,18 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from agentmesh.clock import utc_today
 from agentmesh.v1 import common_pb2
 from specialist_svc.phrases import say
 from specialist_svc.rules import (
     CallFailure,
     CapabilityClient,
     ResultBuilder,
+    TaskContext,
     TaskInputInvalid,
     call_or_failure,
+    handoff,
+    handoff_failure,
     is_id,
     iso_date,
     parallel_map,
@@ -93,10 +120,11 @@ from specialist_svc.rules import (
     run_guarded,
     str_list,
     token,
+    waiting,
 )
-from supervisor_svc.contract import Verdict
+from supervisor_svc.contract import ContractViolation, ResultContract, ResultField, Verdict, check_result
 
-__all__ = ["AGENT_ID", "CAPABILITIES", "OPERATIONS", "run"]
+__all__ = ["AGENT_ID", "CAPABILITIES", "CONFIRM_ASSIGNMENT", "OPERATIONS", "run", "run_in_context"]
 
 AGENT_ID = "training-agent"
 CAPABILITY = "training.getStatus"
@@ -109,7 +137,10 @@ OPERATIONS = ("verify", "worker_training")
 COMPLETED = "COMPLETED"
 """The only LMS status that means the course was completed."""
 _RECORD_FIELDS = ("record_id", "course_code", "course_title", "status", "completed_on", "valid_until",
-                  "certificate_id", "issuer")
+                  "certificate_id", "issuer", "issuer_id")
+CONFIRM_ASSIGNMENT = "confirm-assignment"
+"""``action_id`` of the handoff asking the work-permit agent to confirm unknown workers' assignment."""
+WORK_PERMIT_AGENT = "work-permit-agent"
 
 
 class _State(Enum):
@@ -287,6 +318,8 @@ class _Judge:
     def __init__(self, out: ResultBuilder, window: _Window) -> None:
         self.out = out
         self.window = window
+        self.data_conflicts: list[dict[str, Any]] = []
+        """``result.data_conflicts``: records of one certificate whose verdicts differ."""
 
     def worker(self, lookup: _Lookup, courses: Sequence[str]) -> dict[str, _Finding]:
         """Judges each course of one worker; returns what each came to."""
@@ -379,29 +412,7 @@ class _Judge:
         valid = sorted((c for c, s in states if s is _State.VALID), key=_Certificate.sort_key, reverse=True)
         incomplete = [c for c, s in states if s is _State.INCOMPLETE]
         if conflicts:
-            out.judge(subject, Verdict.UNKNOWN)
-            for cert in conflicts:
-                for rec in sorted(cert.records, key=lambda r: r.record_id):
-                    out.fact("TRAINING_RECORD", self._record_text(who, rec), subject=subject, evidence=[rec.evidence])
-                ids = ", ".join(token(r.record_id) for r in sorted(cert.records, key=lambda r: r.record_id))
-                out.uncertainty(
-                    "CONFLICTING_CERTIFICATES",
-                    say(
-                        "The LMS records {ids} of one {course} certificate of {worker} contradict each other; "
-                        "the certificate's status cannot be established",
-                        ids=ids,
-                        course=course,
-                        worker=token(wid),
-                    ),
-                    subject=subject,
-                    evidence=[r.evidence for r in cert.records],
-                )
-            out.recommendation(
-                "CONFIRM_WITH_ISSUER",
-                say("Confirm the {course} certificate of {worker} with its issuer", course=course, worker=token(wid)),
-                subject=subject,
-            )
-            return _Finding("CONFLICT")
+            return self._conflict(wid, course, subject, who, conflicts)
         if valid:
             best = valid[0]
             out.judge(subject, Verdict.PASS)
@@ -452,6 +463,65 @@ class _Judge:
         latest, state = ordered[0]
         name = _State.EXPIRED.value if state is _State.STATUS_EXPIRED else state.value
         return _Finding(name, latest.representative.valid_until)
+
+    def _conflict(self, wid: str, course: str, subject: str, who: str, conflicts: Sequence[_Certificate]) -> _Finding:
+        """Records of one certificate that disagree: each record is judged on its own. Different verdicts are
+        a data conflict for the supervisor (by issuer authority, else a human); the same verdict stands."""
+        out = self.out
+        records = sorted((r for cert in conflicts for r in cert.records), key=lambda r: r.record_id)
+        sides: list[tuple[_Record, _State]] = [(r, _Certificate((r,)).state(self.window)) for r in records]
+        verdicts = {Verdict.PASS if state is _State.VALID else Verdict.FAIL if state in _FAILING else Verdict.UNKNOWN
+                    for _, state in sides}
+        for rec in records:
+            out.fact("TRAINING_RECORD", self._record_text(who, rec), subject=subject, evidence=[rec.evidence])
+        ids = ", ".join(token(r.record_id) for r in records)
+        evidence = [r.evidence for r in records]
+        if Verdict.UNKNOWN in verdicts:
+            out.judge(subject, Verdict.UNKNOWN)
+            out.uncertainty("CONFLICTING_CERTIFICATES",
+                            say("The LMS records {ids} of one {course} certificate of {worker} contradict each other "
+                                "and one of them cannot be judged; the certificate's status cannot be established",
+                                ids=ids, course=course, worker=token(wid)),
+                            subject=subject, evidence=evidence)
+            out.recommendation("CONFIRM_WITH_ISSUER", say("Confirm the {course} certificate of {worker} with its "
+                                                          "issuer", course=course, worker=token(wid)),
+                               subject=subject)
+            return _Finding("CONFLICT")
+        if len(verdicts) == 1:
+            verdict = verdicts.pop()
+            out.judge(subject, verdict)
+            out.inference("CONFLICTING_CERTIFICATES",
+                          say("The LMS records {ids} of one {course} certificate of {worker} disagree, but each of "
+                              "them alone gives {verdict}", ids=ids, course=course, worker=token(wid),
+                              verdict=verdict.value),
+                          subject=subject, evidence=evidence)
+            if verdict is Verdict.FAIL:
+                out.inference("REQUIREMENT_NOT_MET",
+                              say("{worker} does not meet the {course} requirement {requirement}", worker=token(wid),
+                                  course=course, requirement=self.window.requirement),
+                              subject=subject)
+                return _Finding("CONFLICT")
+            return _Finding("VALID")
+        out.judge(subject, Verdict.UNKNOWN)
+        out.inference("CONFLICTING_CERTIFICATES",
+                      say("The LMS records {ids} of one {course} certificate of {worker} contradict each other: one "
+                          "would pass, another fail; a data conflict for their issuers' authority to decide",
+                          ids=ids, course=course, worker=token(wid)),
+                      subject=subject, evidence=evidence)
+        out.recommendation("CONFIRM_WITH_ISSUER", say("Confirm the {course} certificate of {worker} with its "
+                                                      "issuer", course=course, worker=token(wid)),
+                           subject=subject)
+        def issuer(rec: _Record) -> str | None:
+            value = rec.fields.get("issuer_id")
+            return value if is_id(value) else None
+
+        self.data_conflicts.append({
+            "subject": subject,
+            "sides": [{"record_id": token(rec.record_id), "state": state.value,
+                       "verdict": (Verdict.PASS if state is _State.VALID else Verdict.FAIL).value,
+                       "issuer_id": issuer(rec), "evidence": [rec.evidence]} for rec, state in sides],
+        })
+        return _Finding("CONFLICT")
 
     @staticmethod
     def _record_text(who: str, rec: _Record) -> str:
@@ -570,7 +640,7 @@ class _Judge:
             self.out.inference("FUTURE_DATED_RECORD", text, subject=subject, evidence=ev)
 
 
-def run(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentResult:
+def run_in_context(data: Mapping[str, Any], client: CapabilityClient, context: TaskContext) -> common_pb2.AgentResult:
     """The operation the input names (see the module docstring).
 
     Raises:
@@ -581,10 +651,53 @@ def run(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentRe
         return _worker_training(data, client)
     if operation != "verify":
         raise TaskInputInvalid(f"must be one of {', '.join(OPERATIONS)}", field="operation")
-    return _verify(data, client)
+    return _verify(data, client, context)
 
 
-def _verify(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentResult:
+def run(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentResult:
+    """:func:`run_in_context` on the host's UTC date, with no handoff outcomes."""
+    return run_in_context(data, client, TaskContext(today=utc_today()))
+
+
+_PERMIT_ANSWER = ResultContract((ResultField("permit_found", "boolean"),
+                                 ResultField("permit", "object", required_when="permit_found")))
+"""What the work-permit agent's answer carries beyond verdict and subjects (the permit, when found)."""
+
+
+def _assignment(out: ResultBuilder, permit_id: str, unknown: list[str],
+                outcome: common_pb2.HandoffOutcome | None) -> None:
+    """What the work-permit agent's answer says about the workers the LMS does not know (nothing decisive)."""
+    failure = handoff_failure(outcome)
+    crew: set[str] = set()
+    if not failure and outcome is not None:
+        try:
+            permit = check_result(outcome.result, _PERMIT_ANSWER).values.get("permit") or {}
+        except ContractViolation as err:
+            failure, permit = f"HANDOFF_RESULT_UNUSABLE: {err.field}", {}
+        for key in ("workers", "added_workers"):
+            listed = permit.get(key)
+            if isinstance(listed, list):
+                crew |= {str(w.get("worker_id")) for w in listed if isinstance(w, Mapping)}
+    for wid in unknown:
+        for subject in [s for s in out.subjects if s.startswith(f"worker:{wid}/")]:
+            if failure:
+                out.uncertainty("WORKER_ASSIGNMENT_UNCONFIRMED",
+                                say("Whether {worker} is on permit {permit_id} was not confirmed ({failure})",
+                                    worker=token(wid), permit_id=token(permit_id), failure=failure),
+                                subject=subject)
+            elif wid in crew:
+                out.inference("WORKER_ASSIGNMENT_CONFIRMED",
+                              say("The work-permit agent confirms {worker} is on permit {permit_id}; the LMS holds "
+                                  "no record of them", worker=token(wid), permit_id=token(permit_id)),
+                              subject=subject)
+            else:
+                out.inference("WORKER_NOT_ON_PERMIT",
+                              say("The work-permit agent does not find {worker} on permit {permit_id}",
+                                  worker=token(wid), permit_id=token(permit_id)),
+                              subject=subject)
+
+
+def _verify(data: Mapping[str, Any], client: CapabilityClient, context: TaskContext) -> common_pb2.AgentResult:
     """The training analysis of one permit."""
     permit_id = require_str(data, "permit_id")
     courses = str_list(data, "required_trainings")
@@ -634,8 +747,20 @@ def _verify(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.Age
             return _Lookup(wid, call_or_failure(client, CAPABILITY, {"worker_id": wid, "training_codes": asked}))
 
         judge = _Judge(out, window)
+        unknown: list[str] = []
         for found in parallel_map(lookup, worker_ids if asked else []):
-            judge.worker(found, asked)
+            findings = judge.worker(found, asked)
+            if any(f.state == "WORKER_UNKNOWN" for f in findings.values()):
+                unknown.append(found.worker_id)
+        if unknown and not context.again:
+            # The work-permit agent may confirm the worker is on the permit; the supervisor decides (PRD §20).
+            return waiting(handoff(
+                CONFIRM_ASSIGNMENT, WORK_PERMIT_AGENT, purpose="permit.assess",
+                required_capabilities=["workPermit.get"], input={"permit_id": permit_id},
+                reason=f"Confirm that {', '.join(token(w) for w in unknown)}, unknown to the LMS, "
+                       f"is on permit {token(permit_id)}"))
+        if unknown:
+            _assignment(out, permit_id, unknown, context.handoffs.get(CONFIRM_ASSIGNMENT))
         verdict = out.verdict
         if verdict is Verdict.FAIL:
             out.recommendation(
@@ -653,7 +778,7 @@ def _verify(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.Age
                     permit_id=token(permit_id),
                 ),
             )
-        return out.build()
+        return out.build({"data_conflicts": judge.data_conflicts} if judge.data_conflicts else None)
 
     return run_guarded(rules)
 

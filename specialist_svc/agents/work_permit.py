@@ -24,11 +24,31 @@ subject                        verdict  rule
 ``permit:<id>/status``         PASS     status ``PENDING_RELEASE`` (FACT ``PERMIT_PENDING_RELEASE``)
                                FAIL     ``RELEASED`` (``PERMIT_ALREADY_RELEASED``), anything else
                                         (``PERMIT_NOT_RELEASABLE``)
-``permit:<id>/validity``       PASS     ``valid_from`` ≤ ``valid_until`` (``PERMIT_WINDOW_VALID``)
-                               FAIL     otherwise (``PERMIT_WINDOW_INVALID``)
+``permit:<id>/validity``       PASS     ``valid_from`` ≤ ``valid_until`` and the window has not
+                                        ended by the mesh's date (``PERMIT_WINDOW_VALID``)
+                               FAIL     it ends before it starts (``PERMIT_WINDOW_INVALID``), or it
+                                        ended before the mesh's date (``PERMIT_WINDOW_ENDED``)
 ``permit:<id>/workers``        PASS     at least one worker assigned (``PERMIT_WORKERS_ASSIGNED``)
                                FAIL     none (``PERMIT_HAS_NO_WORKERS``)
+``permit:<id>/added_worker:W`` PASS     W, added after the crew was planned, holds every required
+                                        training for the window: the training agent's answer to
+                                        the handoff (``ADDED_WORKER_QUALIFIED``, its evidence)
+                               FAIL     the training agent found a FAIL (``ADDED_WORKER_NOT_QUALIFIED``)
+                               UNKNOWN  the handoff was refused or failed, or the training agent
+                                        could not establish it (UNCERTAINTY ``ADDED_WORKER_UNVERIFIED``)
 =============================  =======  ==================================================
+
+The mesh's date (``TaskContext.today``: ``MeshConfig.today``, else the host's
+UTC date) is the only clock read: the same record on the same day always gives
+the same answer, and the evidence records the date it was judged against.
+
+Workers added after planning (PRD §20): the permit's ``added_workers`` were not
+in the crew the plan's training task was given, so the agent hands them off to
+the training agent — the first call answers WAITING with one handoff
+(``action_id`` ``added-workers``, purpose ``training.verify``, the permit's
+window, required trainings and the added workers); the supervisor runs it if it
+admits it and calls the agent again with its outcome, and the agent finishes
+its assessment with it (subjects above).
 
 Not found (NOT_FOUND — also what a permit of another tenant looks like) →
 ``permit_found: false``, verdict UNKNOWN, no subjects, and nothing else: the
@@ -36,8 +56,6 @@ answer is the same whether the permit exists nowhere or in another tenant.
 A permit that could not be read (timeout, registry unavailable, bad answer) →
 a FAILED result whose ``error_reason`` names why (e.g. ``PERMIT_REGISTRY_TIMEOUT:
 ...``) with an UNCERTAINTY statement: not even its existence is established.
-No clock is read: whether the window has passed is enforced by the permit
-registry at release time, so the same record always gives the same answer.
 
 Release
 -------
@@ -112,6 +130,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentmesh import errors
+from agentmesh.clock import utc_today
 from agentmesh.v1 import common_pb2
 from specialist_svc.phrases import say
 from specialist_svc.rules import (
@@ -119,19 +138,24 @@ from specialist_svc.rules import (
     CallFailure,
     CapabilityClient,
     ResultBuilder,
+    TaskContext,
     TaskInputInvalid,
     call_or_failure,
     classify,
+    handoff,
+    handoff_failure,
     is_id,
     iso_date,
     parallel_map,
+    require_id,
     require_str,
     run_guarded,
     token,
+    waiting,
 )
-from supervisor_svc.contract import Verdict
+from supervisor_svc.contract import ContractViolation, Verdict, check_result
 
-__all__ = ["AGENT_ID", "CAPABILITIES", "OPERATIONS", "permit_record", "run"]
+__all__ = ["ADDED_WORKERS", "AGENT_ID", "CAPABILITIES", "OPERATIONS", "permit_record", "run", "run_in_context"]
 
 AGENT_ID = "work-permit-agent"
 CAPABILITY = "workPermit.get"
@@ -179,7 +203,12 @@ def _not_found(permit_id: str) -> common_pb2.AgentResult:
     return result
 
 
-def run(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentResult:
+ADDED_WORKERS = "added-workers"
+"""``action_id`` of the handoff of a permit's added workers to the training agent."""
+TRAINING_AGENT = "training-agent"
+
+
+def run_in_context(data: Mapping[str, Any], client: CapabilityClient, context: TaskContext) -> common_pb2.AgentResult:
     """The operation the input names (see the module docstring).
 
     Raises:
@@ -192,19 +221,88 @@ def run(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentRe
         return _affected_by_training(data, client)
     if operation != "assess":
         raise TaskInputInvalid(f"must be one of {', '.join(OPERATIONS)}", field="operation")
-    return _assess(data, client)
+    return _assess(data, client, context)
 
 
-def _id_field(data: Mapping[str, Any], name: str) -> str:
-    value = require_str(data, name)
-    if not is_id(value):
-        raise TaskInputInvalid("not a record id", field=name)
-    return value
+def run(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentResult:
+    """:func:`run_in_context` on the host's UTC date, with no handoff outcomes."""
+    return run_in_context(data, client, TaskContext(today=utc_today()))
+
 
 
 # --- assess -----------------------------------------------------------------------------------------
 
-def _assess(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentResult:
+def _added_workers(output: Mapping[str, Any]) -> list[str]:
+    """Ids of the workers added after planning, in order (only well-formed ids: others are not asked about)."""
+    added = output.get("added_workers")
+    if not isinstance(added, list):
+        return []
+    ids = [w.get("worker_id") for w in added if isinstance(w, Mapping)]
+    return list(dict.fromkeys(str(i) for i in ids if is_id(i)))
+
+
+def _judge_added(out: ResultBuilder, permit_id: str, added: list[str],
+                 outcome: common_pb2.HandoffOutcome | None) -> None:
+    """The added workers' subjects, from the training agent's answer to the handoff (or why there is none)."""
+    failure = handoff_failure(outcome)
+    parsed = None
+    if not failure and outcome is not None:
+        result = outcome.result
+        try:
+            if result.agent_id != TRAINING_AGENT:
+                raise ContractViolation("the handoff's result is not the training agent's", field="agent_id")
+            parsed = check_result(result)  # the structure every result has
+        except ContractViolation as err:
+            failure = f"HANDOFF_RESULT_UNUSABLE: {err.field}"
+    for wid in added:
+        subject = f"permit:{permit_id}/added_worker:{wid}"
+        if parsed is None or outcome is None:
+            out.judge(subject, Verdict.UNKNOWN)
+            out.uncertainty("ADDED_WORKER_UNVERIFIED",
+                            say("Worker {worker} was added to permit {permit_id} after its crew was planned; their "
+                                "trainings could not be verified ({failure})",
+                                worker=token(wid), permit_id=permit_id, failure=failure),
+                            subject=subject)
+            continue
+        result = outcome.result
+        mine = {k: v for k, v in parsed.subjects.items() if k.startswith(f"worker:{wid}/")}
+        facts = [st for st in result.statements
+                 if st.kind == common_pb2.STATEMENT_KIND_FACT and st.subject in mine and st.evidence_indexes]
+        failing = [f"{token(st.subject.split('/', 1)[1])} {token(st.code)}" for st in facts
+                   if mine.get(st.subject) is Verdict.FAIL]
+        verdicts = set(mine.values())
+        if not mine or Verdict.UNKNOWN in verdicts and Verdict.FAIL not in verdicts:
+            codes = sorted({token(st.code) for st in result.statements
+                            if st.kind == common_pb2.STATEMENT_KIND_UNCERTAINTY and st.subject in mine})
+            out.judge(subject, Verdict.UNKNOWN)
+            out.uncertainty("ADDED_WORKER_UNVERIFIED",
+                            say("Worker {worker} was added to permit {permit_id} after its crew was planned; the "
+                                "training agent could not establish their trainings ({codes})",
+                                worker=token(wid), permit_id=permit_id,
+                                codes=", ".join(codes) or say("no answer")),
+                            subject=subject)
+            continue
+        # The training agent's evidence, as it cited it, for the subjects this verdict rests on.
+        wanted = Verdict.FAIL if Verdict.FAIL in verdicts else Verdict.PASS
+        cited = [out.evidence(result.evidence[i]) for st in facts if mine.get(st.subject) is wanted
+                 for i in st.evidence_indexes if 0 <= i < len(result.evidence)]
+        if wanted is Verdict.FAIL:
+            out.judge(subject, Verdict.FAIL)
+            out.fact("ADDED_WORKER_NOT_QUALIFIED",
+                     say("Worker {worker}, added to permit {permit_id} after its crew was planned, does not hold what "
+                         "the permit requires: {failing} ({agent})", worker=token(wid), permit_id=permit_id,
+                         failing="; ".join(dict.fromkeys(failing)), agent=TRAINING_AGENT),
+                     subject=subject, evidence=cited)
+        else:
+            out.judge(subject, Verdict.PASS)
+            out.fact("ADDED_WORKER_QUALIFIED",
+                     say("Worker {worker}, added to permit {permit_id} after its crew was planned, holds every "
+                         "training the permit requires for its window ({agent})", worker=token(wid),
+                         permit_id=permit_id, agent=TRAINING_AGENT),
+                     subject=subject, evidence=cited)
+
+
+def _assess(data: Mapping[str, Any], client: CapabilityClient, context: TaskContext) -> common_pb2.AgentResult:
     permit_id = require_str(data, "permit_id")
     if not is_id(permit_id):
         raise TaskInputInvalid("not a permit id", field="permit_id")
@@ -230,10 +328,22 @@ def _assess(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.Age
         status = output.get("status")
         workers = output.get("workers")
         ids = [w.get("worker_id") for w in workers if isinstance(w, Mapping)] if isinstance(workers, list) else []
-        # One reference to the permit record, with the fields the rules read.
+        added = _added_workers(output)
+        if added and not context.again:
+            # Workers the plan's training task does not cover: the training agent checks them (PRD §20).
+            return waiting(handoff(
+                ADDED_WORKERS, TRAINING_AGENT, purpose="training.verify", required_capabilities=["training.getStatus"],
+                input={"permit_id": permit_id, "valid_from": output.get("valid_from"),
+                       "valid_until": output.get("valid_until"),
+                       "required_trainings": output.get("required_trainings") or [],
+                       "workers": [{"worker_id": w} for w in added]},
+                reason=f"Verify the trainings of the worker(s) added to permit {permit_id} after its crew was planned"))
+        today = context.today
+        # One reference to the permit record, with the fields the rules read (and the date it was judged on).
         ev = out.evidence(ref, data={
             "permit_id": permit_id, "status": status, "valid_from": output.get("valid_from"),
-            "valid_until": output.get("valid_until"), "worker_ids": [str(i) for i in ids]})
+            "valid_until": output.get("valid_until"), "worker_ids": [str(i) for i in ids],
+            **({"added_worker_ids": added} if added else {}), "judged_on": today.isoformat()})
         shown = token(status, say("unrecognised"))
         if status == RELEASABLE:
             out.judge(subjects[0], Verdict.PASS)
@@ -274,15 +384,7 @@ def _assess(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.Age
                 subject=subjects[1],
                 evidence=[ev],
             )
-        elif start <= end:
-            out.judge(subjects[1], Verdict.PASS)
-            out.fact(
-                "PERMIT_WINDOW_VALID",
-                say("Permit {permit_id} is valid from {start} until {end}", permit_id=permit_id, start=start, end=end),
-                subject=subjects[1],
-                evidence=[ev],
-            )
-        else:
+        elif end < start:
             out.judge(subjects[1], Verdict.FAIL)
             out.fact(
                 "PERMIT_WINDOW_INVALID",
@@ -292,6 +394,28 @@ def _assess(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.Age
                     end=end,
                     start=start,
                 ),
+                subject=subjects[1],
+                evidence=[ev],
+            )
+        elif end < today:
+            out.judge(subjects[1], Verdict.FAIL)
+            out.fact(
+                "PERMIT_WINDOW_ENDED",
+                say(
+                    "Permit {permit_id} was valid from {start} until {end}: its window ended before {today}",
+                    permit_id=permit_id,
+                    start=start,
+                    end=end,
+                    today=today,
+                ),
+                subject=subjects[1],
+                evidence=[ev],
+            )
+        else:
+            out.judge(subjects[1], Verdict.PASS)
+            out.fact(
+                "PERMIT_WINDOW_VALID",
+                say("Permit {permit_id} is valid from {start} until {end}", permit_id=permit_id, start=start, end=end),
                 subject=subjects[1],
                 evidence=[ev],
             )
@@ -312,6 +436,9 @@ def _assess(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.Age
                 subject=subjects[2],
                 evidence=[ev],
             )
+
+        if added:
+            _judge_added(out, permit_id, added, context.handoffs.get(ADDED_WORKERS))
 
         if out.verdict is Verdict.FAIL:
             out.recommendation(
@@ -404,7 +531,7 @@ def _failed_earlier(permit_id: str, err: errors.MeshError, client: CapabilityCli
 
 
 def _release(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentResult:
-    permit_id = _id_field(data, "permit_id")
+    permit_id = require_id(data, "permit_id")
     reason = require_str(data, "reason")
     if not _REASON_LENGTH[0] <= len(reason) <= _REASON_LENGTH[1]:
         raise TaskInputInvalid(f"must be {_REASON_LENGTH[0]} to {_REASON_LENGTH[1]} characters", field="reason")
@@ -500,8 +627,8 @@ def _permit_ids(output: Mapping[str, Any]) -> list[str] | None:
 
 
 def _affected_by_training(data: Mapping[str, Any], client: CapabilityClient) -> common_pb2.AgentResult:
-    worker_id = _id_field(data, "worker_id")
-    course = _id_field(data, "training_code")
+    worker_id = require_id(data, "worker_id")
+    course = require_id(data, "training_code")
 
     def search(status: str) -> tuple[str, tuple[dict[str, Any], list[common_pb2.EvidenceReference]] | CallFailure]:
         return status, call_or_failure(

@@ -344,6 +344,20 @@ def test_failed_release_reports_compensation(mesh: Mesh, capsys: pytest.CaptureF
     assert "FAILED: read-back mismatch (compensated: previous state restored)" in out
 
 
+@pytest.mark.parametrize(("effect", "said"), [
+    (sup_pb2.ACTION_EFFECT_NONE, "(nothing was written: the permit is as it was)"),
+    (sup_pb2.ACTION_EFFECT_NOT_RESTORED, "(NOT compensated: the previous state could not be restored)"),
+    (sup_pb2.ACTION_EFFECT_UNKNOWN, "(whether anything was written is not known: read it before any retry)"),
+])
+def test_failed_release_says_what_it_did_to_the_permit(effect: int, said: str, mesh: Mesh,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    failed = action(sup_pb2.ACTION_STATE_FAILED, reason="RELEASE_REFUSED: PERMIT_NOT_RELEASABLE")
+    failed.effect = effect  # type: ignore[assignment]
+    mesh.supervisor.confirm_outcome = failed
+    assert mesh.run(*ANALYZE, "--release", "--yes") == 1
+    assert f"FAILED: RELEASE_REFUSED: PERMIT_NOT_RELEASABLE {said}" in capsys.readouterr().out
+
+
 def test_not_eligible_asks_nothing(mesh: Mesh, capsys: pytest.CaptureFixture[str]) -> None:
     mesh.supervisor.after_analysis = execution(
         sup_pb2.EXECUTION_STATUS_SUCCEEDED, action(sup_pb2.ACTION_STATE_NOT_ELIGIBLE, reason="NR-10 expired"),

@@ -17,12 +17,13 @@ from agentmesh.v1 import (
     policy_service_pb2,
     specialist_service_pb2,
     supervisor_service_pb2,
+    tenant_service_pb2,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = [agent_registry_service_pb2, audit_service_pb2, capability_service_pb2, common_pb2,
          decision_center_service_pb2, model_service_pb2, policy_service_pb2, specialist_service_pb2,
-         supervisor_service_pb2]
+         supervisor_service_pb2, tenant_service_pb2]
 OPTIONS = {
     "go_package": "agentmesh.local/gen/go/agentmesh/v1;agentmeshv1",
     "java_package": "local.agentmesh.v1",

@@ -82,7 +82,7 @@ def status_of(store: InternalStore, permit_id: str) -> str:
 
 def test_read_capability(executor: CapabilityExecutor, acme: InvocationContext) -> None:
     result = executor.execute(acme, "workPermit.get", {"permit_id": "WP-10231"})
-    assert result.manifest.key == "workPermit.get@1.0.0"
+    assert result.manifest.key == "workPermit.get@1.1.0"
     assert result.output["permit_id"] == "WP-10231"
     assert result.verification is None
 

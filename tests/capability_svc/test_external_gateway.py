@@ -67,6 +67,7 @@ def test_records_come_back_as_data_with_provenance(lms: LmsSandbox, lms_client: 
         "valid_until": "2027-03-10",
         "certificate_id": "C-NR10-1001",
         "issuer": "SENAI Plant 3",
+        "issuer_id": None,
     }
     prov = lookup.provenance.to_dict()
     assert prov["source"] == "lms"

@@ -14,7 +14,7 @@ from capability_svc.invocation import InvocationContext
 from capability_svc.registry import CapabilityRegistry
 
 DEMO_PERMITS = {
-    "acme": [f"WP-{n}" for n in range(10231, 10245)],
+    "acme": [f"WP-{n}" for n in range(10231, 10251)],
     "globex": ["WP-20001"],
 }
 
@@ -399,3 +399,89 @@ def test_compensation_is_only_for_mutations(backend: InternalBackend, acme: Invo
     with pytest.raises(CapabilityNotFound):
         backend.compensate("workPermit.get", acme, {"permit_id": "WP-10231"}, {},
                            PriorState("permit", "WP-10231", {"status": "PENDING_RELEASE"}))
+
+
+# --- the worker-assignment domain's capabilities ------------------------------------------------------
+
+
+def test_employee_get_is_the_hr_record_without_health_data(
+    backend: InternalBackend, registry: CapabilityRegistry, acme: InvocationContext, globex: InvocationContext
+) -> None:
+    out = backend.execute("employee.get", acme, {"worker_id": "W-1030"})
+    registry.validate_output(registry.get("employee.get").manifest, out)
+    assert (out["name"], out["employment_status"]) == ("Paula Neves", "INACTIVE")
+    assert out["provenance"]["source"] == "hr-registry"
+    assert backend.execute("employee.get", acme, {"worker_id": "W-1001"})["employment_status"] == "ACTIVE"
+    assert backend.execute("employee.get", globex, {"worker_id": "W-2003"})["employment_status"] == "ON_LEAVE"
+    assert not {"medical_notes", "medical", "diagnosis"} & set(out)
+    # Another tenant's worker is the same "not found" as one that does not exist.
+    for worker in ("W-2003", "W-9999"):
+        err = not_found(backend, acme, "employee.get", {"worker_id": worker})
+        assert (err.reason, err.message) == ("RESOURCE_NOT_FOUND", f"'{worker}' not found")
+
+
+@pytest.mark.parametrize(("tenant", "worker", "permit", "status"), [
+    ("acme", "W-1001", "WP-10232", "FIT"),
+    ("acme", "W-1003", "WP-10231", "FIT"),
+    ("acme", "W-1031", "WP-10231", "UNFIT"),
+    ("acme", "W-1004", "WP-10231", "NOT_EVALUATED"),  # no exam at all
+    ("globex", "W-2002", "WP-20001", "FIT"),
+])
+def test_medical_eligibility_is_a_status_never_a_diagnosis(
+    backend: InternalBackend, registry: CapabilityRegistry, tenant: str, worker: str, permit: str, status: str
+) -> None:
+    out = backend.execute("medical.getEligibility", InvocationContext(tenant, "u"),
+                          {"worker_id": worker, "permit_id": permit})
+    registry.validate_output(registry.get("medical.getEligibility").manifest, out)
+    assert (out["worker_id"], out["permit_id"], out["status"]) == (worker, permit, status)
+    assert set(out) == {"worker_id", "permit_id", "work_type", "status", "valid_until", "provenance"}
+    assert out["provenance"]["source"] == "occupational-health"
+
+
+def test_medical_eligibility_follows_the_exam_and_the_permit(store: InternalStore, clock: Any) -> None:
+    from capability_svc.world import parse_world_text
+
+    world = parse_world_text("""
+format: agentmesh-world/v1
+tenants:
+  - id: initech
+    name: Initech
+    workers:
+      - {id: W-1, name: A, job_title: J, company: C,
+         medical: {exam_date: 2026-01-01, valid_until: 2026-12-01, fit_for: [ELECTRICAL],
+                   diagnosis: Secret condition, clinical_notes: Secret notes}}
+      - {id: W-2, name: B, job_title: J, company: C,
+         medical: {exam_date: 2026-01-01, valid_until: 2027-12-01, fit_for: [WORK_AT_HEIGHT]}}
+    permits:
+      - {id: WP-1, title: T, site: S, work_type: ELECTRICAL, status: PENDING_RELEASE, valid_from: 2026-11-28,
+         valid_until: 2026-12-12, requested_by: r}
+""")
+    store.replace_world(world, source="test")
+    backend = InternalBackend(store)
+    ctx = InvocationContext("initech", "u")
+    expired = backend.execute("medical.getEligibility", ctx, {"worker_id": "W-1", "permit_id": "WP-1"})
+    assert (expired["status"], expired["valid_until"]) == ("EXAM_EXPIRED", "2026-12-01")  # ends before the permit
+    other = backend.execute("medical.getEligibility", ctx, {"worker_id": "W-2", "permit_id": "WP-1"})
+    assert other["status"] == "NOT_EVALUATED"  # the exam does not cover electrical work
+    assert "Secret" not in str(expired) and "Secret" not in str(other)
+    # The clinical data is stored (it is the occupational-health record), just never served.
+    with sqlite3.connect(store.path) as conn:
+        assert conn.execute("SELECT diagnosis FROM medical_records WHERE worker_id = 'W-1'").fetchone() == (
+            "Secret condition",)
+    for args in ({"worker_id": "W-9", "permit_id": "WP-1"}, {"worker_id": "W-1", "permit_id": "WP-9"}):
+        assert not_found(backend, ctx, "medical.getEligibility", args).reason == "RESOURCE_NOT_FOUND"
+    # And another tenant cannot read it.
+    assert not_found(backend, InvocationContext("acme", "u"), "medical.getEligibility",
+                     {"worker_id": "W-1", "permit_id": "WP-1"}).message == "'W-1' not found"
+
+
+def test_a_schema_2_file_gets_the_employment_status(tmp_path: Any) -> None:
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE workers (tenant_id TEXT NOT NULL, worker_id TEXT NOT NULL, name TEXT NOT NULL,"
+                     " job_title TEXT NOT NULL, company TEXT NOT NULL, medical_notes TEXT,"
+                     " PRIMARY KEY (tenant_id, worker_id))")
+        conn.execute("INSERT INTO workers VALUES ('acme', 'W-1', 'A', 'J', 'C', NULL)")
+    InternalStore(path)
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT employment_status FROM workers").fetchone() == ("ACTIVE",)

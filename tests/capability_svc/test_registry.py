@@ -32,6 +32,8 @@ EXPECTED_IDS = {
     "risk.evaluate",
     "compliance.getChecklist",
     "worker.get",
+    "employee.get",
+    "medical.getEligibility",
     "knowledge.search",
 }
 
@@ -83,8 +85,8 @@ def test_shipped_manifests_load(registry: CapabilityRegistry) -> None:
     training = registry.get("training.getStatus").manifest
     assert training.backend == "external:lms"
     assert training.external_system == "lms"
-    assert str(training.version) == "2.1.0"
-    assert training.key == "training.getStatus@2.1.0"
+    assert str(training.version) == "2.2.0"
+    assert training.key == "training.getStatus@2.2.0"
     assert registry.get("workPermit.updateValidity").manifest.risk_profile.mutates
     assert not registry.get("workPermit.get").manifest.risk_profile.mutates
 

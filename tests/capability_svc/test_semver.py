@@ -66,8 +66,8 @@ def test_parse_dependency() -> None:
 
 
 def test_check_dependency_compatible(registry: CapabilityRegistry) -> None:
-    assert check_dependency("training.getStatus@^2.0", registry).key == "training.getStatus@2.1.0"
-    assert check_dependency("workPermit.get@~1.0", registry).id == "workPermit.get"
+    assert check_dependency("training.getStatus@^2.0", registry).key == "training.getStatus@2.2.0"
+    assert check_dependency("workPermit.get@~1.1", registry).id == "workPermit.get"
     assert check_dependency("workPermit.release@>=1.0.0", registry).id == "workPermit.release"
     assert check_dependency("risk.evaluate@1.0.0", registry).id == "risk.evaluate"
 
@@ -75,7 +75,7 @@ def test_check_dependency_compatible(registry: CapabilityRegistry) -> None:
 @pytest.mark.parametrize(
     ("spec", "reason", "text"),
     [
-        ("training.getStatus@^3.0", "DEPENDENCY_VERSION_INCOMPATIBLE", "available: 2.1.0"),
+        ("training.getStatus@^3.0", "DEPENDENCY_VERSION_INCOMPATIBLE", "available: 2.2.0"),
         ("training.getStatus@~2.0", "DEPENDENCY_VERSION_INCOMPATIBLE", "satisfies ~2.0"),
         ("training.getStatus@<2", "DEPENDENCY_VERSION_INCOMPATIBLE", "training.getStatus"),
         ("training.update@^1.0", "DEPENDENCY_UNKNOWN", "not registered"),
@@ -112,7 +112,7 @@ def test_check_dependency_picks_newest_match(tmp_path: Path) -> None:
     caps.mkdir()
     source = (default_capabilities_dir() / "training.getStatus.yaml").read_text()
     for version in ("1.4.0", "2.0.0", "2.3.1", "3.0.0"):
-        text = source.replace("version: 2.1.0", f"version: {version}")
+        text = source.replace("version: 2.2.0", f"version: {version}")
         (caps / f"training.getStatus-{version}.yaml").write_text(textwrap.dedent(text))
     reg = CapabilityRegistry.load(caps, tmp_path / "state.db")
     try:

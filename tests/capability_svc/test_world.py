@@ -58,9 +58,9 @@ def test_demo_world_loads(store: InternalStore, demo_world: Path) -> None:
     assert store.tenants() == ["acme", "globex"]
     summary = load_world(demo_world, store)  # loading again replaces, it does not duplicate
     assert summary.tenants == ("acme", "globex")
-    assert summary.permits == 15
-    assert summary.workers == 18
-    assert summary.lms_workers == 17
+    assert summary.permits == 21
+    assert summary.workers == 27
+    assert summary.lms_workers == 25
     scope = store.scope("acme")
     permit = scope.get_permit("WP-10231")
     assert permit is not None and permit.status == "PENDING_RELEASE"
@@ -177,6 +177,16 @@ def test_schema_1_file_is_migrated(tmp_path: Path, demo_world: Path) -> None:
         ("        name: Ana\n", "        name: Ana\n        name: Bia\n",
          "tenants[0].workers[0].name", 8, "WORLD_SYNTAX_INVALID"),
         ("work_type: ELECTRICAL", "work_type: [ELECTRICAL", None, None, "WORLD_SYNTAX_INVALID"),
+        ("        company: ACME\n", "        company: ACME\n        employment_status: FIRED\n",
+         "tenants[0].workers[0].employment_status", 10, "WORLD_FIELD_INVALID"),
+        ("        company: ACME\n", "        company: ACME\n        medical: {exam_date: 2026-05-01,"
+         " valid_until: 2026-04-01}\n", "tenants[0].workers[0].medical.valid_until", 10, "WORLD_FIELD_INVALID"),
+        ("        company: ACME\n", "        company: ACME\n        medical:\n          exam_date: 2026-05-01\n"
+         "          valid_until: 2027-05-01\n          fit_for: [ELECTRICAL]\n          unfit_for: [ELECTRICAL]\n",
+         "tenants[0].workers[0].medical.unfit_for[0]", 14, "WORLD_FIELD_INVALID"),
+        ("        company: ACME\n", "        company: ACME\n        medical: {exam_date: 2026-05-01,"
+         " valid_until: 2027-04-01, fit_for: [electrical]}\n", "tenants[0].workers[0].medical.fit_for[0]", 10,
+         "WORLD_FIELD_INVALID"),
     ],
 )
 def test_malformed_world_names_line_and_field_and_loads_nothing(
@@ -314,3 +324,74 @@ def test_documented_example_is_valid() -> None:
     assert match is not None
     world = parse_world_text(match.group(1), "WORLD_FORMAT.md")
     assert world.tenants[0].permits[0].id == "WP-1"
+
+
+# --- added workers, issuers, tenant definitions -------------------------------------------------------------
+
+ADDED = SMALL.replace("""    workers:
+      - id: W-1
+        name: Ana
+        job_title: Electrician
+        company: ACME
+""", """    workers:
+      - id: W-1
+        name: Ana
+        job_title: Electrician
+        company: ACME
+      - id: W-2
+        name: Bia
+        job_title: Electrician
+        company: ACME
+""") + """        added_workers:
+          - {id: W-2, role: EXECUTOR, added_on: 2026-11-29}
+"""
+
+
+def test_added_workers_are_kept_apart_from_the_planned_crew(tmp_path: Path, store: InternalStore) -> None:
+    load_world(write(tmp_path, ADDED), store)
+    scope = store.scope("acme")
+    assert [w.worker.worker_id for w in scope.permit_workers("WP-1")] == ["W-1"]
+    assert scope.permit_added_workers("WP-1") == [{"worker_id": "W-2", "permit_role": "EXECUTOR",
+                                                   "added_on": "2026-11-29"}]
+
+
+@pytest.mark.parametrize(("old", "new", "field", "message"), [
+    ("{id: W-2, role: EXECUTOR", "{id: W-9, role: EXECUTOR", "tenants[0].permits[0].added_workers[0].id",
+     "not a worker of tenant"),
+    ("{id: W-2, role: EXECUTOR", "{id: W-1, role: EXECUTOR", "tenants[0].permits[0].added_workers[0].id",
+     "already in the permit's workers"),
+    ("added_on: 2026-11-29", "added_on: yesterday", "tenants[0].permits[0].added_workers[0].added_on", "date"),
+])
+def test_a_bad_added_worker_is_refused(tmp_path: Path, old: str, new: str, field: str, message: str) -> None:
+    with pytest.raises(WorldFormatError) as caught:
+        parse_world(write(tmp_path, ADDED.replace(old, new)))
+    assert caught.value.field == field and message in str(caught.value)
+
+
+def test_an_issuer_id_is_an_id(tmp_path: Path) -> None:
+    record = """    lms:
+      workers:
+        - worker_id: W-1
+          trainings:
+            - {record_id: TR-1, course_code: NR-10, course_title: t, status: COMPLETED, issuer_id: ISSUER}
+"""
+    parse_world(write(tmp_path, SMALL + record.replace("ISSUER", "senai")))
+    with pytest.raises(WorldFormatError) as caught:
+        parse_world(write(tmp_path, SMALL + record.replace("ISSUER", '"SENAI plant 3"')))
+    assert caught.value.field == "tenants[0].lms.workers[0].trainings[0].issuer_id"
+
+
+def test_a_tenant_definition_rides_with_its_world_and_is_checked_with_its_line(tmp_path: Path) -> None:
+    from capability_svc.world import world_tenant_file
+
+    defined = SMALL.replace("    name: ACME\n", "    name: ACME\n    definition:\n"
+                                                "      roles: {viewer: {capabilities: [workPermit.get]}}\n"
+                                                "      agents: [work-permit-agent]\n")
+    tenants = world_tenant_file(write(tmp_path, defined))
+    (acme,) = tenants.definitions
+    assert (acme.tenant_id, acme.display_name, list(acme.allowed_agents)) == ("acme", "ACME", ["work-permit-agent"])
+    assert tenants.line_of("tenants[0].allowed_agents[0]") == 7
+    assert world_tenant_file(write(tmp_path, SMALL)).definitions == []
+    with pytest.raises(WorldFormatError) as caught:
+        parse_world(write(tmp_path, defined.replace("agents:", "agnets:")))
+    assert (caught.value.field, caught.value.line) == ("tenants[0].definition.agnets", 7)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
@@ -54,7 +55,11 @@ class Person:
         self.base = base
 
     def wait(self, condition: Callable[[WebDriver], Any], what: str) -> Any:
-        return WebDriverWait(self.d, WAIT_S, poll_frequency=0.2).until(condition, message=f"waiting for {what}")
+        # The page reloads itself when an execution stops running: an element found just before is then gone,
+        # which is not an answer, so the condition is asked again on the new page.
+        return WebDriverWait(self.d, WAIT_S, poll_frequency=0.2,
+                             ignored_exceptions=(StaleElementReferenceException,)).until(
+            condition, message=f"waiting for {what}")
 
     def open(self, path: str) -> None:
         self.d.get(self.base + path)

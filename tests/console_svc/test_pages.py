@@ -259,6 +259,13 @@ def test_a_tenant_kill_switch_is_for_the_operators_own_tenant(console: Any) -> N
     assert answer.status == 403 and recorded[-1]["reason_codes"][0] == "CONSOLE_TENANT_SCOPE_OTHER_TENANT"
 
 
+def test_an_execution_of_a_domain_names_its_intent_and_domain() -> None:
+    page = views.execution(pb.Execution(intent=pb.EXECUTION_INTENT_DOMAIN, intent_kind="ASSIGN_WORKER",
+                                        domain="worker-assignment"))
+    assert (page["intent"], page["domain"]) == ("ASSIGN_WORKER", "worker-assignment")
+    assert views.execution(pb.Execution(intent=pb.EXECUTION_INTENT_PERMIT_STATUS))["intent"] == "PERMIT_STATUS"
+
+
 def test_closed_set_fields_read_as_strings_or_enums() -> None:
     assert views.field_text(pb.Execution(intent=pb.EXECUTION_INTENT_ANALYZE_PERMIT), "intent") == "ANALYZE_PERMIT"
     assert views.field_text(pb.Execution(request_text="x"), "request_text") == "x"

@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from agentmesh import config, launcher, spiffe, transport
@@ -54,11 +55,14 @@ def write_config(home: Path, **fields: object) -> None:
 @pytest.fixture(scope="session")
 def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MeshConfig]:
     """``agentmesh up --detach --ports-auto`` in a fresh home; ``down`` afterwards (PostgreSQL: see
-    :data:`MESH_ON_POSTGRESQL`)."""
+    :data:`MESH_ON_POSTGRESQL`). The medical agent logs what it receives (DEBUG), so a test can read what
+    the agent process itself was given (tests/integration/test_worker_assignment.py)."""
     home = tmp_path_factory.mktemp("mesh")
+    fields: dict[str, object] = {"log_levels": {"medical-agent": "DEBUG"}}
     if MESH_ON_POSTGRESQL:
         assert PG_URL, "AGENTMESH_TEST_MESH_DB=postgresql needs AGENTMESH_TEST_DATABASE_URL"
-        write_config(home, database_url=fresh_database())
+        fields["database_url"] = fresh_database()
+    write_config(home, **fields)
     with launched_mesh(home) as cfg:
         yield cfg
 
@@ -101,7 +105,9 @@ class RoleProcess:
     """One role started as its own process on a free port; stop() in finally."""
 
     def __init__(self, cfg: MeshConfig, name: str, module: str, *, peers: dict[str, str] | None = None,
-                 env: dict[str, str] | None = None, extra: tuple[str, ...] = ()) -> None:
+                 env: dict[str, str] | None = None, extra: tuple[str, ...] = (), demo_tenants: bool = False) -> None:
+        """``demo_tenants`` (a policy engine with its audit peer): the demo tenants are applied once it
+        listens, as ``agentmesh up`` does on a first start (nothing when some tenant is configured already)."""
         import json
         import os
         import time
@@ -126,12 +132,29 @@ class RoleProcess:
             if addr_path.exists():
                 try:
                     self.address = str(json.loads(addr_path.read_text())["address"])
-                    return
                 except (ValueError, KeyError):
-                    pass
+                    time.sleep(0.05)
+                    continue
+                if demo_tenants:
+                    self._seed(cfg)
+                return
             time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"{name} did not start: {self.log.read_text()[-2000:]}")
+
+    def _seed(self, cfg: MeshConfig) -> None:
+        import time
+
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                launcher.seed_tenants(cfg, self.address)
+                return
+            except grpc.RpcError:
+                if time.monotonic() > deadline:  # not listening yet, or its audit peer not yet
+                    self.stop()
+                    raise
+                time.sleep(0.2)
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL if it does not stop."""

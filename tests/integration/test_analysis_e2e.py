@@ -175,14 +175,18 @@ def test_other_tenant_cannot_read_an_execution(mesh: MeshConfig) -> None:
     assert same.decision == ex.decision
 
 
-def test_budget_limits_stop_with_a_clear_reason(mesh: MeshConfig) -> None:
+def test_budget_limits_end_as_the_tenant_says_with_a_clear_reason(mesh: MeshConfig) -> None:
+    # acme sends MAX_COST_EXCEEDED to human review (its on_exceeded), every other limit stops.
     ex = analyze(mesh, "Analyze permit WP-10231 and tell me if it can be released",
                  budget=common_pb2.AgentBudget(max_cost=0.01))
-    # acme sends MAX_COST_EXCEEDED to human review (supervisor_svc/config/tenants.yaml).
     assert ex.status == pb.EXECUTION_STATUS_AWAITING_REVIEW
     assert ex.decision == common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW
-    assert ex.reason.startswith("MAX_COST_EXCEEDED")
+    assert ex.reason.startswith("MAX_COST_EXCEEDED") and "budget.max_cost" in ex.reason
     assert not ex.results
+    stopped = analyze(mesh, "Analyze permit WP-10231 and tell me if it can be released",
+                      budget=common_pb2.AgentBudget(max_execution_time_ms=1))
+    assert stopped.status == pb.EXECUTION_STATUS_STOPPED
+    assert stopped.reason.startswith("MAX_EXECUTION_TIME_EXCEEDED")
 
 
 def test_audit_trail_shows_the_whole_chain(mesh: MeshConfig) -> None:

@@ -118,7 +118,7 @@ def audit(mesh_config: MeshConfig) -> Iterator[AuditOnPort]:
 
 def test_a_kill_switch_set_while_audit_is_down_reaches_the_log_when_it_is_back(
         mesh_config: MeshConfig, audit: AuditOnPort) -> None:
-    policy = RoleProcess(mesh_config, "policy", "policy_svc", peers={"audit": audit.address})
+    policy = RoleProcess(mesh_config, "policy", "policy_svc", peers={"audit": audit.address}, demo_tenants=True)
     try:
         with _channel(mesh_config, policy.address, OPERATOR, spiffe.service("policy")) as op_channel, \
                 _channel(mesh_config, policy.address, spiffe.service("capability"),

@@ -103,7 +103,7 @@ def cap_mesh(mesh_config: MeshConfig, tmp_path_factory: pytest.TempPathFactory) 
         lms_url = addr_file.read_text().strip()
         audit = RoleProcess(mesh_config, "audit", "audit_svc")
         procs.append(audit)
-        policy = RoleProcess(mesh_config, "policy", "policy_svc", peers={"audit": audit.address})
+        policy = RoleProcess(mesh_config, "policy", "policy_svc", peers={"audit": audit.address}, demo_tenants=True)
         procs.append(policy)
         capability = RoleProcess(mesh_config, "capability", "capability_svc",
                                  peers={"audit": audit.address, "policy": policy.address},

@@ -28,6 +28,7 @@ from agentmesh.v1 import (
     policy_service_pb2,
     specialist_service_pb2,
     supervisor_service_pb2,
+    tenant_service_pb2,
 )
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import audit_service_pb2_grpc as audit_grpc
@@ -47,7 +48,8 @@ SERVICES: dict[str, list[Any]] = {
     "supervisor": [supervisor_service_pb2.DESCRIPTOR.services_by_name["SupervisorService"],
                    decision_center_service_pb2.DESCRIPTOR.services_by_name["DecisionCenterService"],
                    agent_registry_service_pb2.DESCRIPTOR.services_by_name["AgentRegistryService"]],
-    "policy": [policy_service_pb2.DESCRIPTOR.services_by_name["PolicyService"]],
+    "policy": [policy_service_pb2.DESCRIPTOR.services_by_name["PolicyService"],
+               tenant_service_pb2.DESCRIPTOR.services_by_name["TenantService"]],
     "capability": [capability_service_pb2.DESCRIPTOR.services_by_name["CapabilityService"]],
     "audit": [audit_service_pb2.DESCRIPTOR.services_by_name["AuditService"]],
     "training-agent": [specialist_service_pb2.DESCRIPTOR.services_by_name["SpecialistService"]],
@@ -62,6 +64,7 @@ CALLERS: dict[str, spiffe.SpiffeId] = {
     "agentmesh.v1.AgentRegistryService.RegisterAgentVersion": OPERATOR,
     "agentmesh.v1.AgentRegistryService.TransitionAgentVersion": OPERATOR,
     "agentmesh.v1.PolicyService": OPERATOR,
+    "agentmesh.v1.TenantService": OPERATOR,
     "agentmesh.v1.CapabilityService.InvokeCapability": SUPERVISOR,
     "agentmesh.v1.CapabilityService.ListCapabilities": PLATFORM_CLI,
     "agentmesh.v1.CapabilityService.SetCapabilityStatus": OPERATOR,

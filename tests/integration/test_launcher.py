@@ -30,7 +30,7 @@ from ..conftest import Forge
 from .conftest import agentmesh_cli, client_tls, lms_admin_headers, peer_address
 
 EXPECTED = {"audit", "policy", "capability", "model", "supervisor", "work-permit-agent", "training-agent",
-            "risk-agent", "compliance-agent"}
+            "risk-agent", "compliance-agent", "employee-agent", "medical-agent"}
 
 
 def test_up_starts_every_role_serving_over_mtls(mesh: MeshConfig) -> None:

@@ -115,7 +115,7 @@ def test_a_request_the_rules_do_not_understand_is_classified_by_a_model(mm: Mesh
     ex = analyze(mm, CAN_THE_CREW_START)
     assert decision(ex) == "RECOMMENDED_FOR_RELEASE", ex.summary
     found = ex.intent_classification
-    assert (found.source, found.intent, dict(found.subjects)) == ("MODEL", "ANALYZE_PERMIT", {"permit_id": "WP-10231"})
+    assert (found.source, found.intent, dict(found.subjects)) == ("MODEL", "ANALYZE_PERMIT", {"permit": "WP-10231"})
     assert found.model_id == "sandbox-small" and found.model_version.startswith("sandbox-small@")
     (classified,) = [r for r in model_calls(mm, ex.execution_id) if r.agent_id == "supervisor"]
     assert classified.model_call.call_id == found.model_call_id
@@ -124,6 +124,19 @@ def test_a_request_the_rules_do_not_understand_is_classified_by_a_model(mm: Mesh
     started = next(r for r in audit_records(mm, execution_id=ex.execution_id)
                    if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_STARTED)
     assert "rule=MODEL" in started.reason_codes
+
+
+def test_a_second_domain_s_intent_is_classified_by_a_model_too(mm: MeshConfig, sandbox: Sandbox) -> None:
+    # The candidates come from the domain definitions: worker assignment brings its own intent for a model.
+    ex = analyze(mm, "Could W-1003 join the crew of WP-10231?")
+    found = ex.intent_classification
+    assert (found.source, found.intent, dict(found.subjects)) == (
+        "MODEL", "ASSIGN_WORKER", {"worker": "W-1003", "permit": "WP-10231"})
+    assert "ASSIGN_WORKER" in found.candidates and (ex.intent_kind, ex.domain) == ("ASSIGN_WORKER", "worker-assignment")
+    assert ex.intent_rule == "MODEL" and ex.status == pb.EXECUTION_STATUS_SUCCEEDED
+    # W-1003's NR-10 has expired (the demo world): the deterministic agents decide, not the model.
+    assert decision(ex) == "NOT_RECOMMENDED", ex.summary
+    assert not ex.HasField("action")
 
 
 @pytest.mark.parametrize(("text", "why"), [

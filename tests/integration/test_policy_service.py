@@ -49,7 +49,7 @@ def policy_proc(mesh_config: MeshConfig) -> Iterator[RoleProcess]:
     audit = RoleProcess(mesh_config, "audit", "audit_svc")
     proc = None
     try:
-        proc = RoleProcess(mesh_config, "policy", "policy_svc", peers={"audit": audit.address})
+        proc = RoleProcess(mesh_config, "policy", "policy_svc", peers={"audit": audit.address}, demo_tenants=True)
         proc.audit = audit  # type: ignore[attr-defined]
         yield proc
     finally:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from agentmesh.tenant_file import load_tenant_file
 from policy_svc.engine import DEFAULT_POLICY_DIR, PolicyEngine
 from policy_svc.model import (
     ActorType,
@@ -22,6 +23,7 @@ from policy_svc.model import (
     RiskProfile,
     UserContext,
 )
+from policy_svc.tenants import check_definitions
 
 ALL_CAPABILITIES = (
     "workPermit.get",
@@ -32,6 +34,8 @@ ALL_CAPABILITIES = (
     "training.external.getStatus",
     "training.external.update",
     "risk.evaluate",
+    "employee.get",
+    "medical.getEligibility",
     "compliance.getChecklist",
     "worker.get",
     "knowledge.search",
@@ -40,16 +44,27 @@ ALL_CAPABILITIES = (
 RequestFactory = Callable[..., AuthorizationRequest]
 
 
+DEMO_TENANTS = Path(__file__).resolve().parents[2] / "agentmesh" / "data" / "demo_tenants.yaml"
+AGENTS = ("work-permit-agent", "training-agent", "risk-agent", "compliance-agent", "employee-agent", "medical-agent")
+
+
+def with_demo_tenants(engine: PolicyEngine) -> PolicyEngine:
+    """The engine with the demo tenants (acme, globex) in force, as `agentmesh up` applies them."""
+    checked = check_definitions(load_tenant_file(DEMO_TENANTS).definitions, engine, AGENTS)
+    engine.set_tenants({d.tenant_id: roles for d, roles in checked})
+    return engine
+
+
 @pytest.fixture(scope="session")
 def engine() -> PolicyEngine:
-    """The shipped policy set, as the service runs it."""
-    return PolicyEngine.load(DEFAULT_POLICY_DIR)
+    """The shipped policy set with the demo tenants, as the service runs it."""
+    return with_demo_tenants(PolicyEngine.load(DEFAULT_POLICY_DIR))
 
 
 @pytest.fixture(scope="session")
 def validating_engine() -> PolicyEngine:
-    """The shipped policy set, validating every request against the schema."""
-    return PolicyEngine.load(DEFAULT_POLICY_DIR, validate_requests=True)
+    """The shipped policy set with the demo tenants, validating every request against the schema."""
+    return with_demo_tenants(PolicyEngine.load(DEFAULT_POLICY_DIR, validate_requests=True))
 
 
 @pytest.fixture

@@ -9,10 +9,15 @@ from typing import Any
 import cedarpy
 import pytest
 
+from agentmesh.tenant_file import load_tenant_file
 from policy_svc import engine as engine_module
+from policy_svc.data import RoleSpec, TenantPolicy
 from policy_svc.engine import PolicyEngine
 from policy_svc.errors import InvalidRequestError
 from policy_svc.model import Effect, OperationKind, RiskLevel
+from policy_svc.tenants import check_definitions
+
+from .conftest import AGENTS, DEMO_TENANTS, with_demo_tenants
 
 # Passes strict validation, errors at run time: Long overflow for any depth >= 1.
 OVERFLOW_POLICY = """
@@ -34,7 +39,7 @@ when { resource.permitted_roles.contains("nobody/none") };
 
 def _with_policy(policy_dir: Path, text: str, **kwargs: Any) -> PolicyEngine:
     (policy_dir / "zz_test.cedar").write_text(text, encoding="utf-8")
-    return PolicyEngine.load(policy_dir, **kwargs)
+    return with_demo_tenants(PolicyEngine.load(policy_dir, **kwargs))
 
 
 def test_evaluation_error_denies_even_when_cedar_allows(policy_dir: Path, make_request: Any) -> None:
@@ -45,7 +50,7 @@ def test_evaluation_error_denies_even_when_cedar_allows(policy_dir: Path, make_r
     raw = cedarpy.is_authorized(
         engine_module._cedar_request(request),
         engine._policy_set,
-        engine._entities_with(engine_module._parse_kill_switches(())),
+        engine._entities_with(engine._state, engine_module._parse_kill_switches(())),
     )
     assert raw.decision is cedarpy.Decision.Allow
     assert raw.diagnostics.errors
@@ -139,7 +144,7 @@ def test_missing_context_value_denies(engine: PolicyEngine, make_request: Any, m
 
 def test_slow_evaluation_denies(make_request: Any) -> None:
     ticks: Iterator[float] = iter([0.0, 10.0])  # start, then "ten seconds later"
-    engine = PolicyEngine.load(evaluation_budget_s=0.5, clock=lambda: next(ticks))
+    engine = with_demo_tenants(PolicyEngine.load(evaluation_budget_s=0.5, clock=lambda: next(ticks)))
     decision = engine.authorize(make_request(), kill_switches=())
     assert decision.effect is Effect.DENY
     assert decision.reason_codes == ("policy.timeout",)
@@ -147,7 +152,7 @@ def test_slow_evaluation_denies(make_request: Any) -> None:
 
 def test_evaluation_within_budget_allows(make_request: Any) -> None:
     ticks: Iterator[float] = iter([0.0, 0.4])
-    engine = PolicyEngine.load(evaluation_budget_s=0.5, clock=lambda: next(ticks))
+    engine = with_demo_tenants(PolicyEngine.load(evaluation_budget_s=0.5, clock=lambda: next(ticks)))
     assert engine.authorize(make_request(), kill_switches=()).effect is Effect.ALLOW
 
 
@@ -174,15 +179,17 @@ def test_privilege_missing_from_the_data_denies_even_the_requester(policy_dir: P
     # silently changing.
     path = policy_dir / "entities.yaml"
     text = path.read_text(encoding="utf-8")
-    for old, new in [
-        ("  - execution.read\n", ""),
-        ("privileges: [decision.review, execution.read]", "privileges: [decision.review]"),
-        ("privileges: [execution.read]", "privileges: []"),
-    ]:
-        assert old in text
-        text = text.replace(old, new)
-    path.write_text(text, encoding="utf-8")
+    assert "  - execution.read\n" in text
+    path.write_text(text.replace("  - execution.read\n", ""), encoding="utf-8")
     engine = PolicyEngine.load(policy_dir)
+    # acme's roles, none holding execution.read (the platform no longer has it).
+    checked = check_definitions([d for d in load_tenant_file(DEMO_TENANTS).definitions if d.tenant_id == "acme"],
+                                with_demo_tenants(PolicyEngine.load()), AGENTS)
+    def without_read(r: RoleSpec) -> RoleSpec:
+        return RoleSpec(r.capabilities, r.includes, tuple(p for p in r.privileges if p != "execution.read"))
+
+    engine.set_tenants({d.tenant_id: TenantPolicy({name: without_read(r) for name, r in policy.roles.items()})
+                        for d, policy in checked})
     request = make_request(
         operation=OperationKind.READ_EXECUTION, agent_id="supervisor", agent_capabilities=(), capability="",
         resource_type="Execution", resource_id="ex-1", subject_requester_id="alice",

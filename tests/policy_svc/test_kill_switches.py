@@ -15,6 +15,8 @@ from policy_svc.errors import InvalidRequestError, KillSwitchStoreError
 from policy_svc.kill_switches import KillSwitchStore
 from policy_svc.model import Effect, KillSwitchScope, kill_switch_key, parse_kill_switch_key
 
+from .conftest import with_demo_tenants
+
 OPERATOR = "spiffe://agentmesh.local/client/operator"
 T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -138,7 +140,7 @@ def test_a_restarted_engine_still_obeys_a_switch(db_path: Path, make_request: An
         confirmation_given=True,
     )
     with KillSwitchStore(db_path) as store:
-        engine = PolicyEngine.load()
+        engine = with_demo_tenants(PolicyEngine.load())
         assert engine.authorize(request, kill_switches=store.active()).effect is Effect.ALLOW
         store.set(
             KillSwitchScope.CAPABILITY,
@@ -150,7 +152,7 @@ def test_a_restarted_engine_still_obeys_a_switch(db_path: Path, make_request: An
 
     # "Restart": a new store on the same file, a new engine.
     with KillSwitchStore(db_path) as store:
-        engine = PolicyEngine.load()
+        engine = with_demo_tenants(PolicyEngine.load())
         decision = engine.authorize(request, kill_switches=store.active())
         assert decision.effect is Effect.DENY
         assert decision.reason_codes == ("kill_switch.capability",)

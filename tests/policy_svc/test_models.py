@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from agentmesh.tenant_file import load_tenant_file
 from policy_svc.engine import PolicyEngine
-from policy_svc.errors import InvalidRequestError, PolicyLoadError
+from policy_svc.errors import InvalidRequestError
 from policy_svc.model import Effect, OperationKind
+from policy_svc.tenants import check_definitions
+
+from .conftest import AGENTS, DEMO_TENANTS
 
 
 def use(make_request: Any, *, tenant: str = "acme", agent: str = "risk-agent", model: str = "sandbox-large",
@@ -70,21 +73,15 @@ def test_a_model_request_names_a_model_not_a_capability(engine: PolicyEngine, ma
     assert caught.value.field == "resource.type"
 
 
-def test_data_naming_an_unknown_model_does_not_load(policy_dir: Path) -> None:
-    path = policy_dir / "entities.yaml"
-    text = path.read_text(encoding="utf-8")
-    old = "        risk-agent: [sandbox-small, sandbox-large]\n"
-    assert old in text
-    path.write_text(text.replace(old, "        risk-agent: [sandbox-small, gpt-9]\n", 1), encoding="utf-8")
-    with pytest.raises(PolicyLoadError, match=r"tenants\.acme\.models\.agents\.risk-agent: unknown model 'gpt-9'"):
-        PolicyEngine.load(policy_dir)
-
-
-def test_a_fallback_agent_must_use_models(policy_dir: Path) -> None:
-    path = policy_dir / "entities.yaml"
-    text = path.read_text(encoding="utf-8")
-    old = "      fallback: [supervisor, risk-agent]\n"
-    assert old in text
-    path.write_text(text.replace(old, "      fallback: [supervisor, training-agent]\n"), encoding="utf-8")
-    with pytest.raises(PolicyLoadError, match="training-agent"):
-        PolicyEngine.load(policy_dir)
+@pytest.mark.parametrize("change", [
+    lambda d: d.models["risk-agent"].model_ids.__setitem__(1, "gpt-9"),
+    lambda d: d.models["training-agent"].__setattr__("fallback", True),
+], ids=["unknown-model", "fallback-without-models"])
+def test_a_tenant_naming_an_unknown_model_or_a_fallback_without_models_is_refused(change: Any) -> None:
+    engine = PolicyEngine.load()
+    (acme,) = [d for d in load_tenant_file(DEMO_TENANTS).definitions if d.tenant_id == "acme"]
+    change(acme)
+    with pytest.raises(InvalidRequestError) as caught:
+        check_definitions([acme], engine, AGENTS)
+    assert caught.value.field in ("tenants[0].models.risk-agent.model_ids[1]",
+                                  "tenants[0].models.training-agent.fallback")

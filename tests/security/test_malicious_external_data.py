@@ -39,7 +39,12 @@ def _verdicts(ex: sup_pb2.Execution) -> dict[str, str]:
 
 def _no_release(mesh: Mesh, ex: sup_pb2.Execution) -> None:
     assert ex.decision != common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE, ex.summary
-    assert ex.action.state in (sup_pb2.ACTION_STATE_UNSPECIFIED, sup_pb2.ACTION_STATE_NOT_ELIGIBLE), ex.action
+    if ex.decision == common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW:
+        # Contradictory records are a conflict for a human: the release waits for one, with both records.
+        assert ex.action.state == sup_pb2.ACTION_STATE_AWAITING_APPROVAL, ex.action
+        assert [c for c in ex.conflicts if not c.resolution and c.review_id and c.evidence_a and c.evidence_b]
+    else:
+        assert ex.action.state in (sup_pb2.ACTION_STATE_UNSPECIFIED, sup_pb2.ACTION_STATE_NOT_ELIGIBLE), ex.action
     records = mesh.records(execution_id=ex.execution_id)
     assert not [r for r in records if r.capability_id == "workPermit.release"]
     finished = [r for r in records if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED]

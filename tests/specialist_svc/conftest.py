@@ -35,20 +35,18 @@ from capability_svc.world import load_world
 from lms_sandbox import Fault, LmsSandbox, load_lms_data
 from specialist_svc.agent import SpecialistAgent
 from specialist_svc.rules import plain
-from supervisor_svc.contract import Analysis, ParsedResult, check_result
-from supervisor_svc.projection import ProjectionConfig, Projector
+from supervisor_svc.contract import ParsedResult, ResultContract, check_result
+from supervisor_svc.definitions import default_catalog, projection_config
+from supervisor_svc.projection import Projector
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_WORLD = REPO / "agentmesh" / "data" / "demo_world.yaml"
 NOW = dt.datetime(2026, 11, 30, 9, 0, tzinfo=dt.UTC)
 """'Today' of the demo world."""
 
-ANALYSIS = {
-    "work-permit-agent": Analysis.WORK_PERMIT,
-    "training-agent": Analysis.TRAINING,
-    "risk-agent": Analysis.RISK,
-    "compliance-agent": Analysis.COMPLIANCE,
-}
+_WP_PLAN = default_catalog().domain("work-permit").plans["analysis"]
+CONTRACT: dict[str, ResultContract] = {"work-permit-agent": _WP_PLAN.task("permit").contract}
+"""The result contract of each agent's task in the work-permit analysis (others: verdict and subjects only)."""
 PURPOSE = {
     "work-permit-agent": "permit.assess",
     "training-agent": "training.verify",
@@ -57,10 +55,14 @@ PURPOSE = {
 }
 
 
+DEMO_TODAY = dt.date(2026, 11, 30)
+"""The demo world's today."""
+
+
 @functools.cache
 def load_agent(agent_id: str) -> SpecialistAgent:
     """Each agent's manifest and rules, loaded once per session."""
-    return SpecialistAgent.load(agent_id)
+    return SpecialistAgent.load(agent_id, today=lambda: DEMO_TODAY)
 
 
 @dataclass
@@ -186,7 +188,7 @@ def lms_fault(world: World) -> Iterator[Callable[..., None]]:
 
 @pytest.fixture(scope="session")
 def projector() -> Projector:
-    return Projector(ProjectionConfig.load())
+    return Projector(projection_config(default_catalog()))
 
 
 @pytest.fixture()
@@ -209,11 +211,27 @@ def task_for(agent_id: str, data: Mapping[str, Any], task_id: str = "task-1", lo
     return task
 
 
+def refused(action: common_pb2.RequestedAction, reason: str = "HANDOFF_NOT_ALLOWED: refused in this test"
+            ) -> common_pb2.HandoffOutcome:
+    """The outcome the supervisor returns for a handoff it refuses."""
+    return common_pb2.HandoffOutcome(action_id=action.action_id, target_agent_id=action.target_agent_id,
+                                     state=common_pb2.HANDOFF_STATE_REFUSED, reason=reason)
+
+
 @pytest.fixture()
 def run_agent() -> Callable[..., common_pb2.AgentResult]:
-    """``run_agent(agent_id, data, client, locale="")``: the agent's full run (schema checks, stamping) on one task."""
-    def run(agent_id: str, data: Mapping[str, Any], client: Any, locale: str = "") -> common_pb2.AgentResult:
-        return load_agent(agent_id).run(task_for(agent_id, data, locale=locale), client)
+    """``run_agent(agent_id, data, client, locale="", handoffs=None)``: the agent's full run (schema checks,
+    stamping) on one task. A WAITING answer is answered as the supervisor would: with ``handoffs(action)`` for
+    each handoff asked for (default: refused), and the agent is called again."""
+    def run(agent_id: str, data: Mapping[str, Any], client: Any, locale: str = "",
+            handoffs: Callable[[common_pb2.RequestedAction], common_pb2.HandoffOutcome] | None = None,
+            ) -> common_pb2.AgentResult:
+        agent, task = load_agent(agent_id), task_for(agent_id, data, locale=locale)
+        result = agent.run(task, client)
+        if result.status == common_pb2.RESULT_STATUS_WAITING:
+            answer = handoffs or refused
+            result = agent.run(task, client, [answer(a) for a in result.requested_actions], again=True)
+        return result
     return run
 
 
@@ -221,12 +239,12 @@ def run_agent() -> Callable[..., common_pb2.AgentResult]:
 def checked() -> Callable[..., ParsedResult]:
     """``checked(result, agent_id, analysis=None)``: the contract check plus what the aggregator relies on.
 
-    ``analysis`` defaults to the agent's permit analysis; a result of another
-    operation (e.g. the work-permit agent's ``affected_by_training``, which has
-    no single permit) is checked as ``analysis``.
+    Checked against the contract of the agent's task in the work-permit analysis; a
+    result of another operation (``analysis`` given, e.g. the work-permit agent's
+    ``affected_by_training``, which has no single permit) against the common one.
     """
     def check(result: common_pb2.AgentResult, agent_id: str, analysis: str | None = None) -> ParsedResult:
-        parsed = check_result(result, analysis or ANALYSIS[agent_id])
+        parsed = check_result(result, None if analysis else CONTRACT.get(agent_id))
         facts = {s.subject for s in result.statements
                  if s.kind == common_pb2.STATEMENT_KIND_FACT and s.evidence_indexes}
         for subject, verdict in parsed.subjects.items():

@@ -9,11 +9,15 @@ from typing import Any
 import pytest
 
 from specialist_svc import phrases
-from supervisor_svc.contract import permit_context
+from supervisor_svc.contract import context_of
+from supervisor_svc.definitions import default_catalog
+
+WP_CONTRACT = default_catalog().domain("work-permit").plans["analysis"].task("permit").contract
 
 SOURCE = Path(phrases.__file__).parent
 PERMITS = ["WP-10231", "WP-10232", "WP-10233", "WP-10234", "WP-10235", "WP-10236", "WP-10237", "WP-10238",
-           "WP-10239", "WP-10240", "WP-10242", "WP-10243", "WP-20001"]
+           "WP-10239", "WP-10240", "WP-10242", "WP-10243", "WP-10245", "WP-10246", "WP-10247", "WP-10248",
+           "WP-10249", "WP-10250", "WP-20001"]
 
 
 def _templates_in_source() -> set[str]:
@@ -50,8 +54,8 @@ def test_languages_are_read_from_bcp47_tags() -> None:
 def _team(permit_id: str, locale: str, local: Any, run_agent: Any, projector: Any) -> list[Any]:
     first = run_agent("work-permit-agent", {"permit_id": permit_id}, local("work-permit-agent"), locale)
     results = [first]
-    context = permit_context(first)
-    if context is not None:
+    context = context_of([(first, WP_CONTRACT, "permit")])
+    if context:
         for agent_id, purpose in (("training-agent", "training.verify"), ("risk-agent", "risk.assess"),
                                   ("compliance-agent", "compliance.check")):
             projected, _ = projector.project(context, agent_id, purpose)

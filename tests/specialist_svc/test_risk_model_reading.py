@@ -33,7 +33,7 @@ class FakeModels:
 
 
 def run(permit_input: Any, local: Any, models: FakeModels | None, permit: str = "WP-10232") -> c.AgentResult:
-    return load_agent(AGENT).run(task_for(AGENT, permit_input(permit, AGENT)), local(AGENT), models)
+    return load_agent(AGENT).run(task_for(AGENT, permit_input(permit, AGENT)), local(AGENT), models=models)
 
 
 def reading(result: c.AgentResult) -> dict[str, Any]:

@@ -39,7 +39,7 @@ from specialist_svc.__main__ import main
 from specialist_svc.agent import SpecialistAgent
 from specialist_svc.rules import plain
 from specialist_svc.servicer import SpecialistServicer
-from supervisor_svc.contract import Analysis, check_result
+from supervisor_svc.contract import check_result
 
 AGENT = "training-agent"
 AGENT_ID = spiffe.agent(AGENT)
@@ -142,7 +142,7 @@ def reason(call: Any) -> tuple[grpc.StatusCode, str]:
 def test_run_task_calls_capabilities_with_the_grant_principal_and_trace(mesh, permit_input) -> None:
     req = request(permit_input)
     result = mesh.stub().RunTask(req, timeout=8).result
-    parsed = check_result(result, Analysis.TRAINING)
+    parsed = check_result(result)
     assert parsed.verdict.value == "FAIL"
     assert {k: v.value for k, v in parsed.subjects.items()} == {"worker:W-1003/NR-10": "FAIL",
                                                                "worker:W-1002/NR-10": "PASS"}
@@ -214,7 +214,7 @@ def test_a_denied_capability_call_fails_the_result_not_the_rpc(mesh, permit_inpu
 def test_a_capability_that_outlives_the_deadline_is_an_uncertainty(mesh, permit_input) -> None:
     mesh.capability.behaviour["W-1001"] = "hang"
     result = mesh.stub().RunTask(request(permit_input, "WP-10231"), timeout=1.0).result
-    parsed = check_result(result, Analysis.TRAINING)
+    parsed = check_result(result)
     assert result.status == c.RESULT_STATUS_PARTIAL
     assert {k: v.value for k, v in parsed.subjects.items()} == {
         "worker:W-1001/NR-10": "UNKNOWN", "worker:W-1001/NR-35": "UNKNOWN",

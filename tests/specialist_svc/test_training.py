@@ -14,6 +14,8 @@ from google.protobuf import json_format
 from agentmesh import errors
 from agentmesh.v1 import common_pb2 as c
 
+from .conftest import load_agent, refused, task_for
+
 AGENT = "training-agent"
 FACT, INFERENCE, UNCERTAINTY, RECOMMENDATION = (c.STATEMENT_KIND_FACT, c.STATEMENT_KIND_INFERENCE,
                                                c.STATEMENT_KIND_UNCERTAINTY, c.STATEMENT_KIND_RECOMMENDATION)
@@ -64,12 +66,12 @@ def test_every_training_valid(permit_input, local, run_agent, checked) -> None:
     assert set(codes(result, FACT)) == {"TRAINING_VALID"}
     for ev in result.evidence:
         assert (ev.source, ev.authority, ev.capability) == ("lms", c.AUTHORITY_LEVEL_VERIFIED_INTEGRATION,
-                                                            "training.getStatus@2.1.0")
+                                                            "training.getStatus@2.2.0")
     # One lookup per worker, asking only for the permit's required courses.
     assert sorted(client.calls, key=lambda call: call[1]["worker_id"]) == [
         ("training.getStatus", {"worker_id": w, "training_codes": ["NR-10", "NR-35"]}) for w in ("W-1001", "W-1002")]
     assert result.versions.agent_version == "1.0.0"
-    assert result.versions.capability_version == "training.getStatus@2.1.0"
+    assert result.versions.capability_version == "training.getStatus@2.2.0"
     assert (result.task_id, result.agent_id) == ("task-1", AGENT)
 
 
@@ -130,23 +132,78 @@ def test_future_dated_certificate_is_not_valid(permit_input, local, run_agent, c
     assert "FUTURE_DATED_RECORD" in codes(result, INFERENCE)
 
 
-def test_conflicting_certificates_are_unknown_never_a_guess(permit_input, local, run_agent, checked) -> None:
+def test_conflicting_certificates_are_a_data_conflict_never_a_guess(permit_input, local, run_agent, checked) -> None:
     result = demo("WP-10237", permit_input, local, run_agent)
     parsed = checked(result, AGENT)
-    assert result.status == c.RESULT_STATUS_UNCERTAIN
     assert subjects(parsed) == {"worker:W-1010/NR-10": "UNKNOWN"}
-    (doubt,) = [s for s in result.statements if s.kind == UNCERTAINTY]
-    assert doubt.code == "CONFLICTING_CERTIFICATES"
-    assert {result.evidence[i].data["status"] for i in doubt.evidence_indexes} == {"COMPLETED", "REVOKED"}
+    # Not something that could not be established: two records that disagree, each judged, for the supervisor.
+    assert not [s for s in result.statements if s.kind == UNCERTAINTY]
+    (note,) = [s for s in result.statements if s.kind == INFERENCE]
+    assert note.code == "CONFLICTING_CERTIFICATES"
+    assert {result.evidence[i].data["status"] for i in note.evidence_indexes} == {"COMPLETED", "REVOKED"}
     assert not {"TRAINING_VALID", "TRAINING_REVOKED"} & set(codes(result, FACT))
+    (conflict,) = parsed.data_conflicts
+    assert conflict.subject == "worker:W-1010/NR-10"
+    assert [(s.record_id, s.verdict.value, s.issuer_id) for s in conflict.sides] == [
+        ("TR-1010-10a", "PASS", "senai"), ("TR-1010-10b", "FAIL", "senai")]
+    assert [result.evidence[i].data["status"] for s in conflict.sides for i in s.evidence] == ["COMPLETED", "REVOKED"]
 
 
-def test_unknown_worker(permit_input, local, run_agent, checked) -> None:
-    result = demo("WP-10238", permit_input, local, run_agent)
+def test_a_data_conflict_names_each_records_issuer(permit_input, local, run_agent, checked) -> None:
+    parsed = checked(demo("WP-10249", permit_input, local, run_agent), AGENT)
+    (conflict,) = parsed.data_conflicts
+    assert [(s.record_id, s.verdict.value, s.issuer_id) for s in conflict.sides] == [
+        ("TR-1019-35a", "PASS", "senai"), ("TR-1019-35b", "FAIL", "mte")]
+    assert subjects(parsed) == {"worker:W-1019/NR-10": "PASS", "worker:W-1019/NR-35": "UNKNOWN",
+                                "worker:W-1021/NR-10": "PASS", "worker:W-1021/NR-35": "PASS"}
+
+
+def test_records_that_disagree_but_give_the_same_verdict_stand(fake, run_agent, checked) -> None:
+    fake.answer("training.getStatus", "W-1", lms("W-1", record("TR-1", cert="C-1", status="REVOKED"),
+                                               record("TR-2", cert="C-1", status="EXPIRED")))
+    result = run_agent(AGENT, INPUT, fake)
+    parsed = checked(result, AGENT)
+    assert subjects(parsed) == {SUBJECT: "FAIL"} and parsed.data_conflicts == ()
+    assert "CONFLICTING_CERTIFICATES" in codes(result, INFERENCE)
+
+
+def test_records_that_disagree_where_one_has_no_dates_are_uncertain(fake, run_agent, checked) -> None:
+    fake.answer("training.getStatus", "W-1", lms("W-1", record("TR-1", cert="C-1"),
+                                               record("TR-2", cert="C-1", completed=None, until=None)))
+    result = run_agent(AGENT, INPUT, fake)
+    parsed = checked(result, AGENT)
+    assert subjects(parsed) == {SUBJECT: "UNKNOWN"} and parsed.data_conflicts == ()
+    assert codes(result, UNCERTAINTY) == ["CONFLICTING_CERTIFICATES"]
+
+
+def test_unknown_worker_asks_the_work_permit_agent_to_confirm_the_assignment(permit_input, local, checked) -> None:
+    agent = load_agent(AGENT)
+    task = task_for(AGENT, permit_input("WP-10238", AGENT))
+    first = agent.run(task, local(AGENT))
+    assert first.status == c.RESULT_STATUS_WAITING
+    (ask,) = first.requested_actions
+    assert (ask.action, ask.action_id, ask.target_agent_id) == ("handoff", "confirm-assignment", "work-permit-agent")
+    assert json_format.MessageToDict(ask.parameters) == {
+        "purpose": "permit.assess", "required_capabilities": ["workPermit.get"], "input": {"permit_id": "WP-10238"}}
+    # Refused (its manifest grants no delegation): the trainings stay unknown and it says why.
+    result = agent.run(task, local(AGENT), [refused(ask, "HANDOFF_NOT_ALLOWED: training-agent may not hand off")],
+                       again=True)
     parsed = checked(result, AGENT)
     assert subjects(parsed) == {"worker:W-1011/NR-10": "UNKNOWN"}
     assert codes(result, FACT) == ["WORKER_UNKNOWN_TO_LMS"]
-    assert codes(result, UNCERTAINTY) == ["UNKNOWN_WORKER"]
+    assert codes(result, UNCERTAINTY) == ["UNKNOWN_WORKER", "WORKER_ASSIGNMENT_UNCONFIRMED"]
+    (why,) = [st for st in result.statements if st.code == "WORKER_ASSIGNMENT_UNCONFIRMED"]
+    assert "HANDOFF_REFUSED: HANDOFF_NOT_ALLOWED" in why.text
+    # Admitted: the work-permit agent's answer confirms the worker is on the permit; still unknown to the LMS.
+    permit = load_agent("work-permit-agent").run(task_for("work-permit-agent", {"permit_id": "WP-10238"}),
+                                                  local("work-permit-agent"))
+    permit.agent_id = "work-permit-agent"
+    done = c.HandoffOutcome(action_id=ask.action_id, target_agent_id="work-permit-agent",
+                            state=c.HANDOFF_STATE_COMPLETED, result=permit)
+    confirmed = agent.run(task, local(AGENT), [done], again=True)
+    assert subjects(checked(confirmed, AGENT)) == {"worker:W-1011/NR-10": "UNKNOWN"}
+    assert "WORKER_ASSIGNMENT_CONFIRMED" in codes(confirmed, INFERENCE)
+    assert codes(confirmed, UNCERTAINTY) == ["UNKNOWN_WORKER"]
 
 
 def test_missing_training(permit_input, local, run_agent, checked) -> None:
@@ -329,7 +386,7 @@ def test_an_expired_training_on_the_day_fails_with_its_expiry_date(local, run_ag
     (fact,) = [s for s in result.statements if s.kind == FACT]
     assert fact.code == "TRAINING_EXPIRED" and "2026-08-15" in fact.text and "2026-11-30" in fact.text
     (ev,) = [result.evidence[i] for i in fact.evidence_indexes]
-    assert ev.capability == "training.getStatus@2.1.0" and ev.data["valid_until"] == "2026-08-15"
+    assert ev.capability == "training.getStatus@2.2.0" and ev.data["valid_until"] == "2026-08-15"
     assert training_of(result) == {"worker_id": "W-1003", "training_code": "NR-10", "on_date": "2026-11-30",
                                    "state": "EXPIRED", "valid_until": "2026-08-15"}
     # One lookup, for that course only.

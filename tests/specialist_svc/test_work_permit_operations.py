@@ -81,14 +81,14 @@ def test_a_release_read_back_as_released_succeeds(fake, run_agent, checked) -> N
     assert fact.kind == FACT and fact.subject == "permit:WP-1/release"
     # Both answers are cited: the release and the independent read-back.
     assert sorted(result.evidence[i].capability for i in fact.evidence_indexes) == [
-        "workPermit.get@1.0.0", "workPermit.release@1.0.0"]
+        "workPermit.get@1.1.0", "workPermit.release@1.0.0"]
     # The release carries the task's idempotency key; the read-back follows it.
     assert [name for name, _ in fake.calls] == ["workPermit.release", "workPermit.get"]
     assert fake.calls[0][1] == {"permit_id": "WP-1", "reason": "all checks passed"}
     assert fake.idempotency_keys == ["exec-1:release:WP-1", None]
-    assert parsed.permit is not None and parsed.permit["status"] == "RELEASED"
+    assert parsed.values.get("permit") is not None and parsed.values.get("permit")["status"] == "RELEASED"
     assert "asthma" not in str(result)
-    assert result.versions.capability_version == "workPermit.get@1.0.0,workPermit.release@1.0.0"
+    assert result.versions.capability_version == "workPermit.get@1.1.0,workPermit.release@1.0.0"
 
 
 def test_a_release_that_fails_verification_fails_naming_the_compensation(fake, run_agent) -> None:
@@ -263,7 +263,7 @@ def test_released_and_pending_permits_that_require_the_training_are_affected(fak
     assert codes(result, FACT, "permit:WP-3/training:NR-10") == ["TRAINING_NOT_REQUIRED"]
     for s in result.statements:
         if s.kind == RECOMMENDATION:
-            assert s.evidence_indexes and result.evidence[s.evidence_indexes[0]].capability == "workPermit.get@1.0.0"
+            assert s.evidence_indexes and result.evidence[s.evidence_indexes[0]].capability == "workPermit.get@1.1.0"
     # It reads only: two searches, one read per permit, nothing else.
     assert sorted(fake.calls, key=str) == sorted([
         ("workPermit.search", {"worker_id": "W-1", "status": "RELEASED", "limit": 100}),

@@ -7,9 +7,17 @@ from pathlib import Path
 
 import pytest
 
+from agentmesh.tenant_file import load_tenant_file
 from supervisor_svc.registry import AgentRegistry
 from supervisor_svc.selection import AgentSelector
 from supervisor_svc.tenants import TenantDirectory
+
+DEMO_TENANTS = Path(__file__).resolve().parents[2] / "agentmesh" / "data" / "demo_tenants.yaml"
+
+
+def demo_tenants() -> TenantDirectory:
+    """The demo tenants (acme, globex) over the shipped default limits, as the tenant directory serves them."""
+    return TenantDirectory.of(load_tenant_file(DEMO_TENANTS).definitions)
 
 
 @pytest.fixture()
@@ -21,8 +29,8 @@ def registry(tmp_path: Path) -> Iterator[AgentRegistry]:
 
 @pytest.fixture()
 def tenants() -> TenantDirectory:
-    """The shipped tenant configuration."""
-    return TenantDirectory.load()
+    """The demo tenants' configuration."""
+    return demo_tenants()
 
 
 @pytest.fixture()

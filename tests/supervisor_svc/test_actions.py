@@ -17,11 +17,14 @@ from agentmesh.v1 import policy_service_pb2 as policy_pb2
 from agentmesh.v1 import supervisor_service_pb2 as pb
 from supervisor_svc import executions
 from supervisor_svc.actions import ApprovalNotCounted, ReleaseActions
+from supervisor_svc.definitions import default_catalog
 from supervisor_svc.dispatch import Dispatched
 from supervisor_svc.executions import ExecutionStore
 
 ALICE = assertion.UserIdentity("acme", "alice", ("permit-manager",), "s1", "c1", "digest-a")
 CAROL = assertion.UserIdentity("acme", "carol", ("permit-manager",), "s2", "c2", "digest-c")
+RELEASE = default_catalog().action("workPermit.release")
+assert RELEASE is not None
 
 
 class FakePolicy:
@@ -103,7 +106,7 @@ def awaiting_confirmation(tmp_path: Path, **kw: Any) -> tuple[ReleaseActions, Ex
                                                             pb.Execution]:
     actions, store, dispatcher = make(tmp_path, FakePolicy(common_pb2.POLICY_EFFECT_CONFIRMATION_REQUIRED), **kw)
     ex = decided(store)
-    actions.propose(ex, ALICE, "WP-10231")
+    actions.propose(ex, ALICE, RELEASE, {"permit": "WP-10231"})
     store.save(ex)
     assert ex.status == pb.EXECUTION_STATUS_AWAITING_CONFIRMATION and ex.action.confirmation_token
     return actions, store, dispatcher, ex
@@ -113,7 +116,7 @@ def test_a_decision_other_than_recommended_never_reaches_the_policy_engine(tmp_p
     policy = FakePolicy()
     actions, store, _ = make(tmp_path, policy)
     ex = decided(store, common_pb2.ANALYSIS_DECISION_NOT_RECOMMENDED)
-    actions.propose(ex, ALICE, "WP-10231")
+    actions.propose(ex, ALICE, RELEASE, {"permit": "WP-10231"})
     assert ex.action.state == pb.ACTION_STATE_NOT_ELIGIBLE and not policy.requests
 
 
@@ -121,7 +124,7 @@ def test_human_approval_required_opens_an_approval_review(tmp_path: Path) -> Non
     policy = FakePolicy(common_pb2.POLICY_EFFECT_HUMAN_APPROVAL_REQUIRED)
     actions, store, _ = make(tmp_path, policy)
     ex = decided(store)
-    actions.propose(ex, ALICE, "WP-10231")
+    actions.propose(ex, ALICE, RELEASE, {"permit": "WP-10231"})
     assert ex.status == pb.EXECUTION_STATUS_AWAITING_REVIEW and ex.action.state == pb.ACTION_STATE_AWAITING_APPROVAL
     (review,) = store.reviews("acme")
     assert review.kind == dc_pb2.REVIEW_KIND_ACTION_APPROVAL and review.requester == "alice"
@@ -134,7 +137,7 @@ def test_an_approval_the_policy_does_not_count_is_refused(tmp_path: Path) -> Non
                         common_pb2.POLICY_EFFECT_HUMAN_APPROVAL_REQUIRED)
     actions, store, _ = make(tmp_path, policy)
     ex = decided(store)
-    actions.propose(ex, ALICE, "WP-10231")
+    actions.propose(ex, ALICE, RELEASE, {"permit": "WP-10231"})
     with pytest.raises(ApprovalNotCounted):
         actions.gate(ex, approval_review_id="rev-1", approver="alice")
     assert policy.requests[1].context.human_approver_id == "alice"
@@ -143,7 +146,7 @@ def test_an_approval_the_policy_does_not_count_is_refused(tmp_path: Path) -> Non
 def test_policy_deny_and_unavailable_close_the_action(tmp_path: Path) -> None:
     actions, store, _ = make(tmp_path, FakePolicy(common_pb2.POLICY_EFFECT_DENY))
     ex = decided(store)
-    actions.propose(ex, ALICE, "WP-10231")
+    actions.propose(ex, ALICE, RELEASE, {"permit": "WP-10231"})
     assert ex.action.state == pb.ACTION_STATE_DENIED and not ex.action.confirmation_token
 
     def down(request: policy_pb2.AuthorizeRequest) -> policy_pb2.AuthorizeResponse:
@@ -152,7 +155,7 @@ def test_policy_deny_and_unavailable_close_the_action(tmp_path: Path) -> None:
     actions2, store2, _ = make(tmp_path / "b", FakePolicy())
     actions2._authorize = down
     ex2 = decided(store2)
-    actions2.propose(ex2, ALICE, "WP-10231")
+    actions2.propose(ex2, ALICE, RELEASE, {"permit": "WP-10231"})
     assert ex2.action.state == pb.ACTION_STATE_DENIED and "POLICY_UNAVAILABLE" in ex2.action.reason
 
 
@@ -211,6 +214,17 @@ def test_a_failed_release_is_reported_failed_with_its_compensation(tmp_path: Pat
     assert done.status == pb.EXECUTION_STATUS_FAILED
     assert done.action.state == pb.ACTION_STATE_FAILED and done.action.compensated and not done.action.verified
     assert "RELEASE_VERIFICATION_FAILED" in done.reason
+    assert done.action.effect == pb.ACTION_EFFECT_COMPENSATED
+    assert done.summary.endswith("The permit was restored to its previous state.")
+
+
+def test_a_failed_compensation_says_the_permit_could_not_be_restored(tmp_path: Path) -> None:
+    failing = FakeDispatcher({"verified": False, "compensated": False},
+                             error="RELEASE_VERIFICATION_FAILED: not visible; compensated: false")
+    actions, _, _, ex = awaiting_confirmation(tmp_path, dispatcher=failing)
+    done = actions.confirm(ALICE, confirmation(ex))
+    assert done.action.effect == pb.ACTION_EFFECT_NOT_RESTORED and not done.action.compensated
+    assert "could NOT be restored" in done.summary
 
 
 def test_a_result_without_verification_is_never_success(tmp_path: Path) -> None:
@@ -222,7 +236,7 @@ def test_a_requested_ttl_is_capped_by_the_supervisors(tmp_path: Path) -> None:
     clock = Clock()
     actions, store, _ = make(tmp_path, FakePolicy(common_pb2.POLICY_EFFECT_CONFIRMATION_REQUIRED), clock=clock)
     ex = decided(store)
-    actions.propose(ex, ALICE, "WP-10231", ttl_s=10_000)
+    actions.propose(ex, ALICE, RELEASE, {"permit": "WP-10231"}, ttl_s=10_000)
     assert ex.action.confirmation_expires_at.ToDatetime(dt.UTC) == clock.now + dt.timedelta(seconds=60)
 
 
@@ -255,7 +269,7 @@ def test_audit_down_an_unrecorded_policy_decision_releases_nothing(tmp_path: Pat
     actions, store, dispatcher = make(tmp_path, FakePolicy(common_pb2.POLICY_EFFECT_CONFIRMATION_REQUIRED))
     dispatcher.audit_down = True
     ex = decided(store)
-    actions.propose(ex, ALICE, "WP-10231")
+    actions.propose(ex, ALICE, RELEASE, {"permit": "WP-10231"})
     assert ex.action.state == pb.ACTION_STATE_DENIED and not ex.action.confirmation_token
     assert ex.action.reason.startswith("AUDIT_UNAVAILABLE")
     record = store.action("exe-1")
@@ -264,10 +278,10 @@ def test_audit_down_an_unrecorded_policy_decision_releases_nothing(tmp_path: Pat
 
 def test_a_denial_is_recorded_as_a_refusal_an_allowing_decision_before_it_counts(tmp_path: Path) -> None:
     actions, store, dispatcher = make(tmp_path, FakePolicy(common_pb2.POLICY_EFFECT_DENY))
-    actions.propose(decided(store), ALICE, "WP-10231")
+    actions.propose(decided(store), ALICE, RELEASE, {"permit": "WP-10231"})
     assert not dispatcher.governing and dispatcher.records[0][0] == audit_pb2.AUDIT_EVENT_TYPE_POLICY_DECISION
     actions, store, dispatcher = make(tmp_path / "b", FakePolicy(common_pb2.POLICY_EFFECT_CONFIRMATION_REQUIRED))
-    actions.propose(decided(store), ALICE, "WP-10231")
+    actions.propose(decided(store), ALICE, RELEASE, {"permit": "WP-10231"})
     assert [t for t, _ in dispatcher.governing] == [audit_pb2.AUDIT_EVENT_TYPE_POLICY_DECISION]
 
 
@@ -319,6 +333,27 @@ def test_a_release_task_the_dead_process_delegated_is_closed_on_the_record_when_
     assert done is not None and done.action.state == pb.ACTION_STATE_SUCCEEDED
     (node,) = [n for n in done.graph.nodes if n.task_id == "task-work-permit-dead"]
     assert node.status == common_pb2.TASK_STATUS_CANCELLED and node.HasField("finished_at")
+
+
+@pytest.mark.parametrize("error", [
+    "RELEASE_NOT_VERIFIED: workPermit.release answered RELEASED but the read-back failed: PERMIT_REGISTRY_UNAVAILABLE",
+    "GOVERNANCE_UNAVAILABLE: workPermit.release POLICY_UNAVAILABLE: no policy decision",
+])
+def test_an_answer_that_says_nothing_definite_is_asked_again_never_failed(tmp_path: Path, error: str) -> None:
+    # The work-permit definition's unknown_codes: the release may have happened (or was not decided yet).
+    class UnknownOnce(FakeDispatcher):
+        def run(self, ex: pb.Execution, **kw: Any) -> Dispatched:
+            self.error = error if not self.runs else ""
+            return super().run(ex, **kw)
+
+    dispatcher = UnknownOnce({"verified": True})
+    actions, store = _confirmed_then_crashed(tmp_path, dispatcher)
+    stored = store.get("exe-1")
+    assert stored is not None
+    actions.resume(stored, pause_s=0)
+    done = store.get("exe-1")
+    assert done is not None and done.action.state == pb.ACTION_STATE_SUCCEEDED
+    assert len(dispatcher.runs) == 2
 
 
 def test_a_resumed_release_waits_while_the_first_call_is_still_in_flight(tmp_path: Path) -> None:
@@ -439,6 +474,10 @@ def test_a_definite_refusal_ends_the_release_at_once(tmp_path: Path) -> None:
     done = _fast(actions).confirm(ALICE, confirmation(ex))
     assert (done.action.state, done.status) == (pb.ACTION_STATE_FAILED, pb.EXECUTION_STATUS_FAILED)
     assert "RELEASE_REFUSED" in done.reason and len(refused.runs) == 1
+    # Refused before anything was written: it says so, never "could not be restored".
+    assert done.action.effect == pb.ACTION_EFFECT_NONE and not done.action.compensated
+    assert done.summary.endswith("Nothing was written: the permit is as it was.")
+    assert "restored" not in done.summary
 
 
 def test_a_release_that_never_reached_the_agent_is_a_definite_failure(tmp_path: Path) -> None:
@@ -452,3 +491,4 @@ def test_a_release_that_never_reached_the_agent_is_a_definite_failure(tmp_path: 
     done = _fast(actions).confirm(ALICE, confirmation(ex))
     assert (done.action.state, done.status) == (pb.ACTION_STATE_FAILED, pb.EXECUTION_STATUS_FAILED)
     assert len(dispatcher.runs) == 1
+    assert done.action.effect == pb.ACTION_EFFECT_NONE

@@ -15,10 +15,24 @@ from supervisor_svc.aggregation import (
     TaskOutcome,
     TaskState,
     aggregate,
-    summarize_status,
+    report,
 )
-from supervisor_svc.contract import Analysis, ContractViolation, check_result
+from supervisor_svc.contract import ContractViolation, check_result
+from supervisor_svc.definitions import default_catalog, default_domains_dir, load_definition
 from supervisor_svc.errors import ConfigError
+from supervisor_svc.projection import ProjectionConfig
+
+WP_DOMAIN = default_catalog().domain("work-permit")
+ANALYSIS_PLAN, STATUS_PLAN = WP_DOMAIN.plans["analysis"], WP_DOMAIN.plans["status"]
+CONDITIONS = tuple(ANALYSIS_PLAN.conditions.values())
+WP_CONTRACT = ANALYSIS_PLAN.task("permit").contract
+
+
+class Analysis:
+    """The analyses of the work-permit domain's analysis plan."""
+
+    WORK_PERMIT, TRAINING, RISK, COMPLIANCE = ANALYSIS_PLAN.expected
+
 
 EXPECTED = (Analysis.WORK_PERMIT, Analysis.TRAINING, Analysis.RISK, Analysis.COMPLIANCE)
 AGENTS = {Analysis.WORK_PERMIT: "work-permit-agent", Analysis.TRAINING: "training-agent",
@@ -30,11 +44,16 @@ Fact = tuple[str, str, str]  # subject, code, authority
 
 @pytest.fixture(scope="module")
 def policy() -> EvidencePolicy:
-    return EvidencePolicy.load()
+    return WP_DOMAIN.evidence
+
+
+def _aggregate(outcomes: list[TaskOutcome], *, permit_id: str = "", **kw: Any) -> Any:
+    return aggregate(outcomes, decisions=WP_DOMAIN.outcomes, conditions=CONDITIONS,
+                     subjects={"permit": permit_id} if permit_id else {}, **kw)
 
 
 def _result(
-    analysis: Analysis,
+    analysis: str,
     subjects: dict[str, str],
     facts: list[Fact],
     *,
@@ -62,8 +81,10 @@ def _result(
     return r
 
 
-def _done(analysis: Analysis, result: common_pb2.AgentResult) -> TaskOutcome:
-    return TaskOutcome(analysis, TaskState.COMPLETED, f"t-{analysis}", AGENTS[analysis], result)
+def _done(analysis: str, result: common_pb2.AgentResult) -> TaskOutcome:
+    wp = analysis == Analysis.WORK_PERMIT
+    return TaskOutcome(analysis, TaskState.COMPLETED, f"t-{analysis}", AGENTS[analysis], result,
+                       contract=WP_CONTRACT if wp else None, template_task="permit" if wp else analysis)
 
 
 PERMIT = {"permit_id": "WP-10231", "status": "PENDING_RELEASE", "valid_from": "2026-11-25",
@@ -94,13 +115,13 @@ def _compliance_pass() -> TaskOutcome:
                                               [("checklist:CL-1/I-1", "CHECKLIST_ITEM_PASSED", "OFFICIAL_RECORD")]))
 
 
-def _all_pass() -> dict[Analysis, TaskOutcome]:
+def _all_pass() -> dict[str, TaskOutcome]:
     return {Analysis.WORK_PERMIT: _work_permit_pass(), Analysis.TRAINING: _training_pass(),
             Analysis.RISK: _risk_pass(), Analysis.COMPLIANCE: _compliance_pass()}
 
 
-def _run(policy: EvidencePolicy, outcomes: dict[Analysis, TaskOutcome], **kw: Any) -> Any:
-    return aggregate(list(outcomes.values()), expected=EXPECTED, policy=policy, permit_id="WP-10231", **kw)
+def _run(policy: EvidencePolicy, outcomes: dict[str, TaskOutcome], **kw: Any) -> Any:
+    return _aggregate(list(outcomes.values()), expected=EXPECTED, policy=policy, permit_id="WP-10231", **kw)
 
 
 def test_all_pass_is_recommended(policy: EvidencePolicy) -> None:
@@ -320,7 +341,7 @@ def test_contract_violation_is_missing_never_repaired(policy: EvidencePolicy, mu
                      [("worker:W-1002/NR-10", "TRAINING_EXPIRED", "VERIFIED_INTEGRATION")])
     mutate(result)
     with pytest.raises(ContractViolation) as err:
-        check_result(result, Analysis.TRAINING)
+        check_result(result)
     assert err.value.field == field
     outcomes = _all_pass()
     outcomes[Analysis.TRAINING] = _done(Analysis.TRAINING, result)
@@ -339,13 +360,13 @@ def test_result_for_another_task_is_rejected(policy: EvidencePolicy) -> None:
 
 def test_permit_not_found_stops_with_a_clear_answer(policy: EvidencePolicy) -> None:
     wp = _done(Analysis.WORK_PERMIT, _result(Analysis.WORK_PERMIT, {}, [], extra={"permit_found": False}))
-    skipped = [TaskOutcome(x, TaskState.SKIPPED, f"t-{x}", AGENTS[x], error_reason="permit_found is false")
-               for x in EXPECTED[1:]]
-    a = aggregate([wp, *skipped], expected=EXPECTED, policy=policy, permit_id="WP-20001")
+    skipped = [TaskOutcome(x, TaskState.SKIPPED, f"t-{x}", AGENTS[x], error_reason="permit_found is false",
+                           off_path=True) for x in EXPECTED[1:]]
+    a = _aggregate([wp, *skipped], expected=EXPECTED, policy=policy, permit_id="WP-20001")
     assert (a.decision, a.status, a.reason) == (Decision.INSUFFICIENT_EVIDENCE, OutcomeStatus.SUCCEEDED,
                                                 "PERMIT_NOT_FOUND")
     assert a.summary == "Permit WP-20001 was not found." and a.missing == ()
-    pt = aggregate([wp, *skipped], expected=EXPECTED, policy=policy, permit_id="WP-20001", language="pt")
+    pt = _aggregate([wp, *skipped], expected=EXPECTED, policy=policy, permit_id="WP-20001", language="pt")
     assert pt.summary == "A permissão WP-20001 não foi encontrada."
 
 
@@ -353,7 +374,7 @@ def test_failed_first_stage_means_nothing_completed(policy: EvidencePolicy) -> N
     wp = TaskOutcome(Analysis.WORK_PERMIT, TaskState.FAILED, "t-wp", "work-permit-agent", error_reason="UNAVAILABLE")
     skipped = [TaskOutcome(x, TaskState.SKIPPED, f"t-{x}", AGENTS[x], error_reason="work-permit analysis failed")
                for x in EXPECTED[1:]]
-    a = aggregate([wp, *skipped], expected=EXPECTED, policy=policy)
+    a = _aggregate([wp, *skipped], expected=EXPECTED, policy=policy)
     assert (a.decision, a.status, a.reason) == (Decision.INSUFFICIENT_EVIDENCE, OutcomeStatus.FAILED,
                                                 "NO_ANALYSIS_COMPLETED")
     assert len(a.missing) == 4
@@ -365,7 +386,7 @@ def test_expected_analysis_without_outcome_or_with_two_is_missing(policy: Eviden
     a = _run(policy, outcomes)
     assert a.missing[0].analysis == "compliance" and a.missing[0].code == "TASK_NOT_RUN"
     both = [*_all_pass().values(), _risk_pass()]
-    a = aggregate(both, expected=EXPECTED, policy=policy)
+    a = _aggregate(both, expected=EXPECTED, policy=policy)
     assert a.missing[0].code == "RESULT_AMBIGUOUS" and a.decision is Decision.INSUFFICIENT_EVIDENCE
 
 
@@ -388,19 +409,30 @@ def test_summary_in_portuguese(policy: EvidencePolicy) -> None:
     assert _run(policy, _all_pass(), language="pt").summary.startswith("Permissão WP-10231: liberação recomendada.")
 
 
+def _status(outcome: TaskOutcome, permit_id: str = "", language: str = "en") -> Any:
+    assert STATUS_PLAN.report is not None
+    return report(outcome, STATUS_PLAN.report, decisions=WP_DOMAIN.outcomes,
+                  conditions=tuple(STATUS_PLAN.conditions.values()), context="permit",
+                  subjects={"permit": permit_id} if permit_id else {}, language=language)
+
+
 def test_status_question_summary() -> None:
-    a = summarize_status(_work_permit_pass(), permit_id="WP-10231")
+    a = _status(_work_permit_pass(), permit_id="WP-10231")
     assert a.decision is Decision.UNSPECIFIED and a.status is OutcomeStatus.SUCCEEDED
     assert a.summary == "Permit WP-10231: status PENDING_RELEASE, valid 2026-11-25 to 2026-12-20."
-    failed = summarize_status(TaskOutcome(Analysis.WORK_PERMIT, TaskState.TIMED_OUT, "t", "work-permit-agent"))
+    assert _status(_work_permit_pass(), "WP-10231", "pt").summary == (
+        "Permissão WP-10231: status PENDING_RELEASE, válida de 2026-11-25 a 2026-12-20.")
+    failed = _status(TaskOutcome(Analysis.WORK_PERMIT, TaskState.TIMED_OUT, "t", "work-permit-agent",
+                                 contract=WP_CONTRACT, template_task="permit"))
     assert failed.status is OutcomeStatus.FAILED and failed.missing[0].code == "TASK_TIMED_OUT"
     not_found = _done(Analysis.WORK_PERMIT, _result(Analysis.WORK_PERMIT, {}, [], extra={"permit_found": False}))
-    assert summarize_status(not_found, permit_id="WP-9").reason == "PERMIT_NOT_FOUND"
+    assert _status(not_found, permit_id="WP-9").reason == "PERMIT_NOT_FOUND"
+    assert _status(not_found, permit_id="WP-9").summary == "Permit WP-9 was not found."
 
 
 # --- the evidence policy file ----------------------------------------------------------------------------
 
-def test_shipped_policy(policy: EvidencePolicy) -> None:
+def test_shipped_policy(policy: EvidencePolicy) -> None:  # the work-permit definition's evidence rules
     assert policy.hierarchy("training")[0] == "GOVERNMENT_SOURCE"
     assert policy.hierarchy("unknown-domain") == policy.hierarchy("default")
     assert policy.is_decisive("training", "VERIFIED_INTEGRATION")
@@ -430,3 +462,75 @@ def test_bad_evidence_policy(tmp_path: Path, text: str, field: str) -> None:
     with pytest.raises(ConfigError) as err:
         EvidencePolicy.load(cfg)
     assert err.value.field == field
+
+
+# --- data conflicts: records of one source that disagree -----------------------------------------------------
+
+def _conflicting(issuers: tuple[str | None, str | None]) -> TaskOutcome:
+    """The training agent's answer when two LMS records of one NR-35 certificate disagree (COMPLETED vs REVOKED)."""
+    subject = "worker:W-1001/NR-35"
+    r = _result(Analysis.TRAINING, {"worker:W-1001/NR-10": "PASS", subject: "UNKNOWN"},
+                [("worker:W-1001/NR-10", "TRAINING_VALID", "VERIFIED_INTEGRATION"),
+                 (subject, "TRAINING_RECORD", "VERIFIED_INTEGRATION"),
+                 (subject, "TRAINING_RECORD", "VERIFIED_INTEGRATION")],
+                extra={"data_conflicts": [{"subject": subject, "sides": [
+                    {"record_id": "TR-a", "verdict": "PASS", "state": "VALID", "issuer_id": issuers[0],
+                     "evidence": [1]},
+                    {"record_id": "TR-b", "verdict": "FAIL", "state": "REVOKED", "issuer_id": issuers[1],
+                     "evidence": [2]}]}]})
+    r.statements.append(common_pb2.Statement(kind=common_pb2.STATEMENT_KIND_INFERENCE, code="CONFLICTING_CERTIFICATES",
+                                             subject=subject, evidence_indexes=[1, 2]))
+    return _done(Analysis.TRAINING, r)
+
+
+def test_a_data_conflict_decided_by_issuer_authority(policy: EvidencePolicy) -> None:
+    # The Ministry of Labour (GOVERNMENT_SOURCE) revoked what SENAI (OFFICIAL_RECORD) records as completed.
+    outcomes = {**_all_pass(), Analysis.TRAINING: _conflicting(("senai", "mte"))}
+    a = _run(policy, outcomes)
+    assert (a.decision, a.reason, a.missing) == (Decision.NOT_RECOMMENDED, "DEFINITIVE_FAIL", ())
+    (conflict,) = a.conflicts
+    assert (conflict.agent_a, conflict.agent_b) == ("training-agent", "training-agent")
+    assert conflict.resolution.startswith("GOVERNMENT_SOURCE_PREVAILS: by issuer authority, the record(s) TR-b")
+    assert [e.reference for e in conflict.evidence_a] == ["REC-1"] and [e.reference for e in conflict.evidence_b] == [
+        "REC-2"]
+    assert a.blocking == ("training-agent: DATA_CONFLICT_RESOLVED on worker:W-1001/NR-35",)
+    # The other way round, SENAI's REVOKED does not stand against the Ministry's COMPLETED.
+    passed = _run(policy, {**_all_pass(), Analysis.TRAINING: _conflicting(("mte", "senai"))})
+    assert passed.decision is Decision.RECOMMENDED_FOR_RELEASE and passed.conflicts[0].resolution
+
+
+@pytest.mark.parametrize(("issuers", "why"), [
+    (("senai", "alves-training"), "does not decide"),       # OFFICIAL_RECORD vs VERIFIED_INTEGRATION: no rule
+    (("senai", "senai"), "does not decide"),                # one issuer, one authority
+    (("senai", None), "ISSUER_AUTHORITY: no configured authority"),
+    (("senai", "some-school"), "ISSUER_AUTHORITY: no configured authority"),
+])
+def test_an_undecided_data_conflict_is_for_a_human_never_a_missing_analysis(
+        policy: EvidencePolicy, issuers: tuple[str | None, str | None], why: str) -> None:
+    a = _run(policy, {**_all_pass(), Analysis.TRAINING: _conflicting(issuers)})
+    assert (a.decision, a.reason, a.missing) == (Decision.REQUIRES_REVIEW, "UNRESOLVED_CONFLICT", ())
+    assert a.review_required and a.status is OutcomeStatus.SUCCEEDED
+    (conflict,) = a.conflicts
+    assert not conflict.resolution and any(why in rule for rule in conflict.applicable_rules)
+    assert conflict.evidence_a and conflict.evidence_b
+    assert "Data conflict on worker:W-1001/NR-35" in a.summary
+
+
+def test_a_data_conflict_that_breaks_the_contract_is_missing(policy: EvidencePolicy) -> None:
+    outcome = _conflicting(("senai", "mte"))
+    assert outcome.result is not None
+    outcome.result.result["data_conflicts"][0]["sides"][1]["verdict"] = "PASS"  # no FAIL side left
+    a = _run(policy, {**_all_pass(), Analysis.TRAINING: outcome})
+    assert a.decision is Decision.INSUFFICIENT_EVIDENCE
+    assert any(m.code == "RESULT_CONTRACT_VIOLATION" and "data_conflicts" in m.detail for m in a.missing)
+
+
+def test_issuer_authority_must_be_in_the_domains_hierarchy(tmp_path: Path) -> None:
+    text = (default_domains_dir() / "work-permit.yaml").read_text()
+    bad = tmp_path / "work-permit.yaml"
+    bad.write_text(text.replace("mte: GOVERNMENT_SOURCE", "mte: DIVINE_REVELATION"))
+    with pytest.raises(ConfigError) as caught:
+        load_definition(bad, sensitive_fields=ProjectionConfig.load().sensitive_fields)
+    assert caught.value.field == "evidence.issuer_authority.training.mte"
+    assert caught.value.line == next(n for n, line in enumerate(bad.read_text().splitlines(), 1)
+                                     if "DIVINE_REVELATION" in line)

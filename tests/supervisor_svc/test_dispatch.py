@@ -20,8 +20,8 @@ from supervisor_svc.events import EventHandler
 from supervisor_svc.executions import ExecutionStore
 from supervisor_svc.projection import ProjectionConfig
 from supervisor_svc.registry import AgentRegistry
-from supervisor_svc.tenants import TenantDirectory
 
+from .conftest import demo_tenants
 from .test_orchestrator import Audit, Call
 
 ALICE = Actor(tenant_id="acme", user_id="alice", roles=("permit-manager",), assertion_digest="d" * 64)
@@ -96,7 +96,7 @@ def _event(event_id: str = "evt-1") -> pb.HandleEventRequest:
 
 def test_event_steps_name_the_worker_and_the_search_names_the_tenant(parts: Any) -> None:
     dispatcher, specialists, audit, store, signer = parts
-    events = EventHandler(store=store, dispatcher=dispatcher, tenants=TenantDirectory.load())
+    events = EventHandler(store=store, dispatcher=dispatcher, tenants=demo_tenants())
     ex, duplicate = events.handle(_event(), "spiffe://agentmesh.local/client/events")
     assert not duplicate and ex.status == pb.EXECUTION_STATUS_AWAITING_REVIEW
     training, permits = specialists.requests
@@ -107,7 +107,7 @@ def test_event_steps_name_the_worker_and_the_search_names_the_tenant(parts: Any)
 
 def test_audit_down_an_event_starts_nothing_and_may_be_sent_again(parts: Any) -> None:
     dispatcher, specialists, audit, store, _ = parts
-    events = EventHandler(store=store, dispatcher=dispatcher, tenants=TenantDirectory.load())
+    events = EventHandler(store=store, dispatcher=dispatcher, tenants=demo_tenants())
     audit.down = True
     with pytest.raises(errors.Unavailable) as err:
         events.handle(_event(), "spiffe://agentmesh.local/client/events")
@@ -124,7 +124,7 @@ def test_a_system_actors_execution_has_the_system_actor_as_its_requester(parts: 
     from supervisor_svc.privacy import READ, ExecutionGuard
 
     dispatcher, _, audit, store, _ = parts
-    events = EventHandler(store=store, dispatcher=dispatcher, tenants=TenantDirectory.load())
+    events = EventHandler(store=store, dispatcher=dispatcher, tenants=demo_tenants())
     ex, _ = events.handle(_event(), "spiffe://agentmesh.local/client/events")
     asked: list[policy_pb2.AuthorizeRequest] = []
 

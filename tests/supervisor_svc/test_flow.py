@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from agentmesh.v1 import common_pb2, supervisor_service_pb2
-from supervisor_svc.aggregation import Decision, EvidencePolicy, OutcomeStatus, TaskOutcome, TaskState, aggregate
-from supervisor_svc.contract import condition_holds, permit_context
+from supervisor_svc.aggregation import Decision, OutcomeStatus, TaskOutcome, TaskState, aggregate
+from supervisor_svc.contract import context_of
+from supervisor_svc.definitions import default_catalog, projection_config
 from supervisor_svc.intent import check_tenant, parse_intent
 from supervisor_svc.limits import ExecutionBudget
 from supervisor_svc.planner import build_plan
-from supervisor_svc.projection import ProjectionConfig, Projector, context_digest, to_struct
+from supervisor_svc.projection import Projector, context_digest, to_struct
 from supervisor_svc.selection import AgentSelector
 from supervisor_svc.tenants import TenantDirectory
 
@@ -42,21 +43,22 @@ def test_analysis_flow(selector: AgentSelector, tenants: TenantDirectory) -> Non
     plan = build_plan(intent, execution_id="exe-1", user=USER, correlation_id="corr", selector=selector,
                       budget=budget)
     assert budget.usage.tasks == 4
-    projector = Projector(ProjectionConfig.load())
+    projector = Projector(projection_config(default_catalog()))
     stage_one, stage_two = plan.stages()
 
     (first_id,) = stage_one
     first = plan.task(first_id)
     wp_result = _fact_result(first, "permit:WP-10231/status", "PERMIT_PENDING_RELEASE",
                              {"permit_found": True, "permit": PERMIT})
-    outcomes = [TaskOutcome(plan.specs[first_id].analysis, TaskState.COMPLETED, first_id, first.target_agent_id,
-                            wp_result)]
-    full_context = permit_context(wp_result)
-    assert full_context is not None
+    first_spec = plan.specs[first_id]
+    assert first_spec.template is not None
+    outcomes = [TaskOutcome(first_spec.analysis, TaskState.COMPLETED, first_id, first.target_agent_id,
+                            wp_result, contract=first_spec.template.contract, template_task="permit")]
+    full_context = context_of([(wp_result, first_spec.template.contract, "permit")])
+    assert full_context == PERMIT
 
     for task_id in stage_two:
-        assert all(condition_holds(e.condition, plan.specs[e.from_task_id].analysis, wp_result)
-                   for e in plan.incoming(task_id))
+        assert all(plan.edge_holds(e, {first_id: wp_result}) for e in plan.incoming(task_id))
         task, spec = plan.task(task_id), plan.specs[task_id]
         projected, record = projector.project(full_context, task.target_agent_id, spec.purpose,
                                               source_context_id=first_id)
@@ -69,8 +71,10 @@ def test_analysis_flow(selector: AgentSelector, tenants: TenantDirectory) -> Non
         outcomes.append(TaskOutcome(spec.analysis, TaskState.COMPLETED, task_id, task.target_agent_id,
                                     _fact_result(task, subject, "CHECK_PASSED")))
 
-    assessment = aggregate(outcomes, expected=plan.expected, policy=EvidencePolicy.load(),
-                           permit_id=intent.permit_id or "", language=intent.language)
+    assert intent.domain is not None and plan.template is not None
+    assessment = aggregate(outcomes, expected=plan.expected, policy=intent.domain.evidence,
+                           decisions=intent.domain.outcomes, conditions=tuple(plan.template.conditions.values()),
+                           subjects=intent.subjects, language=intent.language)
     execution = supervisor_service_pb2.Execution(
         execution_id="exe-1", intent=supervisor_service_pb2.EXECUTION_INTENT_ANALYZE_PERMIT, intent_rule=intent.rule)
     execution.graph.CopyFrom(plan.graph)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from supervisor_svc.errors import RequestInvalid, TenantMismatch
-from supervisor_svc.intent import MAX_REQUEST_CHARS, IntentKind, check_tenant, parse_intent
+from supervisor_svc.intent import MAX_REQUEST_CHARS, check_tenant, parse_intent
 
-ANALYZE, STATUS, UNKNOWN = IntentKind.ANALYZE_PERMIT, IntentKind.PERMIT_STATUS, IntentKind.UNKNOWN
+ANALYZE, STATUS, UNKNOWN = "ANALYZE_PERMIT", "PERMIT_STATUS", "UNKNOWN"
 
 
 @pytest.mark.parametrize(
@@ -29,9 +29,9 @@ ANALYZE, STATUS, UNKNOWN = IntentKind.ANALYZE_PERMIT, IntentKind.PERMIT_STATUS, 
         ("check the status of WP-10231", STATUS, "WP-10231", False, "en"),
     ],
 )
-def test_known_requests(text: str, kind: IntentKind, permit: str, release: bool, language: str) -> None:
+def test_known_requests(text: str, kind: str, permit: str, release: bool, language: str) -> None:
     intent = parse_intent(text)
-    assert (intent.kind, intent.permit_id, intent.release_requested, intent.language) == (
+    assert (intent.kind, intent.subjects.get("permit"), intent.action_requested, intent.language) == (
         kind, permit, release, language)
     assert intent.actionable
     assert permit in intent.message
@@ -43,17 +43,19 @@ def test_known_requests(text: str, kind: IntentKind, permit: str, release: bool,
 )
 def test_release_follow_up_without_permit(text: str, language: str) -> None:
     intent = parse_intent(text)
-    assert intent.kind is ANALYZE and intent.release_requested and intent.language == language
-    assert intent.permit_id is None and not intent.actionable
+    assert intent.kind == ANALYZE and intent.action_requested and intent.language == language
+    assert "permit" not in intent.subjects and not intent.actionable
     assert "WP-10231" in intent.message  # tells the user how to name one
 
-    follow_up = parse_intent(text, context_permit_id="WP-10231")
-    assert follow_up.permit_id == "WP-10231" and follow_up.release_requested and follow_up.actionable
+    follow_up = parse_intent(text, context_subjects={"permit": "WP-10231"})
+    assert follow_up.subjects["permit"] == "WP-10231" and follow_up.action_requested and follow_up.actionable
+    # A conversation's subject is held to the definition like the text's.
+    assert not parse_intent(text, context_subjects={"permit": "not a permit"}).actionable
 
 
 def test_status_question_is_a_single_task_kind_not_the_team() -> None:
-    assert parse_intent("status of WP-10231").kind is STATUS
-    assert parse_intent("is WP-10231 ready for release?").kind is ANALYZE
+    assert parse_intent("status of WP-10231").kind == STATUS
+    assert parse_intent("is WP-10231 ready for release?").kind == ANALYZE
 
 
 @pytest.mark.parametrize(
@@ -67,8 +69,8 @@ def test_status_question_is_a_single_task_kind_not_the_team() -> None:
 )
 def test_unknown_requests_say_so(text: str, rule: str) -> None:
     intent = parse_intent(text)
-    assert intent.kind is UNKNOWN and intent.rule == rule
-    assert intent.permit_id is None and not intent.actionable and not intent.release_requested
+    assert intent.kind == UNKNOWN and intent.rule == rule
+    assert not intent.subjects and not intent.actionable and not intent.action_requested
     assert intent.message
 
 

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from agentmesh.v1 import common_pb2
-from supervisor_svc.errors import ConfigError, LimitExceeded, RequestInvalid
+from agentmesh.v1 import tenant_service_pb2 as tenant_pb2
+from supervisor_svc.errors import ConfigError, LimitExceeded, RequestInvalid, TenantNotConfigured
 from supervisor_svc.limits import ExecutionBudget, LimitAction, LimitPolicy, Limits, Usage
-from supervisor_svc.tenants import TenantDirectory
+from supervisor_svc.tenants import TenantDirectory, load_limit_defaults
 
 
 def _policy(**limits: object) -> LimitPolicy:
@@ -138,57 +139,48 @@ def test_resume_from_usage() -> None:
         budget.admit_task(depth=1, cost=0)
 
 
-# --- tenant configuration --------------------------------------------------------------------------------
+# --- tenant configuration ---------------------------------------------------------------------------------
 
-def test_shipped_tenants(tenants: TenantDirectory) -> None:
+def test_demo_tenants(tenants: TenantDirectory) -> None:
     acme = tenants.get("acme")
     assert "training-agent" in acme.allowed_agents
     assert acme.limit_policy.action_for("MAX_COST_EXCEEDED") is LimitAction.HUMAN_REVIEW
     assert acme.limit_policy.action_for("MAX_TASKS_EXCEEDED") is LimitAction.STOP
     assert tenants.get("globex").limit_policy.limits.max_tasks == 20
-    unknown = tenants.get("initech")
-    # The shipped defaults add model limits to the built-in ones (without them no agent may call a model).
-    assert unknown.allowed_agents == frozenset() and unknown.limit_policy.limits == Limits(
-        max_tokens=20000, max_model_calls=10, max_model_cost=0.5)
-    tenants.check_agents({"work-permit-agent", "training-agent", "risk-agent", "compliance-agent"})
+    with pytest.raises(TenantNotConfigured) as err:
+        tenants.get("initech")
+    assert (err.value.reason, err.value.field, err.value.message) == (
+        "TENANT_NOT_CONFIGURED", "tenant_id", "tenant initech is not configured")
 
 
 def test_tenant_limits_override_defaults_field_by_field(tmp_path: Path) -> None:
-    cfg = tmp_path / "tenants.yaml"
-    cfg.write_text(
-        "defaults:\n  limits: {max_tasks: 8, max_depth: 3}\n  on_exceeded: {default: HUMAN_REVIEW}\n"
-        "tenants:\n  acme:\n    allowed_agents: [training-agent]\n    limits: {max_tasks: 4}\n"
-    )
-    acme = TenantDirectory.load(cfg).get("acme")
+    cfg = tmp_path / "limits.yaml"
+    cfg.write_text("limits: {max_tasks: 8, max_depth: 3}\non_exceeded: {default: HUMAN_REVIEW}\n")
+    definition = tenant_pb2.TenantDefinition(tenant_id="acme", display_name="ACME", allowed_agents=["training-agent"],
+                                             on_exceeded={"MAX_COST_EXCEEDED": tenant_pb2.LIMIT_ACTION_STOP})
+    definition.limits.max_tasks = 4
+    acme = TenantDirectory.of([definition], load_limit_defaults(cfg)).get("acme")
     assert (acme.limit_policy.limits.max_tasks, acme.limit_policy.limits.max_depth) == (4, 3)
     assert acme.limit_policy.default_action is LimitAction.HUMAN_REVIEW
+    assert acme.limit_policy.action_for("MAX_COST_EXCEEDED") is LimitAction.STOP
+    assert acme.allowed_agents == frozenset({"training-agent"})
 
 
 @pytest.mark.parametrize(
     ("text", "field"),
     [
-        ("tenants:\n  acme:\n    allowed_agents: [x]\n    limits: {max_tasks: -1}\n", "tenants.acme.limits.max_tasks"),
-        ("tenants:\n  acme:\n    allowed_agents: [x]\n    on_exceeded: {MAX_FUN: STOP}\n",
-         "tenants.acme.on_exceeded.MAX_FUN"),
-        ("tenants:\n  acme:\n    allowed_agents: [x]\n    on_exceeded: {default: PANIC}\n",
-         "tenants.acme.on_exceeded.default"),
-        ("tenants:\n  Acme!:\n    allowed_agents: [x]\n", "tenants.Acme!"),
-        ("tenants:\n  acme:\n    allowed_agents: [x, x]\n", "tenants.acme.allowed_agents"),
-        ("tenants:\n  acme: {}\n", "tenants.acme.allowed_agents"),
+        ("limits: {max_tasks: -1}\n", "limits.max_tasks"),
+        ("on_exceeded: {MAX_FUN: STOP}\n", "on_exceeded.MAX_FUN"),
+        ("on_exceeded: {default: PANIC}\n", "on_exceeded.default"),
+        ("tenants: {acme: {}}\n", "tenants"),
     ],
 )
-def test_bad_tenant_file_names_field(tmp_path: Path, text: str, field: str) -> None:
-    cfg = tmp_path / "tenants.yaml"
+def test_bad_defaults_file_names_field(tmp_path: Path, text: str, field: str) -> None:
+    cfg = tmp_path / "limits.yaml"
     cfg.write_text(text)
     with pytest.raises(ConfigError) as err:
-        TenantDirectory.load(cfg)
-    assert err.value.field == field and "tenants.yaml" in str(err.value)
-
-
-def test_unknown_agent_in_tenant_configuration_fails_loudly(tenants: TenantDirectory) -> None:
-    with pytest.raises(ConfigError) as err:
-        tenants.check_agents({"training-agent"})
-    assert err.value.reason == "CONFIG_REFERENCE_INVALID"
+        load_limit_defaults(cfg)
+    assert err.value.field == field and "limits.yaml" in str(err.value)
 
 
 # --- model budgets ------------------------------------------------------------------------------------

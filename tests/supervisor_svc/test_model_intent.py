@@ -14,17 +14,16 @@ from agentmesh import assertion, errors, grants, spiffe
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import model_service_pb2 as model_pb2
 from agentmesh.v1 import supervisor_service_pb2 as pb
-from supervisor_svc.aggregation import EvidencePolicy
-from supervisor_svc.errors import ConfigError
+from supervisor_svc.definitions import default_catalog, projection_config
 from supervisor_svc.executions import ExecutionStore
-from supervisor_svc.intent import parse_intent
-from supervisor_svc.model_intent import IntentCatalogue, IntentClassifier, find_ids
+from supervisor_svc.model_intent import IntentCatalogue, IntentClassifier
 from supervisor_svc.orchestrator import Orchestrator
-from supervisor_svc.projection import ProjectionConfig, Projector
+from supervisor_svc.projection import Projector
 from supervisor_svc.registry import AgentRegistry
 from supervisor_svc.selection import AgentSelector
-from supervisor_svc.tenants import TenantDirectory
 
+from .conftest import demo_tenants
+from .test_definitions import _error, _shipped
 from .test_orchestrator import Audit, Policy, Specialists, _fact_result
 
 
@@ -33,7 +32,7 @@ class Models:
 
     def __init__(self) -> None:
         self.requests: list[model_pb2.CompleteRequest] = []
-        self.answer: dict[str, Any] = {"intent": "ANALYZE_PERMIT", "subjects": {"permit_id": "WP-10231"},
+        self.answer: dict[str, Any] = {"intent": "ANALYZE_PERMIT", "subjects": {"permit": "WP-10231"},
                                        "confidence": 0.9}
         self.error: errors.MeshError | None = None
 
@@ -50,7 +49,7 @@ class Models:
 
 @pytest.fixture
 def catalogue() -> IntentCatalogue:
-    return IntentCatalogue.load()
+    return IntentCatalogue.of(default_catalog())
 
 
 def test_only_relevant_intents_are_shown(catalogue: IntentCatalogue) -> None:
@@ -58,22 +57,31 @@ def test_only_relevant_intents_are_shown(catalogue: IntentCatalogue) -> None:
         "ANALYZE_PERMIT", "PERMIT_STATUS"]
     assert [c.intent for c in catalogue.relevant("Where does WP-10231 stand right now?")][0] == "PERMIT_STATUS"
     assert catalogue.relevant("Tell me a joke") == []  # no permit id: nothing a model could answer
+    # A worker and a permit named: the worker-assignment domain's intent is relevant too.
+    assert "ASSIGN_WORKER" in [c.intent for c in catalogue.relevant("Could W-1003 join the crew of WP-10231?")]
 
 
-def test_ids_are_found_by_their_pattern(catalogue: IntentCatalogue) -> None:
-    assert find_ids("WP-[0-9]{1,12}", "wp 10231, WP10232 and WP-10233 but not XWP-1 or WP-1x") == [
-        "WP-10231", "WP-10232", "WP-10233"]
+def test_candidates_come_from_the_domain_definitions(catalogue: IntentCatalogue) -> None:
+    shown = {c.intent: c.parameters() for c in catalogue.candidates}
+    assert set(shown) == {"ANALYZE_PERMIT", "PERMIT_STATUS", "ASSIGN_WORKER"}
+    assert shown["ANALYZE_PERMIT"]["subjects"] == {"permit": "WP-[0-9]{1,12}"}
+    assert shown["ASSIGN_WORKER"]["subjects"] == {"worker": "W-[0-9]{1,12}", "permit": "WP-[0-9]{1,12}"}
+    # Ids are found the domain's own way: a space or no dash, any case.
+    (analyze,) = [c for c in catalogue.candidates if c.intent == "ANALYZE_PERMIT"]
+    assert analyze.ids("permit", "wp 10231, WP10232 and WP-10233 but not XWP-1") == ["WP-10231", "WP-10232", "WP-10233"]
 
 
 @pytest.mark.parametrize(("answer", "why"), [
     ({"intent": "NONE", "subjects": {}, "confidence": 0.9}, "MODEL_FOUND_NO_INTENT"),
-    ({"intent": "RELEASE_ALL", "subjects": {"permit_id": "WP-10231"}, "confidence": 1.0}, "INTENT_NOT_SHOWN"),
-    ({"intent": "ANALYZE_PERMIT", "subjects": {"permit_id": "WP-10231", "tenant_id": "globex"},
+    ({"intent": "RELEASE_ALL", "subjects": {"permit": "WP-10231"}, "confidence": 1.0}, "INTENT_NOT_SHOWN"),
+    ({"intent": "ANALYZE_PERMIT", "subjects": {"permit": "WP-10231", "tenant_id": "globex"},
       "confidence": 1.0}, "SUBJECT_NOT_DECLARED"),
-    ({"intent": "ANALYZE_PERMIT", "subjects": {"permit_id": "WP-99999"}, "confidence": 1.0},
+    ({"intent": "ANALYZE_PERMIT", "subjects": {"permit": "WP-99999"}, "confidence": 1.0},
+     "SUBJECT_NOT_IN_REQUEST"),
+    ({"intent": "ANALYZE_PERMIT", "subjects": {"permit": "WP-10231 WP-10232"}, "confidence": 1.0},
      "SUBJECT_NOT_IN_REQUEST"),
     ({"intent": "ANALYZE_PERMIT", "subjects": {}, "confidence": 1.0}, "SUBJECT_MISSING"),
-    ({"intent": "ANALYZE_PERMIT", "subjects": {"permit_id": "WP-10231"}, "confidence": 0.2}, "CONFIDENCE_TOO_LOW"),
+    ({"intent": "ANALYZE_PERMIT", "subjects": {"permit": "WP-10231"}, "confidence": 0.2}, "CONFIDENCE_TOO_LOW"),
 ])
 def test_an_answer_is_accepted_only_if_it_holds(catalogue: IntentCatalogue, answer: dict[str, Any],
                                                 why: str) -> None:
@@ -81,21 +89,22 @@ def test_an_answer_is_accepted_only_if_it_holds(catalogue: IntentCatalogue, answ
     models.answer = answer
     text = "Can the crew start the job under WP-10231 tomorrow?"
     found = IntentClassifier(catalogue, models).classify(
-        text, parse_intent(text), grant=common_pb2.SignedTaskGrant(), principal=common_pb2.AgentPrincipal(),
+        text, grant=common_pb2.SignedTaskGrant(), principal=common_pb2.AgentPrincipal(),
         trace=common_pb2.TraceContext())
-    assert found is not None and found.intent is None and found.why_not == why
+    assert found is not None and found.classification is None and found.why_not == why
     assert found.record.intent == f"UNKNOWN:{why}" and found.record.source == "MODEL"
 
 
-def test_a_bad_catalogue_is_refused(tmp_path: Path) -> None:
-    bad = tmp_path / "intents.yaml"
-    bad.write_text("intents:\n  - intent: FLY\n    description: x\n    subjects:\n      permit_id: {pattern: x}\n")
-    with pytest.raises(ConfigError, match="unknown intent 'FLY'"):
-        IntentCatalogue.load(bad)
-    bad.write_text("intents:\n  - intent: PERMIT_STATUS\n    description: x\n    subjects:\n"
-                   "      permit_id: {pattern: '['}\n")
-    with pytest.raises(ConfigError, match="not a regular expression"):
-        IntentCatalogue.load(bad)
+@pytest.mark.parametrize(("subjects", "message", "field"), [
+    ({"permit": "WP-[0-9]+"}, "names the intent's subjects exactly", "intents.assign.model.subjects"),
+    ({"worker": "W-[0-9]+", "permit": "["}, "not a regular expression", "intents.assign.model.subjects.permit"),
+])
+def test_model_hints_that_do_not_fit_their_intent_are_refused_at_start(tmp_path: Path, subjects: dict[str, str],
+                                                                      message: str, field: str) -> None:
+    data = _shipped("worker-assignment")
+    data["intents"]["assign"]["model"]["subjects"] = subjects
+    err = _error(tmp_path, data)
+    assert message in err.message and err.field == field and err.line
 
 
 @pytest.fixture
@@ -107,14 +116,14 @@ def idp() -> Ed25519PrivateKey:
 def orch(tmp_path: Path, idp: Ed25519PrivateKey) -> Any:
     signer = grants.GrantSigner(Ed25519PrivateKey.generate())
     registry = AgentRegistry(tmp_path / "agents.db")
-    tenants = TenantDirectory.load()
+    tenants = demo_tenants()
     specialists, audit, models = Specialists(), Audit(), Models()
     orchestrator = Orchestrator(
         identity=spiffe.service("supervisor"), registry=registry, selector=AgentSelector(registry, tenants),
-        tenants=tenants, projector=Projector(ProjectionConfig.load()), evidence=EvidencePolicy.load(),
+        tenants=tenants, projector=Projector(projection_config(default_catalog())),
         store=ExecutionStore(tmp_path / "supervisor.db"), signer=signer, specialists=specialists, audit=audit,
         verify_assertion=functools.partial(assertion.verify, key=idp.public_key()), authorize=Policy(),
-        intents=IntentClassifier(IntentCatalogue.load(), models))
+        intents=IntentClassifier(IntentCatalogue.of(default_catalog()), models))
     token = assertion.issue(idp, tenant_id="acme", user_id="alice", roles=["analyst"])
     yield orchestrator, specialists, audit, models, token, signer
     orchestrator.close()
@@ -130,7 +139,7 @@ def test_a_request_the_rules_understand_never_reaches_a_model(orch: Any) -> None
     orchestrator, _, _, models, token, _ = orch
     ex = _analyze(orchestrator, token, "Analyze permit WP-10231 and tell me if it can be released")
     assert models.requests == []
-    assert ex.intent_classification.source == "RULES" and ex.intent_classification.subjects["permit_id"] == "WP-10231"
+    assert ex.intent_classification.source == "RULES" and ex.intent_classification.subjects["permit"] == "WP-10231"
     with pytest.raises(errors.InvalidArgument):  # several permits: understood, and refused, by the rules
         _analyze(orchestrator, token, "Can the crew start WP-10231 and WP-10232?")
     assert models.requests == []
@@ -143,8 +152,9 @@ def test_a_request_the_rules_do_not_understand_is_classified_and_recorded(orch: 
     assert (ex.intent, ex.intent_rule) == (pb.EXECUTION_INTENT_ANALYZE_PERMIT, "MODEL")
     found = ex.intent_classification
     assert (found.source, found.intent, dict(found.subjects), found.model_id, found.model_call_id) == (
-        "MODEL", "ANALYZE_PERMIT", {"permit_id": "WP-10231"}, "sandbox-small", "mc-1")
+        "MODEL", "ANALYZE_PERMIT", {"permit": "WP-10231"}, "sandbox-small", "mc-1")
     assert list(found.candidates) == ["ANALYZE_PERMIT", "PERMIT_STATUS"]
+    assert (ex.intent_kind, ex.domain) == ("ANALYZE_PERMIT", "work-permit")
     (request,) = models.requests
     # The request text went as data; the candidates as parameters; the grant is the supervisor's own,
     # on the user's authority, for this execution, with the execution's model budget.
@@ -186,7 +196,7 @@ def test_a_failed_classification_refuses_the_request(orch: Any, error: errors.Me
 
 def test_a_rejected_answer_refuses_the_request_naming_why(orch: Any) -> None:
     orchestrator, specialists, _, models, token, _ = orch
-    models.answer = {"intent": "ANALYZE_PERMIT", "subjects": {"permit_id": "WP-10232"}, "confidence": 1.0}
+    models.answer = {"intent": "ANALYZE_PERMIT", "subjects": {"permit": "WP-10232"}, "confidence": 1.0}
     with pytest.raises(errors.InvalidArgument) as caught:
         _analyze(orchestrator, token, "Can the crew start the job under WP-10231 tomorrow?")
     assert "SUBJECT_NOT_IN_REQUEST" in caught.value.message and specialists.requests == []
@@ -216,6 +226,7 @@ def test_resumed_model_intent_keeps_the_accepted_reading(orch: Any) -> None:
         "spiffe://agentmesh.local/client/test")
     stored = orchestrator._store.get(execution_id)
     live = orchestrator._rebuild(stored, stored.started_at.ToDatetime(tzinfo=dt.UTC))
-    assert live is not None and live.plan.intent.permit_id == "WP-10231" and live.plan.intent.rule == "MODEL"
+    assert live is not None and live.plan.intent.subjects == {"permit": "WP-10231"}
+    assert live.plan.intent.rule == "MODEL"
     assert len(models.requests) == 1  # not asked again
     assert _fact_result  # the shared helpers are the orchestrator tests'

@@ -14,19 +14,23 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from agentmesh import assertion, errors, grants, spiffe
+from agentmesh.tenant_file import load_tenant_file
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import common_pb2
+from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
 from agentmesh.v1 import policy_service_pb2 as policy_pb2
 from agentmesh.v1 import specialist_service_pb2 as spec_pb2
 from agentmesh.v1 import supervisor_service_pb2 as pb
-from supervisor_svc.aggregation import EvidencePolicy
+from agentmesh.v1 import tenant_service_pb2 as tenant_pb2
+from supervisor_svc.definitions import default_catalog, projection_config
 from supervisor_svc.executions import ExecutionStore
 from supervisor_svc.orchestrator import Orchestrator
-from supervisor_svc.projection import ProjectionConfig, Projector
+from supervisor_svc.projection import Projector
 from supervisor_svc.registry import AgentRegistry
 from supervisor_svc.selection import AgentSelector
 from supervisor_svc.tenants import TenantDirectory
 
+from .conftest import DEMO_TENANTS, demo_tenants
 from .test_flow import PERMIT, _fact_result
 
 SUBJECTS = {"training-agent": "worker:W-1001/NR-10", "risk-agent": "permit:WP-10231/risk",
@@ -47,13 +51,29 @@ class Call:
         pass
 
 
+def handoff_to(target: str, action_id: str = "h-1", **params: Any) -> common_pb2.RequestedAction:
+    """A handoff request as a specialist makes it."""
+    action = common_pb2.RequestedAction(action="handoff", target_agent_id=target, reason=f"ask {target}",
+                                        action_id=action_id)
+    action.parameters.update({"purpose": "training.verify", "required_capabilities": [],
+                              "input": {"permit_id": "WP-10231", "valid_from": "2026-11-30",
+                                        "valid_until": "2026-12-10", "required_trainings": ["NR-10"],
+                                        "workers": [{"worker_id": "W-1016"}], "medical_notes": "x"}, **params})
+    return action
+
+
 class Specialists:
-    """Answers each task like a well-behaved specialist; records what it received."""
+    """Answers each task like a well-behaved specialist; records what it received.
+
+    An agent with ``handoffs`` answers its first call WAITING, asking for them, and finishes when it is
+    called again with their outcomes (as the shipped agents do)."""
 
     def __init__(self) -> None:
         self.requests: list[spec_pb2.RunTaskRequest] = []
         self.handoffs: dict[str, list[common_pb2.RequestedAction]] = {}
+        self.usage: dict[str, common_pb2.ModelUsage] = {}
         self.fail: dict[str, errors.MeshError] = {}
+        self.always_waiting: set[str] = set()
         self.delay_s = 0.0
         self.lock = threading.Lock()
 
@@ -64,13 +84,24 @@ class Specialists:
         if agent_id in self.fail:
             return Call(None, self.fail[agent_id])
         task = request.task
+        asks = self.handoffs.get(agent_id, [])
+        if asks and (not request.handoff_outcomes or agent_id in self.always_waiting):
+            waiting = common_pb2.AgentResult(task_id=task.task_id, agent_id=agent_id,
+                                             status=common_pb2.RESULT_STATUS_WAITING)
+            waiting.result.update({"verdict": "UNKNOWN", "subjects": {}})
+            waiting.requested_actions.extend(asks)
+            return Call(waiting)
         if agent_id == "work-permit-agent":
             result = _fact_result(task, "permit:WP-10231/status", "PERMIT_PENDING_RELEASE",
                                   {"permit_found": True, "permit": PERMIT})
         else:
             result = _fact_result(task, SUBJECTS[agent_id], "CHECK_PASSED")
-        result.requested_actions.extend(self.handoffs.get(agent_id, []))
+        if agent_id in self.usage:
+            result.model_usage.CopyFrom(self.usage[agent_id])
         return Call(result)
+
+    def calls_of(self, agent_id: str) -> list[spec_pb2.RunTaskRequest]:
+        return [r for r in self.requests if r.task.target_agent_id == agent_id]
 
 
 class Audit:
@@ -134,21 +165,38 @@ def idp() -> Ed25519PrivateKey:
     return Ed25519PrivateKey.generate()
 
 
-@pytest.fixture()
-def world(tmp_path: Path, idp: Ed25519PrivateKey) -> Any:
+def _world(tmp_path: Path, idp: Ed25519PrivateKey, tenants: Any) -> Any:
     signer = grants.GrantSigner(Ed25519PrivateKey.generate())
     registry = AgentRegistry(tmp_path / "agents.db")
-    tenants = TenantDirectory.load()
     specialists, audit = Specialists(), Audit()
     orch = Orchestrator(
         identity=spiffe.service("supervisor"), registry=registry, selector=AgentSelector(registry, tenants),
-        tenants=tenants, projector=Projector(ProjectionConfig.load()), evidence=EvidencePolicy.load(),
+        tenants=tenants, projector=Projector(projection_config(default_catalog())),
         store=ExecutionStore(tmp_path / "supervisor.db"), signer=signer, specialists=specialists, audit=audit,
         verify_assertion=functools.partial(assertion.verify, key=idp.public_key()), authorize=Policy())
     token = assertion.issue(idp, tenant_id="acme", user_id="alice", roles=["analyst"])
+    return orch, specialists, audit, token, signer, registry
+
+
+@pytest.fixture()
+def world(tmp_path: Path, idp: Ed25519PrivateKey) -> Any:
+    orch, specialists, audit, token, signer, registry = _world(tmp_path, idp, demo_tenants())
     yield orch, specialists, audit, token, signer
     orch.close()
     registry.close()
+
+
+def acme_with(**limits: Any) -> Any:
+    """A tenant directory whose acme has these ``limits`` and ``on_exceeded`` (the demo's otherwise)."""
+    on_exceeded = limits.pop("on_exceeded", {})
+    definitions = [d for d in load_tenant_file(DEMO_TENANTS).definitions]
+    acme = next(d for d in definitions if d.tenant_id == "acme")
+    acme.on_exceeded.clear()
+    for key, action in on_exceeded.items():
+        acme.on_exceeded[key] = tenant_pb2.LimitAction.Value(f"LIMIT_ACTION_{action}")
+    for name, value in limits.items():
+        setattr(acme.limits, name, value)
+    return TenantDirectory.of(definitions)
 
 
 def _analyze(orch: Orchestrator, token: str, text: str = "Analyze permit WP-10231 and tell me if it can be released",
@@ -189,21 +237,133 @@ def test_each_grant_names_the_resources_of_its_task_and_no_other(world: Any) -> 
     assert capabilities["training-agent"] == ["training.getStatus"]
 
 
-def test_allowed_handoff_runs_and_a_handoff_back_is_rejected(world: Any) -> None:
+def _trail(audit: Audit) -> list[audit_pb2.AuditRecord]:
+    return audit.records + audit.outbox
+
+
+def _every_delegation_closed(audit: Audit) -> None:
+    delegated = {r.task_id for r in _trail(audit) if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED}
+    finished = {r.task_id for r in _trail(audit) if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED}
+    assert delegated <= finished
+
+
+def test_a_handoff_result_goes_back_to_the_agent_that_asked_which_finishes_with_it(world: Any) -> None:
     orch, specialists, audit, token, _ = world
-    specialists.handoffs["work-permit-agent"] = [common_pb2.RequestedAction(
-        action="handoff", target_agent_id="training-agent", reason="check trainings")]
-    specialists.handoffs["training-agent"] = [common_pb2.RequestedAction(
-        action="handoff", target_agent_id="work-permit-agent", reason="back again")]
+    specialists.handoffs["work-permit-agent"] = [handoff_to("training-agent", "added-workers")]
+    seen: list[int] = []
+    save = orch._store.save
+
+    def watch_status(ex: pb.Execution) -> None:
+        seen.extend(n.status for n in ex.graph.nodes if n.target_agent_id == "work-permit-agent")
+        save(ex)
+
+    orch._store.save = watch_status
     ex = _analyze(orch, token)
-    handoff_nodes = [n for n in ex.graph.nodes if n.parent_task_id]
-    # A -> B admitted and run once, at depth 2; B -> A refused (training-agent may delegate to no one).
-    assert [(n.source_agent_id, n.target_agent_id, n.depth) for n in handoff_nodes] == [
-        ("work-permit-agent", "training-agent", 2)]
+    assert ex.decision == common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE
+    first, again = specialists.calls_of("work-permit-agent")
+    assert first.task.task_id == again.task.task_id and not first.handoff_outcomes
+    (outcome,) = again.handoff_outcomes
+    assert (outcome.action_id, outcome.state, outcome.target_agent_id) == (
+        "added-workers", common_pb2.HANDOFF_STATE_COMPLETED, "training-agent")
+    (handoff,) = [n for n in ex.graph.nodes if n.parent_task_id]
+    assert outcome.task_id == handoff.task_id and outcome.result.task_id == handoff.task_id
+    assert (handoff.source_agent_id, handoff.target_agent_id, handoff.depth) == ("work-permit-agent",
+                                                                                 "training-agent", 2)
+    # The requester waited (WAITING) while its handoff ran, and the grant of each call is fresh.
+    assert common_pb2.TASK_STATUS_WAITING in seen
+    assert first.grant.grant != again.grant.grant
+    # The target received only what its projection allows (no medical notes), from the requester's proposal.
+    target = next(r for r in specialists.requests if r.task.task_id == handoff.task_id)
+    assert "medical" not in str(target.task.input)
+    assert target.task.input.fields["workers"].list_value.values[0].struct_value.fields["worker_id"].string_value \
+        == "W-1016"
+    # The requester's two calls each have their delegation and their end on the record; the first ended WAITING.
+    wp = [r for r in _trail(audit) if r.task_id == first.task.task_id and r.event_type in (
+        audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED, audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED)]
+    assert [r.event_type for r in wp] == [audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED,
+                                          audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED,
+                                          audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED,
+                                          audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED]
+    assert wp[1].outcome == audit_pb2.AUDIT_OUTCOME_PENDING and wp[1].reason_codes[0] == "WAITING"
+    assert "HANDOFF_OUTCOMES" in wp[2].reason_codes
+    _every_delegation_closed(audit)
+    # Only the requester's final answer is its result; the handoff's is kept too.
+    assert [r.task_id for r in ex.results].count(first.task.task_id) == 1
+    assert any(r.task_id == handoff.task_id for r in ex.results)
+
+
+def test_a_handoff_outside_the_allowed_delegations_is_refused_and_the_requester_told(world: Any) -> None:
+    orch, specialists, audit, token, _ = world
+    specialists.handoffs["training-agent"] = [handoff_to("work-permit-agent", "confirm", purpose="permit.assess")]
+    ex = _analyze(orch, token)
+    (again,) = [r for r in specialists.calls_of("training-agent") if r.handoff_outcomes]
+    (outcome,) = again.handoff_outcomes
+    assert outcome.state == common_pb2.HANDOFF_STATE_REFUSED and outcome.reason.startswith("HANDOFF_NOT_ALLOWED")
+    assert not [n for n in ex.graph.nodes if n.parent_task_id]
     assert any(m.kind == pb.MISSING_KIND_HANDOFF and "training-agent -> work-permit-agent" in m.text
                and "HANDOFF_NOT_ALLOWED" in m.detail for m in ex.missing)
     assert any(r.event_type == audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED and "HANDOFF_NOT_ALLOWED" in r.reason_codes
                for r in audit.records)
+    _every_delegation_closed(audit)
+
+
+def test_a_handoff_back_to_the_requester_is_a_loop(world: Any) -> None:
+    orch, specialists, audit, token, _ = world
+    specialists.handoffs["work-permit-agent"] = [handoff_to("training-agent")]
+    specialists.handoffs["training-agent"] = [handoff_to("work-permit-agent", "back", purpose="permit.assess")]
+    ex = _analyze(orch, token)
+    (handoff,) = [n for n in ex.graph.nodes if n.parent_task_id]
+    (again,) = [r for r in specialists.requests if r.task.task_id == handoff.task_id and r.handoff_outcomes]
+    (refusal,) = again.handoff_outcomes
+    assert refusal.state == common_pb2.HANDOFF_STATE_REFUSED
+    assert refusal.reason == ("HANDOFF_LOOP: handoff would loop: "
+                              "work-permit-agent -> training-agent -> work-permit-agent")
+    assert any(r.event_type == audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED and "HANDOFF_LOOP" in r.reason_codes
+               for r in audit.records)
+    _every_delegation_closed(audit)
+
+
+def test_a_handoff_target_the_tenant_may_not_use_is_refused(tmp_path: Path, idp: Ed25519PrivateKey) -> None:
+    definitions = load_tenant_file(DEMO_TENANTS).definitions
+    acme = next(d for d in definitions if d.tenant_id == "acme")
+    del acme.allowed_agents[:]
+    acme.allowed_agents.extend(["work-permit-agent", "risk-agent", "compliance-agent"])
+    orch, specialists, audit, token, _, registry = _world(tmp_path, idp, TenantDirectory.of(definitions))
+    specialists.handoffs["work-permit-agent"] = [handoff_to("training-agent")]
+    try:
+        _analyze(orch, token)
+        (again,) = [r for r in specialists.calls_of("work-permit-agent") if r.handoff_outcomes]
+        assert again.handoff_outcomes[0].reason.startswith("HANDOFF_TARGET_NOT_ALLOWED_FOR_TENANT")
+        assert not specialists.calls_of("training-agent")
+    finally:
+        orch.close()
+        registry.close()
+
+
+def test_an_agent_that_keeps_waiting_fails_and_one_waiting_for_nothing_too(world: Any) -> None:
+    orch, specialists, audit, token, _ = world
+    specialists.handoffs["risk-agent"] = [handoff_to("training-agent")]
+    specialists.always_waiting.add("risk-agent")
+    ex = _analyze(orch, token)
+    assert any("risk" in m.text and "HANDOFF_ROUNDS_EXCEEDED" in m.text for m in ex.missing)
+    assert ex.decision == common_pb2.ANALYSIS_DECISION_INSUFFICIENT_EVIDENCE
+    _every_delegation_closed(audit)
+
+
+def test_a_finished_result_asking_for_a_handoff_runs_none(world: Any) -> None:
+    orch, specialists, audit, token, _ = world
+    start = specialists.start
+
+    def finished_but_asking(agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float) -> Call:
+        call = start(agent_id, request, timeout_s)
+        if agent_id == "risk-agent":
+            call.result().requested_actions.append(handoff_to("training-agent"))
+        return call
+
+    specialists.start = finished_but_asking
+    ex = _analyze(orch, token)
+    assert not [n for n in ex.graph.nodes if n.parent_task_id]
+    assert any("HANDOFF_NOT_WAITING" in m.text for m in ex.missing)
 
 
 def test_failed_specialist_is_partial_naming_it(world: Any) -> None:
@@ -215,16 +375,110 @@ def test_failed_specialist_is_partial_naming_it(world: Any) -> None:
     assert any(m.text.startswith("risk") for m in ex.missing)
 
 
-def test_each_limit_stops_with_its_reason(world: Any) -> None:
+LIMITS = {
+    # limit reason -> (tenant limits, what the stand-in specialists do)
+    "MAX_DEPTH_EXCEEDED": ({"max_depth": 1}, "handoff"),
+    "MAX_TASKS_EXCEEDED": ({"max_tasks": 3}, ""),
+    "MAX_HANDOFFS_EXCEEDED": ({"max_handoffs": 0}, "handoff"),
+    "MAX_EXECUTION_TIME_EXCEEDED": ({"max_execution_time_ms": 30}, "slow"),
+    "MAX_COST_EXCEEDED": ({"max_cost": 2.0}, ""),
+    "MAX_TOKENS_EXCEEDED": ({"max_tokens": 100}, "tokens"),
+    "MAX_MODEL_CALLS_EXCEEDED": ({"max_model_calls": 1}, "model_calls"),
+}
+
+
+def _limited_world(tmp_path: Path, idp: Ed25519PrivateKey, reason: str, action: str) -> Any:
+    limits, behaviour = LIMITS[reason]
+    world = _world(tmp_path, idp, acme_with(on_exceeded={reason: action}, **limits))
+    specialists = world[1]
+    if behaviour == "handoff":
+        specialists.handoffs["work-permit-agent"] = [handoff_to("training-agent")]
+    elif behaviour == "slow":
+        specialists.delay_s = 0.05
+    elif behaviour == "tokens":
+        specialists.usage["work-permit-agent"] = common_pb2.ModelUsage(prompt_tokens=100, completion_tokens=50, calls=1)
+    elif behaviour == "model_calls":
+        specialists.usage["work-permit-agent"] = common_pb2.ModelUsage(prompt_tokens=10, calls=2)
+    return world
+
+
+@pytest.mark.parametrize("action", ["STOP", "HUMAN_REVIEW"])
+@pytest.mark.parametrize("reason", list(LIMITS))
+def test_every_limit_ends_as_its_tenant_configured(reason: str, action: str, tmp_path: Path,
+                                                   idp: Ed25519PrivateKey) -> None:
+    orch, specialists, audit, token, _, registry = _limited_world(tmp_path, idp, reason, action)
+    try:
+        ex = _analyze(orch, token)
+        assert ex.reason.split(":")[0] == reason, ex.reason
+        reviews = orch._store.reviews("acme", execution_id=ex.execution_id)
+        if action == "STOP":
+            assert (ex.status, ex.decision) == (pb.EXECUTION_STATUS_STOPPED,
+                                                common_pb2.ANALYSIS_DECISION_INSUFFICIENT_EVIDENCE)
+            assert reviews == []
+        else:
+            assert (ex.status, ex.decision) == (pb.EXECUTION_STATUS_AWAITING_REVIEW,
+                                                common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW)
+            (review,) = reviews
+            assert (review.kind, review.status, review.limit.limit_reason) == (
+                dc_pb2.REVIEW_KIND_LIMIT, dc_pb2.REVIEW_STATUS_OPEN, reason)
+            assert review.limit.source.startswith("limits.")
+            assert any(r.event_type == audit_pb2.AUDIT_EVENT_TYPE_REVIEW_CREATED and review.review_id in r.reason_codes
+                       for r in _trail(audit))
+        # Nothing past the limit is left to run, and every delegation made is closed on the record.
+        assert not [n for n in ex.graph.nodes if n.status in (common_pb2.TASK_STATUS_CREATED,
+                                                               common_pb2.TASK_STATUS_RUNNING,
+                                                               common_pb2.TASK_STATUS_WAITING)]
+        _every_delegation_closed(audit)
+        finished = [r for r in _trail(audit) if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED]
+        assert finished and finished[-1].reason_codes[0] == pb.ExecutionStatus.Name(ex.status)
+    finally:
+        orch.close()
+        registry.close()
+
+
+def test_a_request_budget_tightens_the_tenant_limit(world: Any) -> None:
     orch, specialists, _, token, _ = world
-    # acme sends MAX_COST_EXCEEDED to human review (config/tenants.yaml); every other limit stops.
+    # acme sends MAX_COST_EXCEEDED to human review (its tenant definition); every other limit stops.
     ex = _analyze(orch, token, budget=common_pb2.AgentBudget(max_cost=0.01))
     assert (ex.status, ex.reason.split(":")[0]) == (pb.EXECUTION_STATUS_AWAITING_REVIEW, "MAX_COST_EXCEEDED")
     assert ex.decision == common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW
     specialists.delay_s = 0.05
     ex = _analyze(orch, token, budget=common_pb2.AgentBudget(max_execution_time_ms=30))
     assert (ex.status, ex.reason.split(":")[0]) == (pb.EXECUTION_STATUS_STOPPED, "MAX_EXECUTION_TIME_EXCEEDED")
+    assert "budget.max_execution_time_ms" in ex.reason
     assert ex.decision != common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE
+
+
+@pytest.mark.parametrize("reason", ["MAX_COST_EXCEEDED", "MAX_HANDOFFS_EXCEEDED", "MAX_TOKENS_EXCEEDED"])
+def test_an_approved_limit_review_lets_the_execution_go_on_past_that_limit(reason: str, tmp_path: Path,
+                                                                          idp: Ed25519PrivateKey) -> None:
+    orch, specialists, audit, token, _, registry = _limited_world(tmp_path, idp, reason, "HUMAN_REVIEW")
+    try:
+        ex = _analyze(orch, token)
+        assert ex.status == pb.EXECUTION_STATUS_AWAITING_REVIEW
+        done_before = {r.task_id for r in ex.results}
+        calls_before = len(specialists.requests)
+        running = orch.continue_past_limit(ex.execution_id, reason, "acme/bob")
+        assert running.status == pb.EXECUTION_STATUS_RUNNING and list(running.waived_limits) == [reason]
+        deadline = time.monotonic() + 10
+        while (orch._store.get(ex.execution_id) or running).status == pb.EXECUTION_STATUS_RUNNING:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        final = orch._store.get(ex.execution_id)
+        assert final is not None
+        assert final.decision == common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE, final.summary
+        # Completed tasks were not run again (the checkpoint); the others ran.
+        rerun = [r.task.task_id for r in specialists.requests[calls_before:]]
+        assert not done_before & set(rerun)
+        resumed = [r for r in _trail(audit) if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_STARTED
+                   and "LIMIT_WAIVED" in r.reason_codes]
+        assert resumed and reason in resumed[0].reason_codes and "by=acme/bob" in resumed[0].reason_codes
+        _every_delegation_closed(audit)
+        with pytest.raises(errors.FailedPrecondition):
+            orch.continue_past_limit(ex.execution_id, reason, "acme/bob")
+    finally:
+        orch.close()
+        registry.close()
 
 
 def test_tenant_named_in_the_text_must_match_the_assertion(world: Any) -> None:
@@ -712,6 +966,7 @@ def test_a_user_request_is_a_user_execution_with_its_intent_as_an_enum(world: An
     assert ex.actor_type == common_pb2.ACTOR_TYPE_USER and ex.user_id == "alice" and not ex.system_actor
     assert list(ex.user_roles) == ["analyst"]
     assert (ex.intent, ex.intent_rule) == (pb.EXECUTION_INTENT_ANALYZE_PERMIT, "ANALYSIS")
+    assert (ex.intent_kind, ex.domain) == ("ANALYZE_PERMIT", "work-permit")
     status = _analyze(orch, token, "What is the status of WP-10231?")
     assert (status.intent, status.intent_rule) == (pb.EXECUTION_INTENT_PERMIT_STATUS, "STATUS")
 
@@ -722,3 +977,52 @@ def test_watch_reports_typed_events_from_snapshot_to_finished(world: Any) -> Non
     user = orch.authenticate(token, "spiffe://agentmesh.local/client/test")
     events = [e.event for e in orch.watch(user, ex.execution_id, lambda: True)]
     assert events == [pb.EXECUTION_EVENT_SNAPSHOT, pb.EXECUTION_EVENT_EXECUTION_FINISHED]
+
+
+def test_a_task_waiting_for_its_handoff_when_the_process_dies_runs_again_and_leaves_no_delegation_open(
+        world: Any) -> None:
+    orch, specialists, audit, token, _ = world
+    orch._revoker = Revocations()
+    specialists.handoffs["work-permit-agent"] = [handoff_to("training-agent")]
+    execution_id = orch.start(pb.AnalyzeRequest(user_assertion=token, tenant_id="acme",
+                                                request_text="Analyze permit WP-10231 and tell me if it can be "
+                                                             "released"), "x")
+    live = orch._live[execution_id]
+    assert live.plan is not None
+    first = live.plan.stages()[0][0]
+    crash: dict[str, Any] = {}
+    start = specialists.start
+
+    def dies_while_the_handoff_runs(agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float) -> Call:
+        if request.task.parent_task_id and not crash:
+            # What is stored and recorded at this moment is all a process killed now leaves behind.
+            crash["stored"], crash["records"] = orch._store.get(execution_id), len(audit.records)
+        return start(agent_id, request, timeout_s)
+
+    specialists.start = dies_while_the_handoff_runs
+    orch._run_task(live, first, None)
+    stored = crash["stored"]
+    orch._store.save(stored)
+    del audit.records[crash["records"]:]
+    orch._live.clear()
+    statuses = {n.task_id: n.status for n in stored.graph.nodes}
+    (old_handoff,) = [n for n in stored.graph.nodes if n.parent_task_id]
+    assert statuses[first] == common_pb2.TASK_STATUS_WAITING
+    assert statuses[old_handoff.task_id] == common_pb2.TASK_STATUS_RUNNING
+    specialists.start = start
+    calls_before = len(specialists.requests)
+
+    assert orch.resume_interrupted(background=False) == [execution_id]
+    ex = orch._store.get(execution_id)
+    assert ex is not None and ex.decision == common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE, ex.summary
+    # The waiting task ran again from its start (first call without outcomes), with a new handoff.
+    again = [r for r in specialists.requests[calls_before:] if r.task.task_id == first]
+    assert [len(r.handoff_outcomes) for r in again] == [0, 1]
+    handoffs = [n for n in ex.graph.nodes if n.parent_task_id]
+    assert [n.task_id for n in handoffs][0] == old_handoff.task_id and len({n.task_id for n in handoffs}) == 2
+    assert [n.status for n in handoffs] == [common_pb2.TASK_STATUS_CANCELLED, common_pb2.TASK_STATUS_COMPLETED]
+    # The dead process's handoff delegation is closed on the record; no delegation is left open.
+    closed = [r for r in audit.records + audit.outbox if r.task_id == old_handoff.task_id
+              and r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED]
+    assert closed and "DELEGATED_BEFORE_RESTART" in closed[-1].reason_codes
+    _every_delegation_closed(audit)

@@ -10,7 +10,6 @@ import pytest
 import yaml
 
 from agentmesh.v1 import common_pb2
-from supervisor_svc.contract import CONDITION_PERMIT_FOUND, Analysis, condition_holds
 from supervisor_svc.errors import (
     AgentNotActive,
     HandoffRejected,
@@ -24,9 +23,11 @@ from supervisor_svc.limits import ExecutionBudget, LimitPolicy, Limits
 from supervisor_svc.planner import HandoffRequest, Plan, admit_handoff, build_plan, lineage, stages, validate_graph
 from supervisor_svc.registry import AgentRegistry, LifecycleStatus, default_agents_dir
 from supervisor_svc.selection import AgentSelector
-from supervisor_svc.tenants import TenantDirectory
+
+from .conftest import demo_tenants
 
 USER = common_pb2.UserContext(tenant_id="acme", user_id="alice", session_id="s-1", conversation_id="c-1")
+CONDITION_PERMIT_FOUND = "permit_found"
 ANALYZE = "Analyze permit WP-10231 and tell me if it can be released"
 
 
@@ -41,7 +42,7 @@ def test_analysis_plan_is_work_permit_then_three_in_parallel(selector: AgentSele
     assert agents == ["work-permit-agent", "training-agent", "risk-agent", "compliance-agent"]
     assert plan.stages() == [["exe-1-t1"], ["exe-1-t2", "exe-1-t3", "exe-1-t4"]]
     assert all(e.from_task_id == "exe-1-t1" and e.condition == CONDITION_PERMIT_FOUND for e in plan.graph.edges)
-    assert plan.expected == (Analysis.WORK_PERMIT, Analysis.TRAINING, Analysis.RISK, Analysis.COMPLIANCE)
+    assert plan.expected == ("work-permit", "training", "risk", "compliance")
     first = plan.task("exe-1-t1")
     assert dict(first.input) == {"permit_id": "WP-10231"}
     assert list(first.required_capabilities) == ["workPermit.get"]
@@ -71,7 +72,7 @@ def test_disabled_specialist_is_recorded_not_run(selector: AgentSelector, regist
     plan = _plan(selector)
     assert [n.target_agent_id for n in plan.graph.nodes] == ["work-permit-agent", "training-agent",
                                                              "compliance-agent"]
-    assert [r.analysis for r in plan.not_run] == [Analysis.RISK]
+    assert [r.analysis for r in plan.not_run] == ["risk"]
     assert "risk-agent" in plan.not_run[0].reason
 
 
@@ -106,14 +107,22 @@ def _wp_result(found: bool) -> common_pb2.AgentResult:
     return result
 
 
-def test_permit_found_condition() -> None:
-    assert condition_holds(CONDITION_PERMIT_FOUND, Analysis.WORK_PERMIT, _wp_result(True))
-    assert not condition_holds(CONDITION_PERMIT_FOUND, Analysis.WORK_PERMIT, _wp_result(False))
-    assert not condition_holds(CONDITION_PERMIT_FOUND, Analysis.WORK_PERMIT, None)
+def test_permit_found_condition(selector: AgentSelector) -> None:
+    plan = _plan(selector)
+    edge = plan.incoming("exe-1-t2")[0]
+    assert plan.edge_holds(edge, {"exe-1-t1": _wp_result(True)})
+    assert not plan.edge_holds(edge, {"exe-1-t1": _wp_result(False)})
+    assert plan.branch_not_taken(edge, {"exe-1-t1": _wp_result(False)})  # off the path, not missing
+    assert not plan.edge_holds(edge, {})
+    assert not plan.branch_not_taken(edge, {})  # undetermined: neither branch
     failed = _wp_result(True)
     failed.status = common_pb2.RESULT_STATUS_FAILED
-    assert not condition_holds(CONDITION_PERMIT_FOUND, Analysis.WORK_PERMIT, failed)
-    assert not condition_holds("something_else", Analysis.WORK_PERMIT, _wp_result(True))  # fail closed
+    assert not plan.edge_holds(edge, {"exe-1-t1": failed})
+    broken = _wp_result(True)
+    del broken.result.fields["permit"]  # breaks the task's contract: required when permit_found
+    assert not plan.edge_holds(edge, {"exe-1-t1": broken})
+    unknown = common_pb2.TaskEdge(from_task_id="exe-1-t1", to_task_id="exe-1-t2", condition="something_else")
+    assert not plan.edge_holds(unknown, {"exe-1-t1": _wp_result(True)})  # fail closed
 
 
 # --- graphs ----------------------------------------------------------------------------------------------
@@ -174,7 +183,7 @@ def loopy(tmp_path: Path) -> Iterator[tuple[AgentRegistry, AgentSelector]]:
         data["allowed_delegations"] = targets
         path.write_text(yaml.safe_dump(data))
     with AgentRegistry(tmp_path / "db", agents) as reg:
-        yield reg, AgentSelector(reg, TenantDirectory.load())
+        yield reg, AgentSelector(reg, demo_tenants())
 
 
 def _handoff(from_task: str, target: str, correlation: str = "corr-1",

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from supervisor_svc.definitions import default_catalog, projection_config
 from supervisor_svc.errors import ConfigError
 from supervisor_svc.projection import ProjectionConfig, Projector, canonical_json, context_digest, to_struct
 
@@ -38,7 +39,8 @@ PERMIT: dict[str, Any] = {
 
 @pytest.fixture()
 def projector() -> Projector:
-    return Projector(ProjectionConfig.load())
+    """The platform's projection configuration with the shipped domains' whitelists."""
+    return Projector(projection_config(default_catalog()))
 
 
 def _contains_key(value: Any, key: str) -> bool:

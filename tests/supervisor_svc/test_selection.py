@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from supervisor_svc.errors import NoAgentAvailable
+from agentmesh.v1 import tenant_service_pb2 as tenant_pb2
+from supervisor_svc.errors import NoAgentAvailable, TenantNotConfigured
 from supervisor_svc.registry import AgentRegistry, LifecycleStatus
 from supervisor_svc.selection import (
     WEIGHTS,
@@ -19,7 +20,7 @@ from supervisor_svc.selection import (
 )
 from supervisor_svc.tenants import TenantDirectory
 
-ALL = {"work-permit-agent", "training-agent", "risk-agent", "compliance-agent"}
+ALL = {"work-permit-agent", "training-agent", "risk-agent", "compliance-agent", "employee-agent", "medical-agent"}
 
 
 @pytest.mark.parametrize(
@@ -28,11 +29,12 @@ ALL = {"work-permit-agent", "training-agent", "risk-agent", "compliance-agent"}
         (Requirement(domains=("training",)), ["training-agent"]),
         (Requirement(required_capabilities=("training.getStatus",)), ["training-agent"]),
         (Requirement(required_capabilities=("workPermit.get",)),
-         ["risk-agent", "compliance-agent", "work-permit-agent"]),  # fewest extra capabilities first
+         ["employee-agent", "risk-agent", "compliance-agent", "work-permit-agent"]),  # fewest extra capabilities first
         (Requirement(domains=("risk",), required_capabilities=("workPermit.get",)), ["risk-agent"]),
         (Requirement(domains=("compliance",), knowledge_scopes=("compliance.nr",)), ["compliance-agent"]),
         (Requirement(domains=("compliance",), knowledge_scopes=("training.nr",)), []),
-        (Requirement(domains=("medical",)), []),
+        (Requirement(domains=("medical",)), ["medical-agent"]),
+        (Requirement(domains=("payroll",)), []),
     ],
 )
 def test_discovery_filters(registry: AgentRegistry, requirement: Requirement, candidates: list[str]) -> None:
@@ -49,7 +51,8 @@ def test_exclusion_reasons_explain_each_agent(registry: AgentRegistry) -> None:
                                  required_capabilities=("training.getStatus",)))
     reasons = {x.agent_id: x.reason for x in found.excluded}
     assert reasons == {"compliance-agent": "TENANT_NOT_ALLOWED", "risk-agent": "NOT_ACTIVE",
-                       "work-permit-agent": "CAPABILITY_MISSING"}
+                       "work-permit-agent": "CAPABILITY_MISSING", "employee-agent": "DOMAIN_MISMATCH",
+                       "medical-agent": "DOMAIN_MISMATCH"}
     assert [c.agent_id for c in found.candidates] == ["training-agent"]
 
 
@@ -112,14 +115,13 @@ def test_weights_must_sum_to_one() -> None:
 
 
 def test_selector_uses_tenant_configuration(registry: AgentRegistry, tmp_path: Path) -> None:
-    cfg = tmp_path / "tenants.yaml"
-    cfg.write_text("tenants:\n  acme:\n    allowed_agents: [work-permit-agent]\n")
-    selector = AgentSelector(registry, TenantDirectory.load(cfg))
+    selector = AgentSelector(registry, TenantDirectory.of([tenant_pb2.TenantDefinition(
+        tenant_id="acme", display_name="ACME", allowed_agents=["work-permit-agent"])]))
     assert selector.select("acme", Requirement(domains=("work-permit",))).agent.agent_id == "work-permit-agent"
     with pytest.raises(NoAgentAvailable) as err:
         selector.select("acme", Requirement(domains=("training",)))
     assert err.value.excluded["training-agent"].startswith("TENANT_NOT_ALLOWED")
-    with pytest.raises(NoAgentAvailable):  # unknown tenant: no agent at all
+    with pytest.raises(TenantNotConfigured):  # not "no agent available": the tenant is not configured
         selector.select("initech", Requirement(domains=("work-permit",)))
 
 
