@@ -272,9 +272,8 @@ def seed_tenants(config: MeshConfig, policy_address: str) -> list[str]:
     return [r.tenant.tenant_id for r in response.results]
 
 
-def ensure_lms_admin_token(config: MeshConfig) -> Path:
-    """The sandbox LMS's admin token file, created (random, 0600, directory 0700) if missing."""
-    path = config.mesh_home.lms_admin_token
+def _ensure_token_file(path: Path) -> Path:
+    """A bearer token file, created (random, 0600, directory 0700) if missing."""
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.parent.chmod(0o700)
@@ -285,21 +284,16 @@ def ensure_lms_admin_token(config: MeshConfig) -> Path:
             fh.write(secrets.token_urlsafe(32) + "\n")
         os.replace(tmp, path)
     return path
+
+
+def ensure_lms_admin_token(config: MeshConfig) -> Path:
+    """The sandbox LMS's admin token file, created (random, 0600, directory 0700) if missing."""
+    return _ensure_token_file(config.mesh_home.lms_admin_token)
 
 
 def ensure_model_sandbox_admin_token(config: MeshConfig) -> Path:
     """The sandbox model server's admin token file, created (random, 0600, directory 0700) if missing."""
-    path = config.mesh_home.model_sandbox_admin_token
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.parent.chmod(0o700)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.unlink(missing_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(secrets.token_urlsafe(32) + "\n")
-        os.replace(tmp, path)
-    return path
+    return _ensure_token_file(config.mesh_home.model_sandbox_admin_token)
 
 
 def model_sandbox_admin_token(config: MeshConfig) -> str:
