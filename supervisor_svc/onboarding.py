@@ -28,6 +28,7 @@ functions.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import datetime as _dt
 import json
 import re
@@ -433,16 +434,28 @@ class Onboarding:
             raise VersionExists(f"{key} is already registered", field="manifest.version")
         by = f"user:{user.tenant_id}/{user.user_id}"
         at = _now()
-        with self._tx() as db:
-            db.execute("INSERT INTO agent_versions (agent_id, version, manifest_json, endpoint, spiffe_id, status, "
-                       "registered_by, registrant, created_at) VALUES (?, ?, ?, ?, ?, 'DRAFT', ?, ?, ?)",
+        record = dict(tenant_id=user.tenant_id, user_id=user.user_id, agent_id=parsed.agent_id,
+                      resource=f"agent-version:{key}",
+                      reason_codes=["AGENT_VERSION_REGISTERED", "status=DRAFT", f"endpoint={endpoint}",
+                                    f"changed_by={by}"])
+        # Durable in the log before the version exists (raises, and nothing is registered, if it cannot be).
+        self._audit("STATUS_CHANGED", outcome="SUCCESS", first=True, **record)
+        with self._not_applied_on_failure(record), self._tx() as db:
+            db.execute("INSERT INTO agent_versions (agent_id, version, manifest_json, endpoint, spiffe_id, "
+                       "status, registered_by, registrant, created_at) VALUES (?, ?, ?, ?, ?, 'DRAFT', ?, ?, ?)",
                        (parsed.agent_id, parsed.version, json.dumps(data, sort_keys=True), endpoint, spiffe_id,
                         by, user.user_id, at))
-        self._audit("STATUS_CHANGED", outcome="SUCCESS", tenant_id=user.tenant_id, user_id=user.user_id,
-                    agent_id=parsed.agent_id, resource=f"agent-version:{key}",
-                    reason_codes=["AGENT_VERSION_REGISTERED", "status=DRAFT", f"endpoint={endpoint}",
-                                  f"changed_by={by}"])
         return self.get(parsed.agent_id, parsed.version)
+
+    @contextlib.contextmanager
+    def _not_applied_on_failure(self, record: Mapping[str, Any]) -> Iterator[None]:
+        """A change whose record is in the log but that could not be stored says so (FAILURE, NOT_APPLIED)."""
+        try:
+            yield
+        except BaseException:
+            self._audit("STATUS_CHANGED", outcome="FAILURE",
+                        **{**record, "reason_codes": ["NOT_APPLIED", *record["reason_codes"]]})
+            raise
 
     def transition(
         self, user: assertion.UserIdentity, agent_id: str, version: str, to: LifecycleStatus, reason: str
@@ -501,9 +514,17 @@ class Onboarding:
 
     def _move(self, user: assertion.UserIdentity, record: AgentVersionRecord, to: LifecycleStatus, reason: str,
               by: str, *, problems: Sequence[str] | None = None) -> None:
-        if record.shipped:
-            self._registry.set_status(record.agent_id, to, reason, by)
-        else:
+        entry = dict(tenant_id=user.tenant_id, user_id=user.user_id, agent_id=record.agent_id,
+                     resource=f"agent-version:{record.key}",
+                     reason_codes=["AGENT_VERSION_TRANSITION", f"from={record.status.value}", f"status={to.value}",
+                                   f"reason={reason}"[:500], f"changed_by={by}",
+                                   *([f"problem={p}"[:500] for p in problems] if problems else [])])
+        # Durable in the log before the move takes effect (raises, and nothing moves, if it cannot be).
+        self._audit("STATUS_CHANGED", outcome="SUCCESS", first=True, **entry)
+        with self._not_applied_on_failure(entry):
+            if record.shipped:
+                self._registry.set_status(record.agent_id, to, reason, by)
+                return
             at = _now()
             with self._tx() as db:
                 db.execute("UPDATE agent_versions SET status = ?" + (", problems_json = ?" if problems is not None
@@ -513,11 +534,6 @@ class Onboarding:
                 db.execute("INSERT INTO agent_version_history (agent_id, version, from_status, to_status, reason, "
                            "changed_by, changed_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                            (record.agent_id, record.version, record.status.value, to.value, reason, by, at))
-        self._audit("STATUS_CHANGED", outcome="SUCCESS", tenant_id=user.tenant_id, user_id=user.user_id,
-                    agent_id=record.agent_id, resource=f"agent-version:{record.key}",
-                    reason_codes=["AGENT_VERSION_TRANSITION", f"from={record.status.value}", f"status={to.value}",
-                                  f"reason={reason}"[:500], f"changed_by={by}",
-                                  *([f"problem={p}"[:500] for p in problems] if problems else [])])
 
     def set_agent_status(self, agent_id: str, status: LifecycleStatus, reason: str, by: str) -> None:
         """``SetAgentStatus`` (the operator identity's kill switch, §63) on an agent served by a registered version.

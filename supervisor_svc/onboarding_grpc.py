@@ -16,7 +16,7 @@ from agentmesh.v1 import common_pb2
 from agentmesh.v1 import policy_service_pb2 as policy_pb2
 from agentmesh.vocabulary import LifecycleStatus, RiskLevel
 from supervisor_svc.onboarding import AgentVersionRecord, CapabilityFacts, Transition
-from supervisor_svc.recording import narrative
+from supervisor_svc.recording import governing, narrative
 from supervisor_svc.registry import AgentEntry
 
 __all__ = ["audit_adapter", "capability_facts", "policy_adapter", "to_proto"]
@@ -46,11 +46,14 @@ def policy_adapter(
 
 
 def audit_adapter(audit: AuditRecorder) -> Callable[..., None]:
-    """The onboarding's ``audit``: a durable narrative record (outbox when audit is away)."""
+    """The onboarding's ``audit``: with ``first``, the record that lets a change take effect (durable in the
+    log, or UNAVAILABLE ``AUDIT_UNAVAILABLE`` and the change does not happen); otherwise a durable narrative
+    record (a refusal, what did not happen: kept in the outbox when audit is away)."""
 
-    def record(event: str, *, outcome: str, **fields: Any) -> None:
-        narrative(audit, getattr(audit_pb2, f"AUDIT_EVENT_TYPE_{event}"),
-                  outcome=getattr(audit_pb2, f"AUDIT_OUTCOME_{outcome}"), **fields)
+    def record(event: str, *, outcome: str, first: bool = False, **fields: Any) -> None:
+        write = governing if first else narrative
+        write(audit, getattr(audit_pb2, f"AUDIT_EVENT_TYPE_{event}"),
+              outcome=getattr(audit_pb2, f"AUDIT_OUTCOME_{outcome}"), **fields)
 
     return record
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from agentmesh import assertion
+from agentmesh import assertion, errors
 from agentmesh.vocabulary import LifecycleStatus as S
 from agentmesh.vocabulary import RiskLevel
 from supervisor_svc.errors import RequestInvalid
@@ -108,6 +108,38 @@ def test_only_whom_the_policy_allows_registers(world: Any) -> None:
     assert err.value.reason == "POLICY_DENIED" and err.value.field == "user_assertion"
     assert audit[-1]["event"] == "ACCESS_DENIED" and "agent.requires_manager" in audit[-1]["reason_codes"]
     assert [r.version for r in onboarding.list("training-agent")] == ["1.0.0"]
+
+
+def test_a_registration_or_a_move_whose_record_cannot_be_made_durable_does_not_happen(tmp_path: Path) -> None:
+    kept: list[dict[str, Any]] = []
+    audit_up = [True]
+
+    def audit(event: str, *, first: bool = False, **fields: Any) -> None:
+        if first and not audit_up[0]:
+            raise errors.Unavailable("audit could not make the record durable", reason="AUDIT_UNAVAILABLE")
+        kept.append({"event": event, "first": first, **fields})
+
+    with AgentRegistry(tmp_path / "agents.db") as registry:
+        onboarding = Onboarding(tmp_path / "lifecycle.db", registry, lambda: ReleaseManager(CAPS),
+                                authorize=Policy(), audit=audit)
+        try:
+            audit_up[0] = False
+            with pytest.raises(errors.Unavailable):
+                onboarding.register(OLGA, manifest(), "h:1", SPIFFE)
+            assert [r.version for r in onboarding.list("training-agent")] == ["1.0.0"] and kept == []
+            audit_up[0] = True
+            onboarding.register(OLGA, manifest(), "h:1", SPIFFE)
+            assert kept[-1]["first"] and "AGENT_VERSION_REGISTERED" in kept[-1]["reason_codes"]
+            audit_up[0] = False
+            with pytest.raises(errors.Unavailable):
+                onboarding.transition(OLGA, "training-agent", "1.1.0", S.VALIDATING, "validate")
+            assert onboarding.get("training-agent", "1.1.0").status is S.DRAFT
+            # A shipped version's kill-switch-free move goes through the same gate.
+            with pytest.raises(errors.Unavailable):
+                onboarding.transition(OLGA, "training-agent", "1.0.0", S.DEPRECATED, "replace")
+            assert registry.get("training-agent").status is S.ACTIVE
+        finally:
+            onboarding.close()
 
 
 def test_the_whole_lifecycle_and_only_its_edges(world: Any) -> None:
