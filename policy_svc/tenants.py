@@ -325,19 +325,25 @@ class TenantDirectory:
                 change = pb.TENANT_CHANGE_CREATED if before is None else pb.TENANT_CHANGE_UPDATED
                 changed.append((definition, policy, change))
                 results.append(Applied(definition, change))
-            for definition, _, change in changed:
-                # The change lets authority take effect: it is durable in the log first, or nothing happens.
-                self._record(definition, change, caller)
-            if changed:
-                try:
+            recorded: list[pb.TenantDefinition] = []
+            cause = "AUDIT_UNAVAILABLE"
+            try:
+                for definition, _, change in changed:
+                    # The change lets authority take effect: it is durable in the log first, or nothing happens.
+                    self._record(definition, change, caller)
+                    recorded.append(definition)
+                cause = "TENANT_STORE_FAILED"
+                if changed:
                     self._store.put([d for d, _, _ in changed])
-                except Exception:
-                    for definition, _, _ in changed:
-                        self._narrate(audit_pb2.AUDIT_EVENT_TYPE_TENANT_CHANGED,
-                                      outcome=audit_pb2.AUDIT_OUTCOME_FAILURE, tenant_id=definition.tenant_id,
-                                      reason_codes=["NOT_APPLIED", "TENANT_STORE_FAILED",
-                                                    f"revision={definition.revision}"])
-                    raise
+            except Exception:
+                # Nothing was applied: every change already on the record says so (one tenant's record may be
+                # in the log when the next one's could not be written).
+                for definition in recorded:
+                    self._narrate(audit_pb2.AUDIT_EVENT_TYPE_TENANT_CHANGED,
+                                  outcome=audit_pb2.AUDIT_OUTCOME_FAILURE, tenant_id=definition.tenant_id,
+                                  reason_codes=["NOT_APPLIED", cause, f"revision={definition.revision}"])
+                raise
+            if changed:
                 self._engine.set_tenants({d.tenant_id: policy for d, policy, _ in changed})
                 for definition, _, _ in changed:
                     self._tenants[definition.tenant_id] = definition

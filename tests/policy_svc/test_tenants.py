@@ -141,6 +141,30 @@ def test_audit_down_changes_nothing(directory: Any, make_request: Any) -> None:
     assert invoke(engine, make_request, "initech", ("analyst",)).effect is Effect.DENY
 
 
+def test_audit_lost_midway_through_a_change_of_two_tenants_records_the_first_as_not_applied(
+        directory: Any, make_request: Any) -> None:
+    tenants, engine, audit, _ = directory
+    record = audit.record
+
+    def first_only(event_type: int, **fields: Any) -> None:
+        if audit.records:
+            raise errors.Unavailable("connection refused", reason="UNAVAILABLE")
+        record(event_type, **fields)
+
+    audit.record = first_only  # type: ignore[method-assign]
+    with pytest.raises(errors.Unavailable) as caught:
+        tenants.apply([initech(), initech(tenant_id="umbrella", display_name="Umbrella")], OPERATOR)
+    assert caught.value.reason == "AUDIT_UNAVAILABLE"
+    changed, not_applied = audit.records
+    assert changed.tenant_id == "initech" and changed.outcome == audit_pb2.AUDIT_OUTCOME_SUCCESS
+    assert (not_applied.tenant_id, not_applied.outcome) == ("initech", audit_pb2.AUDIT_OUTCOME_FAILURE)
+    assert not_applied.reason_codes[:2] == ["NOT_APPLIED", "AUDIT_UNAVAILABLE"]
+    for tenant in ("initech", "umbrella"):
+        with pytest.raises(TenantNotConfigured):
+            tenants.get(tenant)
+        assert invoke(engine, make_request, tenant, ("analyst",)).effect is Effect.DENY
+
+
 @pytest.mark.parametrize(("change", "field", "message"), [
     ({"tenant_id": "Init/ech"}, "tenants[0].tenant_id", "lowercase"),
     ({"display_name": ""}, "tenants[0].display_name", "required"),
