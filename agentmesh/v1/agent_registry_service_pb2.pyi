@@ -84,7 +84,7 @@ class AgentVersionTransition(_message.Message):
     def __init__(self, from_status: _Optional[_Union[_common_pb2.LifecycleStatus, str]] = ..., to_status: _Optional[_Union[_common_pb2.LifecycleStatus, str]] = ..., reason: _Optional[str] = ..., changed_by: _Optional[str] = ..., changed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class AgentVersion(_message.Message):
-    __slots__ = ("agent_id", "version", "status", "endpoint", "spiffe_id", "registered_by", "definition", "history", "problems")
+    __slots__ = ("agent_id", "version", "status", "endpoint", "spiffe_id", "registered_by", "definition", "history", "problems", "evaluation")
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -94,6 +94,7 @@ class AgentVersion(_message.Message):
     DEFINITION_FIELD_NUMBER: _ClassVar[int]
     HISTORY_FIELD_NUMBER: _ClassVar[int]
     PROBLEMS_FIELD_NUMBER: _ClassVar[int]
+    EVALUATION_FIELD_NUMBER: _ClassVar[int]
     agent_id: str
     version: str
     status: _common_pb2.LifecycleStatus
@@ -103,7 +104,54 @@ class AgentVersion(_message.Message):
     definition: _common_pb2.AgentDefinition
     history: _containers.RepeatedCompositeFieldContainer[AgentVersionTransition]
     problems: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, agent_id: _Optional[str] = ..., version: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.LifecycleStatus, str]] = ..., endpoint: _Optional[str] = ..., spiffe_id: _Optional[str] = ..., registered_by: _Optional[str] = ..., definition: _Optional[_Union[_common_pb2.AgentDefinition, _Mapping]] = ..., history: _Optional[_Iterable[_Union[AgentVersionTransition, _Mapping]]] = ..., problems: _Optional[_Iterable[str]] = ...) -> None: ...
+    evaluation: AgentEvaluation
+    def __init__(self, agent_id: _Optional[str] = ..., version: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.LifecycleStatus, str]] = ..., endpoint: _Optional[str] = ..., spiffe_id: _Optional[str] = ..., registered_by: _Optional[str] = ..., definition: _Optional[_Union[_common_pb2.AgentDefinition, _Mapping]] = ..., history: _Optional[_Iterable[_Union[AgentVersionTransition, _Mapping]]] = ..., problems: _Optional[_Iterable[str]] = ..., evaluation: _Optional[_Union[AgentEvaluation, _Mapping]] = ...) -> None: ...
+
+class EvaluationCaseResult(_message.Message):
+    __slots__ = ("case_id", "description", "passed", "expected_verdict", "actual_verdict", "mismatches")
+    CASE_ID_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    PASSED_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_VERDICT_FIELD_NUMBER: _ClassVar[int]
+    ACTUAL_VERDICT_FIELD_NUMBER: _ClassVar[int]
+    MISMATCHES_FIELD_NUMBER: _ClassVar[int]
+    case_id: str
+    description: str
+    passed: bool
+    expected_verdict: str
+    actual_verdict: str
+    mismatches: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, case_id: _Optional[str] = ..., description: _Optional[str] = ..., passed: _Optional[bool] = ..., expected_verdict: _Optional[str] = ..., actual_verdict: _Optional[str] = ..., mismatches: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AgentEvaluation(_message.Message):
+    __slots__ = ("agent_id", "version", "dataset_version", "score", "passed_cases", "total_cases", "cases", "baseline_version", "baseline_score", "gate_passed", "gate_problems", "evaluated_by", "evaluated_at")
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DATASET_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    PASSED_CASES_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_CASES_FIELD_NUMBER: _ClassVar[int]
+    CASES_FIELD_NUMBER: _ClassVar[int]
+    BASELINE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    BASELINE_SCORE_FIELD_NUMBER: _ClassVar[int]
+    GATE_PASSED_FIELD_NUMBER: _ClassVar[int]
+    GATE_PROBLEMS_FIELD_NUMBER: _ClassVar[int]
+    EVALUATED_BY_FIELD_NUMBER: _ClassVar[int]
+    EVALUATED_AT_FIELD_NUMBER: _ClassVar[int]
+    agent_id: str
+    version: str
+    dataset_version: str
+    score: float
+    passed_cases: int
+    total_cases: int
+    cases: _containers.RepeatedCompositeFieldContainer[EvaluationCaseResult]
+    baseline_version: str
+    baseline_score: float
+    gate_passed: bool
+    gate_problems: _containers.RepeatedScalarFieldContainer[str]
+    evaluated_by: str
+    evaluated_at: _timestamp_pb2.Timestamp
+    def __init__(self, agent_id: _Optional[str] = ..., version: _Optional[str] = ..., dataset_version: _Optional[str] = ..., score: _Optional[float] = ..., passed_cases: _Optional[int] = ..., total_cases: _Optional[int] = ..., cases: _Optional[_Iterable[_Union[EvaluationCaseResult, _Mapping]]] = ..., baseline_version: _Optional[str] = ..., baseline_score: _Optional[float] = ..., gate_passed: _Optional[bool] = ..., gate_problems: _Optional[_Iterable[str]] = ..., evaluated_by: _Optional[str] = ..., evaluated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class RegisterAgentVersionRequest(_message.Message):
     __slots__ = ("user_assertion", "manifest", "endpoint", "spiffe_id")
@@ -150,6 +198,24 @@ class ListAgentVersionsRequest(_message.Message):
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     agent_id: str
     def __init__(self, agent_id: _Optional[str] = ...) -> None: ...
+
+class EvaluateAgentVersionRequest(_message.Message):
+    __slots__ = ("user_assertion", "agent_id", "version")
+    USER_ASSERTION_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    user_assertion: str
+    agent_id: str
+    version: str
+    def __init__(self, user_assertion: _Optional[str] = ..., agent_id: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
+
+class EvaluateAgentVersionResponse(_message.Message):
+    __slots__ = ("evaluation", "version")
+    EVALUATION_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    evaluation: AgentEvaluation
+    version: AgentVersion
+    def __init__(self, evaluation: _Optional[_Union[AgentEvaluation, _Mapping]] = ..., version: _Optional[_Union[AgentVersion, _Mapping]] = ...) -> None: ...
 
 class ListAgentVersionsResponse(_message.Message):
     __slots__ = ("versions",)

@@ -78,6 +78,11 @@ class AgentRegistryServiceStub:
                 request_serializer=agentmesh_dot_v1_dot_agent__registry__service__pb2.ListAgentVersionsRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_v1_dot_agent__registry__service__pb2.ListAgentVersionsResponse.FromString,
                 _registered_method=True)
+        self.EvaluateAgentVersion = channel.unary_unary(
+                '/agentmesh.v1.AgentRegistryService/EvaluateAgentVersion',
+                request_serializer=agentmesh_dot_v1_dot_agent__registry__service__pb2.EvaluateAgentVersionRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_v1_dot_agent__registry__service__pb2.EvaluateAgentVersionResponse.FromString,
+                _registered_method=True)
 
 
 class AgentRegistryServiceServicer:
@@ -179,6 +184,29 @@ class AgentRegistryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EvaluateAgentVersion(self, request, context):
+        """Runs the agent's evaluation dataset against one version in a sandbox
+        (PRD §60-61): every case is a task sent to the version's process under a
+        sandbox grant, whose capability calls the capability service answers
+        from the case's mocks (nothing runs, nothing persists, an unmocked or
+        unregistered capability fails closed). The result is a score and a
+        regression gate against the previous version's evaluation; it is kept
+        with the version and audited. A version in EVALUATING whose gate fails
+        goes back to DRAFT. Operators only, acting as a user the policy engine
+        allows (OPERATION_KIND_MANAGE_AGENT). A version in VALIDATING..DRAFT or
+        RETIRED is not evaluated.
+
+        Errors: INVALID_ARGUMENT `MISSING_FIELD` (agent_id, version);
+        UNAUTHENTICATED `ASSERTION_INVALID`; PERMISSION_DENIED `POLICY_DENIED`;
+        NOT_FOUND `AGENT_VERSION_NOT_FOUND`, `EVALUATION_DATASET_NOT_FOUND`
+        (agent_id); FAILED_PRECONDITION `EVALUATION_NOT_ALLOWED` (the version's
+        status); UNAVAILABLE `AGENT_UNAVAILABLE` (the version's process answered
+        no case), `AUDIT_UNAVAILABLE`, `POLICY_UNAVAILABLE`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentRegistryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -216,6 +244,11 @@ def add_AgentRegistryServiceServicer_to_server(servicer, server):
                     servicer.ListAgentVersions,
                     request_deserializer=agentmesh_dot_v1_dot_agent__registry__service__pb2.ListAgentVersionsRequest.FromString,
                     response_serializer=agentmesh_dot_v1_dot_agent__registry__service__pb2.ListAgentVersionsResponse.SerializeToString,
+            ),
+            'EvaluateAgentVersion': grpc.unary_unary_rpc_method_handler(
+                    servicer.EvaluateAgentVersion,
+                    request_deserializer=agentmesh_dot_v1_dot_agent__registry__service__pb2.EvaluateAgentVersionRequest.FromString,
+                    response_serializer=agentmesh_dot_v1_dot_agent__registry__service__pb2.EvaluateAgentVersionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -416,6 +449,33 @@ class AgentRegistryService:
             '/agentmesh.v1.AgentRegistryService/ListAgentVersions',
             agentmesh_dot_v1_dot_agent__registry__service__pb2.ListAgentVersionsRequest.SerializeToString,
             agentmesh_dot_v1_dot_agent__registry__service__pb2.ListAgentVersionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EvaluateAgentVersion(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.v1.AgentRegistryService/EvaluateAgentVersion',
+            agentmesh_dot_v1_dot_agent__registry__service__pb2.EvaluateAgentVersionRequest.SerializeToString,
+            agentmesh_dot_v1_dot_agent__registry__service__pb2.EvaluateAgentVersionResponse.FromString,
             options,
             channel_credentials,
             insecure,

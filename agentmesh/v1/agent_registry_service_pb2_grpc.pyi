@@ -101,6 +101,25 @@ class AgentRegistryServiceStub:
     """
     ListAgentVersions: _grpc.UnaryUnaryMultiCallable[_agent_registry_service_pb2.ListAgentVersionsRequest, _agent_registry_service_pb2.ListAgentVersionsResponse]
     """Lists the versions of an agent (or of every agent) with their history."""
+    EvaluateAgentVersion: _grpc.UnaryUnaryMultiCallable[_agent_registry_service_pb2.EvaluateAgentVersionRequest, _agent_registry_service_pb2.EvaluateAgentVersionResponse]
+    """Runs the agent's evaluation dataset against one version in a sandbox
+    (PRD §60-61): every case is a task sent to the version's process under a
+    sandbox grant, whose capability calls the capability service answers
+    from the case's mocks (nothing runs, nothing persists, an unmocked or
+    unregistered capability fails closed). The result is a score and a
+    regression gate against the previous version's evaluation; it is kept
+    with the version and audited. A version in EVALUATING whose gate fails
+    goes back to DRAFT. Operators only, acting as a user the policy engine
+    allows (OPERATION_KIND_MANAGE_AGENT). A version in VALIDATING..DRAFT or
+    RETIRED is not evaluated.
+
+    Errors: INVALID_ARGUMENT `MISSING_FIELD` (agent_id, version);
+    UNAUTHENTICATED `ASSERTION_INVALID`; PERMISSION_DENIED `POLICY_DENIED`;
+    NOT_FOUND `AGENT_VERSION_NOT_FOUND`, `EVALUATION_DATASET_NOT_FOUND`
+    (agent_id); FAILED_PRECONDITION `EVALUATION_NOT_ALLOWED` (the version's
+    status); UNAVAILABLE `AGENT_UNAVAILABLE` (the version's process answered
+    no case), `AUDIT_UNAVAILABLE`, `POLICY_UNAVAILABLE`.
+    """
 
 @_typing.type_check_only
 class AgentRegistryServiceAsyncStub(AgentRegistryServiceStub):
@@ -173,6 +192,25 @@ class AgentRegistryServiceAsyncStub(AgentRegistryServiceStub):
     """
     ListAgentVersions: _aio.UnaryUnaryMultiCallable[_agent_registry_service_pb2.ListAgentVersionsRequest, _agent_registry_service_pb2.ListAgentVersionsResponse]  # type: ignore[assignment]
     """Lists the versions of an agent (or of every agent) with their history."""
+    EvaluateAgentVersion: _aio.UnaryUnaryMultiCallable[_agent_registry_service_pb2.EvaluateAgentVersionRequest, _agent_registry_service_pb2.EvaluateAgentVersionResponse]  # type: ignore[assignment]
+    """Runs the agent's evaluation dataset against one version in a sandbox
+    (PRD §60-61): every case is a task sent to the version's process under a
+    sandbox grant, whose capability calls the capability service answers
+    from the case's mocks (nothing runs, nothing persists, an unmocked or
+    unregistered capability fails closed). The result is a score and a
+    regression gate against the previous version's evaluation; it is kept
+    with the version and audited. A version in EVALUATING whose gate fails
+    goes back to DRAFT. Operators only, acting as a user the policy engine
+    allows (OPERATION_KIND_MANAGE_AGENT). A version in VALIDATING..DRAFT or
+    RETIRED is not evaluated.
+
+    Errors: INVALID_ARGUMENT `MISSING_FIELD` (agent_id, version);
+    UNAUTHENTICATED `ASSERTION_INVALID`; PERMISSION_DENIED `POLICY_DENIED`;
+    NOT_FOUND `AGENT_VERSION_NOT_FOUND`, `EVALUATION_DATASET_NOT_FOUND`
+    (agent_id); FAILED_PRECONDITION `EVALUATION_NOT_ALLOWED` (the version's
+    status); UNAVAILABLE `AGENT_UNAVAILABLE` (the version's process answered
+    no case), `AUDIT_UNAVAILABLE`, `POLICY_UNAVAILABLE`.
+    """
 
 class AgentRegistryServiceServicer(metaclass=_abc_1.ABCMeta):
     """The official list of agents (PRD §8), hosted by the supervisor. Platform
@@ -284,5 +322,30 @@ class AgentRegistryServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_agent_registry_service_pb2.ListAgentVersionsResponse, _abc.Awaitable[_agent_registry_service_pb2.ListAgentVersionsResponse]]:
         """Lists the versions of an agent (or of every agent) with their history."""
+
+    @_abc_1.abstractmethod
+    def EvaluateAgentVersion(
+        self,
+        request: _agent_registry_service_pb2.EvaluateAgentVersionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_registry_service_pb2.EvaluateAgentVersionResponse, _abc.Awaitable[_agent_registry_service_pb2.EvaluateAgentVersionResponse]]:
+        """Runs the agent's evaluation dataset against one version in a sandbox
+        (PRD §60-61): every case is a task sent to the version's process under a
+        sandbox grant, whose capability calls the capability service answers
+        from the case's mocks (nothing runs, nothing persists, an unmocked or
+        unregistered capability fails closed). The result is a score and a
+        regression gate against the previous version's evaluation; it is kept
+        with the version and audited. A version in EVALUATING whose gate fails
+        goes back to DRAFT. Operators only, acting as a user the policy engine
+        allows (OPERATION_KIND_MANAGE_AGENT). A version in VALIDATING..DRAFT or
+        RETIRED is not evaluated.
+
+        Errors: INVALID_ARGUMENT `MISSING_FIELD` (agent_id, version);
+        UNAUTHENTICATED `ASSERTION_INVALID`; PERMISSION_DENIED `POLICY_DENIED`;
+        NOT_FOUND `AGENT_VERSION_NOT_FOUND`, `EVALUATION_DATASET_NOT_FOUND`
+        (agent_id); FAILED_PRECONDITION `EVALUATION_NOT_ALLOWED` (the version's
+        status); UNAVAILABLE `AGENT_UNAVAILABLE` (the version's process answered
+        no case), `AUDIT_UNAVAILABLE`, `POLICY_UNAVAILABLE`.
+        """
 
 def add_AgentRegistryServiceServicer_to_server(servicer: AgentRegistryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
