@@ -8,6 +8,9 @@
     Registers a version from a manifest file (the format of ``supervisor_svc/agents/*.yaml``); DRAFT.
 ``agentmesh agents transition AGENT@VERSION STATUS --reason TEXT``
     Moves a version along one lifecycle edge (validate = VALIDATING, approve = APPROVED, ...).
+``agentmesh agents evaluate AGENT@VERSION``
+    Runs the agent's evaluation dataset against the version in a sandbox and prints each case, the
+    score and the regression gate (exit 0: the gate held; 3: it ran and the gate failed).
 ``agentmesh agents status AGENT STATUS --reason TEXT``
     The operator's kill switch (``SetAgentStatus``), also only along the lifecycle's edges.
 
@@ -63,6 +66,17 @@ def register(sub: Any, common: argparse.ArgumentParser, out: argparse.ArgumentPa
     p.add_argument("--reason", required=True, help="why (recorded)")
     add_user_options(p, "agent-operator")
     p.set_defaults(handler=cmd_transition)
+    p = asub.add_parser("evaluate", parents=[common, out], help="run the agent's evaluation dataset (sandbox)",
+                        description="Run the agent's evaluation dataset (supervisor_svc/evaluations/AGENT.yaml) "
+                                    "against AGENT@VERSION in a sandbox: every case is a task to the version's "
+                                    "process whose capability calls are answered from the case's mocks. Prints "
+                                    "each case, the score and the regression gate against the previous version. "
+                                    "An EVALUATING version whose gate fails goes back to DRAFT. Exit codes: 0 the "
+                                    "gate held, 3 it ran and the gate failed, 1 refused or not run.")
+    p.add_argument("target", metavar="AGENT@VERSION")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="S", help="give up after S seconds (300)")
+    add_user_options(p, "agent-operator")
+    p.set_defaults(handler=cmd_evaluate)
     p = asub.add_parser("status", parents=[common, out], help="the kill switch: change the status in service",
                         description="Change the status of the agent's version in service (SetAgentStatus, operators; "
                                     "only along the lifecycle's edges). Exits 1 when refused.")
@@ -168,15 +182,50 @@ def cmd_register(args: argparse.Namespace, cfg: MeshConfig) -> int:
     return 0
 
 
+def _target(text: str) -> tuple[str, str]:
+    from agentmesh.cli import CliError
+
+    agent_id, sep, version = text.partition("@")
+    if not sep or not agent_id or not version:
+        raise CliError("expected AGENT@VERSION, e.g. training-agent@1.1.0")
+    return agent_id, version
+
+
+def cmd_evaluate(args: argparse.Namespace, cfg: MeshConfig) -> int:
+    from google.protobuf import json_format
+
+    from agentmesh.cli import emit, print_table, user_assertion
+    from agentmesh.v1 import agent_registry_service_pb2 as reg_pb2
+
+    agent_id, version = _target(args.target)
+    req = reg_pb2.EvaluateAgentVersionRequest(user_assertion=user_assertion(args, cfg, "agent-operator"),
+                                              agent_id=agent_id, version=version)
+    resp = _registry(cfg, lambda s: s.EvaluateAgentVersion(req, timeout=args.timeout))
+    ev = resp.evaluation
+
+    def human() -> None:
+        print_table([{"case": c.case_id, "result": "pass" if c.passed else "FAIL",
+                      "expected": c.expected_verdict or "-", "got": c.actual_verdict or "-",
+                      "why": "; ".join(c.mismatches) or c.description} for c in ev.cases],
+                    ["case", "result", "expected", "got", "why"])
+        base = f"baseline {ev.baseline_version} {ev.baseline_score:.2f}" if ev.baseline_version else "no baseline"
+        print(f"{ev.agent_id}@{ev.version}  dataset {ev.dataset_version}  score {ev.score:.2f} "
+              f"({ev.passed_cases}/{ev.total_cases})  {base}  gate {'PASSED' if ev.gate_passed else 'FAILED'}")
+        for p in ev.gate_problems:
+            print(f"  gate: {p}")
+        _print_version(resp.version)
+
+    emit(args, json_format.MessageToDict(resp), human)
+    return 0 if ev.gate_passed else 3
+
+
 def cmd_transition(args: argparse.Namespace, cfg: MeshConfig) -> int:
     from google.protobuf import json_format
 
-    from agentmesh.cli import CliError, emit, user_assertion
+    from agentmesh.cli import emit, user_assertion
     from agentmesh.v1 import agent_registry_service_pb2 as reg_pb2
 
-    agent_id, sep, version = args.target.partition("@")
-    if not sep or not agent_id or not version:
-        raise CliError("expected AGENT@VERSION, e.g. training-agent@1.1.0")
+    agent_id, version = _target(args.target)
     default_role = "agent-approver" if args.status == "APPROVED" else "agent-operator"
     req = reg_pb2.TransitionAgentVersionRequest(
         user_assertion=user_assertion(args, cfg, default_role), agent_id=agent_id, version=version,

@@ -189,6 +189,11 @@ _BY_CODE[grpc.StatusCode.UNKNOWN] = Internal
 _E = TypeVar("_E", bound=MeshError)
 
 
+def error_class(code: grpc.StatusCode) -> type[MeshError]:
+    """The mesh error of a gRPC status code (INTERNAL for one the mesh never answers)."""
+    return _BY_CODE.get(code, Internal)
+
+
 def recorded(error: _E) -> _E:
     """Marks a refusal the service has audited itself, and returns it (``raise errors.recorded(err)``).
 
@@ -268,7 +273,7 @@ def from_rpc_error(err: grpc.RpcError) -> MeshError:
     """Maps a client-side RpcError back to the mesh exception it came from."""
     code = err.code() if isinstance(err, grpc.Call) else grpc.StatusCode.UNKNOWN
     message = err.details() if isinstance(err, grpc.Call) else str(err)
-    cls = _BY_CODE.get(code, Internal)
+    cls = error_class(code)
     reason, metadata = cls.default_reason, {}
     if isinstance(err, grpc.Call):
         status = rpc_status.from_call(err)

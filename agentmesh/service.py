@@ -61,12 +61,12 @@ class ServiceContext:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def channel(self, peer: str, peer_id: spiffe.SpiffeId | None = None) -> grpc.Channel:
-        """A shared mTLS channel to a peer process (a role or an agent id)."""
+    def channel(self, peer: str, peer_id: spiffe.SpiffeId | None = None, *, address: str = "") -> grpc.Channel:
+        """A shared mTLS channel to a peer process (a role or an agent id; or any name, with its ``address``)."""
         if peer not in self._channels:
             ident = peer_id or (spiffe.service(peer) if peer in mesh_config.ROLES else spiffe.agent(peer))
             self._channels[peer] = transport.secure_channel(
-                self.config.address(peer), self.tls, ident,
+                address or self.config.address(peer), self.tls, ident,
                 default_timeout_s=self.config.call_timeout_s,
             )
         return self._channels[peer]

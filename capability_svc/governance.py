@@ -8,6 +8,11 @@ In this order, each step failing closed:
    (``agentmesh.delegation``) — the principal recorded and shown to the
    policy is rebuilt from verified grants, never copied from the caller;
 2. the capability is executable and the input passes its JSON Schema;
+   under a sandbox grant (an evaluation, PRD §60) the call ends here: it is
+   answered from the grant's signed mock answers (held to the output
+   schema: ``SANDBOX_ANSWER_INVALID``), or refused (``SANDBOX_NOT_MOCKED``);
+   nothing runs, no policy is asked, nothing persists but its audit record
+   (``SANDBOX``);
 3. the grant names the resource the call acts on (``permit:WP-10231``, or
    ``tenant:acme`` for a search); an empty list names none;
    and the grant is not revoked (its execution was cancelled, or the grant
@@ -47,6 +52,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+import grpc
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from google.protobuf import json_format, struct_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -192,6 +198,31 @@ what was found, as after any write. A mutation without a probe is taken over and
 preconditions, e.g. PERMIT_ALREADY_RELEASED, refuse a second effect)."""
 
 
+def _fits(expected: Any, actual: Any) -> bool:
+    """An answer's input fits a call when each of its fields is in the call with the same value."""
+    if isinstance(expected, dict):
+        return isinstance(actual, dict) and all(k in actual and _fits(v, actual[k]) for k, v in expected.items())
+    return bool(expected == actual)
+
+
+def sandbox_answer(answers: Sequence[common_pb2.SandboxAnswer], capability_id: str,
+                   arguments: Mapping[str, Any]) -> common_pb2.SandboxAnswer | None:
+    """The first mocked answer of ``capability_id`` whose input fits ``arguments`` (None: unmocked)."""
+    for answer in answers:
+        if answer.capability_id == capability_id and _fits(json_format.MessageToDict(answer.input), arguments):
+            return answer
+    return None
+
+
+def sandbox_failure(answer: common_pb2.SandboxAnswer) -> errors.MeshError:
+    """The failure a mocked answer stands for (an unknown code name is UNAVAILABLE)."""
+    code = getattr(grpc.StatusCode, answer.error_code, grpc.StatusCode.UNAVAILABLE)
+    cls = errors.error_class(code)
+    if cls is errors.Internal:
+        cls = errors.Unavailable
+    return cls(f"mocked failure of {answer.capability_id}", reason=answer.error_reason or cls.default_reason)
+
+
 def revoked_error(revocation: Revocation) -> errors.PermissionDenied:
     """The refusal of a call under a revoked grant."""
     return errors.PermissionDenied(
@@ -310,6 +341,9 @@ class GovernedInvoker:
         except cap_errors.CapabilityError as err:
             raise self._refuse(mesh_error(err), req, grant, principal=principal) from err
         m = call.manifest
+        if grant.sandbox:
+            # An evaluation's task (PRD §60): answered from the signed mocks; nothing below runs.
+            return self._sandbox(req, grant, call, principal)
         resource = call.resource_ref
 
         # 3. The grant names the resource (an empty list names none: fail closed).
@@ -350,6 +384,47 @@ class GovernedInvoker:
             if claimed:
                 self._idem.release(grant.tenant_id, m.id, req.idempotency_key)
             raise
+
+    def _sandbox(self, req: pb.InvokeCapabilityRequest, grant: common_pb2.TaskGrant, call: PreparedCall,
+                 principal: common_pb2.AgentPrincipal) -> pb.InvokeCapabilityResponse:
+        """A call under a sandbox grant: the first of its mocked answers that fits, or a refusal.
+
+        The capability is registered and the input passed its schema (step 2); nothing runs, no key is
+        claimed, no policy is asked (no tenant data is read or changed) and nothing persists but the
+        audit record, which says SANDBOX.
+        """
+        m = call.manifest
+        answer = sandbox_answer(grant.sandbox_answers, req.capability_id, call.arguments)
+        common = dict(tenant_id=grant.tenant_id, user_id=grant.user_id, execution_id=grant.execution_id,
+                      task_id=grant.task_id, agent_id=principal.agent_id, principal=principal,
+                      capability_id=m.id, capability_version=str(m.version),
+                      input_digest=_digest({"capability": m.key, "input": call.arguments}))
+        if answer is None:
+            raise self._refuse(errors.FailedPrecondition(
+                f"the evaluation case has no answer for this {req.capability_id} call, and a sandbox never runs "
+                "a capability", reason="SANDBOX_NOT_MOCKED", metadata={"field": "capability_id"}),
+                req, grant, principal=principal, details=["SANDBOX"])
+        if answer.error_code:
+            failure = sandbox_failure(answer)
+            self._record(common, audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME, audit_pb2.AUDIT_OUTCOME_FAILURE,
+                         ["SANDBOX", "MOCK_ANSWER", failure.reason], "")
+            raise errors.recorded(failure)
+        output = json_format.MessageToDict(answer.output)
+        try:
+            # A mock is held to the capability's output schema, as a real answer is.
+            self._rt.registry.validate_output(m, output)
+        except cap_errors.CapabilityError as err:
+            raise self._refuse(errors.FailedPrecondition(
+                f"the evaluation case's answer for {req.capability_id} breaks its output schema: {err}",
+                reason="SANDBOX_ANSWER_INVALID", metadata={"field": "grant"}),
+                req, grant, principal=principal, details=["SANDBOX"]) from err
+        self._record(common, audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME, audit_pb2.AUDIT_OUTCOME_SUCCESS,
+                     ["SANDBOX", "MOCK_ANSWER"], _digest(output))
+        completed = Timestamp()
+        completed.FromDatetime(self._clock())
+        return pb.InvokeCapabilityResponse(
+            capability_id=m.id, capability_version=str(m.version), output=answer.output,
+            evidence=evidence_of(output, m.key), completed_at=completed)
 
     def _decide(self, req: pb.InvokeCapabilityRequest, grant: common_pb2.TaskGrant, call: PreparedCall,
                 principal: common_pb2.AgentPrincipal, resource: str) -> common_pb2.PolicyDecision:

@@ -263,6 +263,11 @@ class ModelGateway:
                                                        reason="GRANT_AUDIENCE_MISMATCH",
                                                        metadata={"field": "grant", "caller": caller_id}),
                                req, unverified)
+        if grant.sandbox:
+            # An evaluation never reaches a model: its answers are the case's, and a model's are not repeatable.
+            raise self._refuse(errors.FailedPrecondition(
+                "a sandbox (evaluation) task reaches no model", reason="SANDBOX_NO_MODEL",
+                metadata={"field": "grant"}), req, unverified)
         revocation = self._ledger.revocation(grant.execution_id) if grant.execution_id else None
         if revocation is not None and revocation.covers(grant.issued_at.ToDatetime(tzinfo=dt.UTC)):
             raise self._refuse(errors.PermissionDenied(

@@ -10,13 +10,17 @@ import uuid
 
 import grpc
 
-from agentmesh import assertion, database, errors, grants, signing, spiffe
+from agentmesh import assertion, config, database, errors, grants, signing, spiffe
 from agentmesh.service import ServiceContext, ServiceSpec, StartupError, base_parser, knows_peer, run
 from agentmesh.v1 import agent_registry_service_pb2_grpc as registry_grpc
 from agentmesh.v1 import capability_service_pb2 as cap_pb2
 from agentmesh.v1 import capability_service_pb2_grpc as cap_grpc
+from agentmesh.v1 import common_pb2
 from agentmesh.v1 import decision_center_service_pb2_grpc as dc_grpc
+from agentmesh.v1 import specialist_service_pb2 as spec_pb2
+from agentmesh.v1 import specialist_service_pb2_grpc as spec_grpc
 from agentmesh.v1 import supervisor_service_pb2_grpc as supervisor_grpc
+from supervisor_svc import evaluation
 from supervisor_svc.actions import ReleaseActions
 from supervisor_svc.decision_center import DecisionCenter
 from supervisor_svc.definitions import DomainCatalog, projection_config
@@ -25,7 +29,7 @@ from supervisor_svc.errors import SupervisorError
 from supervisor_svc.events import EventHandler
 from supervisor_svc.executions import ExecutionStore
 from supervisor_svc.model_intent import IntentCatalogue, IntentClassifier
-from supervisor_svc.onboarding import Onboarding, ReleaseManager
+from supervisor_svc.onboarding import AgentVersionRecord, EvaluationRunner, Onboarding, ReleaseManager
 from supervisor_svc.onboarding_grpc import audit_adapter, capability_facts, policy_adapter
 from supervisor_svc.orchestrator import Orchestrator
 from supervisor_svc.projection import ProjectionConfig, Projector
@@ -139,8 +143,35 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
     onboarding = Onboarding(ctx.data_dir / "supervisor-lifecycle.db", registry, release_manager,
                             authorize=policy_adapter(authorize), audit=audit_adapter(audit))
     ctx.on_stop(onboarding.close)
+    evaluator = evaluation.Evaluator(identity=ctx.identity, signer=signer, timeout_s=ctx.config.task_timeout_s)
+
+    def evaluation_runner(user: assertion.UserIdentity) -> EvaluationRunner:
+        return evaluation.runner(evaluator, functools.partial(_reach_version, ctx), tenant_id=user.tenant_id,
+                                 user_id=user.user_id)
+
     registry_grpc.add_AgentRegistryServiceServicer_to_server(
-        AgentRegistryServicer(registry, selector, audit, onboarding, orchestrator.authenticate), server)
+        AgentRegistryServicer(registry, selector, audit, onboarding, orchestrator.authenticate,
+                              evaluation_runner=evaluation_runner), server)
+
+
+def _reach_version(ctx: ServiceContext, record: AgentVersionRecord) -> evaluation.RunTask:
+    """RunTask on one agent version's process: a registered version at its endpoint, verified as its SPIFFE
+    id; a shipped one at its configured address."""
+    try:
+        channel = ctx.channel(f"{record.agent_id}@{record.version}", spiffe.parse(record.spiffe_id),
+                              address=record.endpoint) if record.endpoint else ctx.channel(record.agent_id)
+    except (config.ConfigError, spiffe.InvalidSpiffeId) as err:
+        raise errors.Unavailable(f"{record.key} cannot be reached: {err}", reason="AGENT_UNAVAILABLE") from err
+    stub = spec_grpc.SpecialistServiceStub(channel)
+
+    def run_task(request: spec_pb2.RunTaskRequest, timeout_s: float) -> common_pb2.AgentResult:
+        try:
+            response: spec_pb2.RunTaskResponse = stub.RunTask(request, timeout=timeout_s)
+        except grpc.RpcError as err:
+            raise errors.from_rpc_error(err) from err
+        return response.result
+
+    return run_task
 
 
 def replica_name(replica: int) -> str:

@@ -92,6 +92,12 @@ class EvaluationRequired(StatusChangeRefused):
     default_reason = "EVALUATION_REQUIRED"
 
 
+class EvaluationNotAllowed(StatusChangeRefused):
+    """The version is not where an evaluation may run (DRAFT, VALIDATING, DISABLED, RETIRED)."""
+
+    default_reason = "EVALUATION_NOT_ALLOWED"
+
+
 class OnboardingDenied(SupervisorError):
     """The policy engine did not allow the operator's act; ``reason_codes`` are its reasons."""
 
@@ -254,6 +260,28 @@ Audit = Callable[..., None]
 EvaluationGate = Callable[[str, str], bool]
 """``(agent_id, version) -> True`` when a stored evaluation of the version passed its gate."""
 
+
+@dataclass(frozen=True)
+class EvaluationRun:
+    """What running a dataset against a version gave (see :mod:`supervisor_svc.evaluation`)."""
+
+    evaluation: bytes
+    """The serialized evaluation, kept as it is."""
+    passed: bool
+    """Its regression gate held."""
+    summary: tuple[str, ...]
+    """Reason codes for its audit record (score, gate, baseline, …)."""
+    problems: tuple[str, ...]
+    """Why the gate failed (empty when it held)."""
+
+
+EvaluationRunner = Callable[["AgentVersionRecord", "tuple[str, bytes] | None"], EvaluationRun]
+"""``(version, baseline (version, its latest evaluation) or None) -> EvaluationRun``; raises a MeshError
+when the version could not be evaluated (e.g. its process answered no case)."""
+
+_EVALUABLE = frozenset({LifecycleStatus.EVALUATING, LifecycleStatus.APPROVED, LifecycleStatus.CANARY,
+                        LifecycleStatus.ACTIVE, LifecycleStatus.DEPRECATED})
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS agent_versions (
     agent_id      TEXT NOT NULL,
@@ -267,6 +295,15 @@ CREATE TABLE IF NOT EXISTS agent_versions (
     problems_json TEXT NOT NULL DEFAULT '[]',
     created_at    TEXT NOT NULL,
     PRIMARY KEY (agent_id, version)
+);
+CREATE TABLE IF NOT EXISTS agent_evaluations (
+    seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+    agent_id     TEXT NOT NULL,
+    version      TEXT NOT NULL,
+    passed       INTEGER NOT NULL,
+    evaluation   BLOB NOT NULL,
+    evaluated_by TEXT NOT NULL,
+    evaluated_at TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS agent_version_history (
     seq         INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -310,7 +347,7 @@ class Onboarding:
         self._release = release
         self._authorize = authorize
         self._audit = audit
-        self._evaluations = evaluations
+        self._evaluations = evaluations or self.evaluation_passed
         self._lock = threading.Lock()
         self._db = sqlite3.connect(str(db_path), check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
@@ -561,3 +598,73 @@ class Onboarding:
                                (agent_id, record.version, record.status.value, status.value, reason, by, at))
                 return
         raise VersionNotFound(f"agent {agent_id!r} has no registered version in service", field="agent_id")
+
+    # -- evaluation (PRD §60)
+
+    def latest_evaluation(self, agent_id: str, version: str) -> tuple[bytes, bool] | None:
+        """The latest stored evaluation of a version and whether its gate held (None: never evaluated)."""
+        with self._lock:
+            row = self._db.execute("SELECT evaluation, passed FROM agent_evaluations WHERE agent_id = ? AND "
+                                   "version = ? ORDER BY seq DESC LIMIT 1", (agent_id, version)).fetchone()
+        return (bytes(row["evaluation"]), bool(row["passed"])) if row is not None else None
+
+    def evaluation_passed(self, agent_id: str, version: str) -> bool:
+        """The version's latest evaluation passed its gate (what approving it needs)."""
+        latest = self.latest_evaluation(agent_id, version)
+        return latest is not None and latest[1]
+
+    def _baseline(self, record: AgentVersionRecord) -> tuple[str, bytes] | None:
+        """The latest evaluation of the agent's highest version below this one that has one."""
+        try:
+            mine = Version.parse(record.version)
+        except ValueError:
+            return None
+        best: tuple[Version, str, bytes] | None = None
+        for other in self.list(record.agent_id):
+            try:
+                theirs = Version.parse(other.version)
+            except ValueError:
+                continue
+            latest = self.latest_evaluation(other.agent_id, other.version) if theirs < mine else None
+            if latest is not None and (best is None or best[0] < theirs):
+                best = (theirs, other.version, latest[0])
+        return (best[1], best[2]) if best else None
+
+    def evaluate(self, user: assertion.UserIdentity, agent_id: str, version: str,
+                 run: EvaluationRunner) -> tuple[bytes, AgentVersionRecord]:
+        """Runs the version's evaluation, keeps it and audits it; an EVALUATING version whose gate fails goes
+        back to DRAFT. Returns the evaluation and the version afterwards.
+
+        Raises:
+            RequestInvalid: ``MISSING_FIELD``.
+            VersionNotFound: no such version.
+            EvaluationNotAllowed: the version is in DRAFT, VALIDATING, DISABLED or RETIRED.
+            OnboardingDenied: the policy engine refused.
+            agentmesh.errors.MeshError: the evaluation could not run (nothing is kept).
+        """
+        for name, value in (("agent_id", agent_id), ("version", version)):
+            if not value:
+                raise RequestInvalid(f"{name} is required", reason="MISSING_FIELD", field=name)
+        record = self.get(agent_id, version)
+        if record.status not in _EVALUABLE:
+            raise EvaluationNotAllowed(
+                f"{record.key} is {record.status.value}; a version is evaluated once it has passed validation "
+                "(EVALUATING), and until it is retired", field="version")
+        self._ask("MANAGE_AGENT", user, record.key, "-", "evaluate")
+        outcome = run(record, self._baseline(record))
+        by = f"user:{user.tenant_id}/{user.user_id}"
+        entry = dict(tenant_id=user.tenant_id, user_id=user.user_id, agent_id=agent_id,
+                     resource=f"agent-version:{record.key}",
+                     reason_codes=["AGENT_VERSION_EVALUATED", f"status={record.status.value}",
+                                   "gate=PASSED" if outcome.passed else "gate=FAILED", *outcome.summary,
+                                   *[f"problem={p}"[:500] for p in outcome.problems], f"changed_by={by}"])
+        # Durable in the log before it counts (an approval reads it).
+        self._audit("STATUS_CHANGED", outcome="SUCCESS" if outcome.passed else "FAILURE", first=True, **entry)
+        with self._not_applied_on_failure(entry), self._tx() as db:
+            db.execute("INSERT INTO agent_evaluations (agent_id, version, passed, evaluation, evaluated_by, "
+                       "evaluated_at) VALUES (?, ?, ?, ?, ?, ?)",
+                       (agent_id, version, int(outcome.passed), outcome.evaluation, by, _now()))
+        if record.status is S.EVALUATING and not outcome.passed:
+            self._move(user, record, S.DRAFT, "the evaluation failed its gate: " + "; ".join(outcome.problems),
+                       by, problems=list(outcome.problems))
+        return outcome.evaluation, self.get(agent_id, version)

@@ -15,7 +15,7 @@ from agentmesh.v1 import capability_service_pb2 as cap_pb2
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import policy_service_pb2 as policy_pb2
 from agentmesh.vocabulary import LifecycleStatus, RiskLevel
-from supervisor_svc.onboarding import AgentVersionRecord, CapabilityFacts, Transition
+from supervisor_svc.onboarding import AgentVersionRecord, CapabilityFacts, Onboarding, Transition
 from supervisor_svc.recording import governing, narrative
 from supervisor_svc.registry import AgentEntry
 
@@ -82,10 +82,12 @@ def _transition(t: Transition) -> reg_pb2.AgentVersionTransition:
                                           reason=t.reason, changed_by=t.changed_by, changed_at=at)
 
 
-def to_proto(record: AgentVersionRecord) -> reg_pb2.AgentVersion:
-    """The ``AgentVersion`` message."""
+def to_proto(record: AgentVersionRecord, onboarding: Onboarding | None = None) -> reg_pb2.AgentVersion:
+    """The ``AgentVersion`` message (with its latest evaluation when ``onboarding`` is given)."""
     definition = AgentEntry(record.manifest, record.status, "", "", "").to_proto()
+    latest = onboarding.latest_evaluation(record.agent_id, record.version) if onboarding else None
     return reg_pb2.AgentVersion(
+        evaluation=reg_pb2.AgentEvaluation.FromString(latest[0]) if latest else None,
         agent_id=record.agent_id, version=record.version, status=record.status.to_proto(),
         endpoint=record.endpoint, spiffe_id=record.spiffe_id, registered_by=record.registered_by,
         definition=definition, history=[_transition(t) for t in record.history], problems=list(record.problems))

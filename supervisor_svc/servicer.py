@@ -37,15 +37,17 @@ from supervisor_svc import errors as sup_errors
 from supervisor_svc import onboarding_grpc
 from supervisor_svc.actions import ReleaseActions
 from supervisor_svc.decision_center import DecisionCenter
+from supervisor_svc.evaluation import DatasetError, DatasetNotFound
 from supervisor_svc.events import EventHandler
 from supervisor_svc.limits import LimitPolicy
-from supervisor_svc.onboarding import Onboarding as _Onboarding
 from supervisor_svc.onboarding import (
+    EvaluationRunner,
     OnboardingDenied,
     ReleaseBlocked,
     VersionExists,
     VersionNotFound,
 )
+from supervisor_svc.onboarding import Onboarding as _Onboarding
 from supervisor_svc.orchestrator import Orchestrator
 from supervisor_svc.registry import AgentRegistry, status_from_proto
 from supervisor_svc.selection import AgentSelector, Requirement
@@ -66,6 +68,8 @@ ERRORS: errors.ErrorTable = [
     (sup_errors.LimitExceeded, errors.ResourceExhausted),
     (sup_errors.PlanError, errors.InvalidArgument),
     (VersionNotFound, errors.NotFound),
+    (DatasetNotFound, errors.NotFound),
+    (DatasetError, errors.FailedPrecondition),
     (VersionExists, errors.AlreadyExists),
     (OnboardingDenied, errors.PermissionDenied),
 ]
@@ -322,7 +326,9 @@ class AgentRegistryServicer(reg_grpc.AgentRegistryServiceServicer):
 
     def __init__(self, registry: AgentRegistry, selector: AgentSelector, audit: AuditRecorder,
                  onboarding: _Onboarding | None = None,
-                 authenticate: Callable[[str, str], assertion.UserIdentity] | None = None) -> None:
+                 authenticate: Callable[[str, str], assertion.UserIdentity] | None = None,
+                 evaluation_runner: Callable[[assertion.UserIdentity], EvaluationRunner] | None = None) -> None:
+        self._evaluation_runner = evaluation_runner
         self._registry = registry
         self._selector = selector
         self._audit = audit
@@ -346,7 +352,7 @@ class AgentRegistryServicer(reg_grpc.AgentRegistryServiceServicer):
                                          request.spiffe_id)
         except sup_errors.SupervisorError as err:
             raise self._onboarding_error(err) from err
-        return reg_pb2.RegisterAgentVersionResponse(version=onboarding_grpc.to_proto(record))
+        return reg_pb2.RegisterAgentVersionResponse(version=onboarding_grpc.to_proto(record, onboarding))
 
     def TransitionAgentVersion(
         self, request: reg_pb2.TransitionAgentVersionRequest, context: grpc.ServicerContext
@@ -364,15 +370,31 @@ class AgentRegistryServicer(reg_grpc.AgentRegistryServiceServicer):
                                          metadata={"field": "to_status"}) from None
         except sup_errors.SupervisorError as err:
             raise self._onboarding_error(err) from err
-        return reg_pb2.TransitionAgentVersionResponse(version=onboarding_grpc.to_proto(record),
-                                                      also_changed=[onboarding_grpc.to_proto(r) for r in also])
+        return reg_pb2.TransitionAgentVersionResponse(version=onboarding_grpc.to_proto(record, onboarding),
+                                                      also_changed=[onboarding_grpc.to_proto(r, onboarding)
+                                                                    for r in also])
+
+    def EvaluateAgentVersion(
+        self, request: reg_pb2.EvaluateAgentVersionRequest, context: grpc.ServicerContext
+    ) -> reg_pb2.EvaluateAgentVersionResponse:
+        onboarding, authenticate = self._onboard(context)
+        if self._evaluation_runner is None:
+            raise errors.Unimplemented("evaluation is not configured", reason="ONBOARDING_UNAVAILABLE")
+        user = authenticate(request.user_assertion)
+        try:
+            blob, record = onboarding.evaluate(user, request.agent_id, request.version,
+                                               self._evaluation_runner(user))
+        except sup_errors.SupervisorError as err:
+            raise self._onboarding_error(err) from err
+        return reg_pb2.EvaluateAgentVersionResponse(evaluation=reg_pb2.AgentEvaluation.FromString(blob),
+                                                    version=onboarding_grpc.to_proto(record, onboarding))
 
     def ListAgentVersions(
         self, request: reg_pb2.ListAgentVersionsRequest, context: grpc.ServicerContext
     ) -> reg_pb2.ListAgentVersionsResponse:
         onboarding, _ = self._onboard(context)
         return reg_pb2.ListAgentVersionsResponse(
-            versions=[onboarding_grpc.to_proto(r) for r in onboarding.list(request.agent_id)])
+            versions=[onboarding_grpc.to_proto(r, onboarding) for r in onboarding.list(request.agent_id)])
 
     @staticmethod
     def _onboarding_error(err: sup_errors.SupervisorError) -> errors.MeshError:

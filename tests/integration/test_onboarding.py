@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +15,7 @@ import yaml
 from agentmesh.config import MeshConfig
 from supervisor_svc.registry import default_agents_dir
 
-from .conftest import launched_mesh
+from .conftest import launched_mesh, peer_address
 from .test_analysis_e2e import audit_records
 from .test_cli import am
 
@@ -92,3 +95,105 @@ def test_an_incompatible_version_is_blocked_with_every_reason(onboarding_mesh: M
         assert problem in blocked.stderr, blocked.stderr
     listed = json.loads(am(home, "agents", "versions", "training-agent", "--json").stdout)
     assert next(v for v in listed if v["version"] == "2.0.0")["status"] == "LIFECYCLE_STATUS_DRAFT"
+
+
+# --- evaluation (PRD §60–61) -----------------------------------------------------------------------
+
+SHIPPED = sorted(p.stem for p in default_agents_dir().glob("*.yaml"))
+
+
+@pytest.mark.parametrize("agent", SHIPPED)
+def test_every_agents_dataset_passes_against_its_running_process(onboarding_mesh: MeshConfig, agent: str) -> None:
+    home = onboarding_mesh.home
+    ran = am(home, "agents", "evaluate", f"{agent}@1.0.0", *OLGA, "--json")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    evaluation = json.loads(ran.stdout)["evaluation"]
+    assert evaluation["gatePassed"] is True and evaluation["score"] == 1.0
+    assert evaluation["passedCases"] == evaluation["totalCases"] >= 3
+    records = [r for r in audit_records(onboarding_mesh, agent_id=agent)
+               if "AGENT_VERSION_EVALUATED" in r.reason_codes]
+    assert records and "gate=PASSED" in records[-1].reason_codes
+    # The cases ran under sandbox grants: their capability calls were answered from the mocks, nothing ran.
+    sandbox = [r for r in audit_records(onboarding_mesh, agent_id=agent) if "SANDBOX" in r.reason_codes]
+    assert sandbox and all("MOCK_ANSWER" in r.reason_codes for r in sandbox)
+
+
+def test_the_training_dataset_holds_the_seven_cases_of_section_61(onboarding_mesh: MeshConfig) -> None:
+    ran = am(onboarding_mesh.home, "agents", "evaluate", "training-agent@1.0.0", *OLGA)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    for case in ("valid-certificate", "expired-certificate", "missing-training", "duplicate-records",
+                 "future-dated-certificate", "conflicting-certificates", "unknown-employee"):
+        assert f"{case}  " in ran.stdout and "pass" in next(line for line in ran.stdout.splitlines()
+                                                          if line.startswith(case))
+    assert "gate PASSED" in ran.stdout
+
+
+def test_an_unevaluable_version_is_refused_and_an_unreachable_one_is_not_evaluated(
+    onboarding_mesh: MeshConfig, tmp_path: Path
+) -> None:
+    home = onboarding_mesh.home
+    path = _manifest(tmp_path, "t.yaml", version="1.4.0")
+    assert am(home, "agents", "register", str(path), "--endpoint", "127.0.0.1:9", *OLGA).returncode == 0
+    draft = am(home, "agents", "evaluate", "training-agent@1.4.0", *OLGA)
+    assert draft.returncode == 1 and "FAILED_PRECONDITION" in draft.stderr and "EVALUATION_NOT_ALLOWED" in draft.stderr
+    for status in ("VALIDATING", "EVALUATING"):
+        assert am(home, "agents", "transition", "training-agent@1.4.0", status, "--reason", "go", *OLGA).returncode == 0
+    viewer = am(home, "agents", "evaluate", "training-agent@1.4.0", *OLGA, "--role", "viewer")
+    assert viewer.returncode == 1 and "POLICY_DENIED" in viewer.stderr
+    gone = am(home, "agents", "evaluate", "training-agent@1.4.0", *OLGA)
+    assert gone.returncode == 1 and "UNAVAILABLE" in gone.stderr and "AGENT_UNAVAILABLE" in gone.stderr
+    listed = json.loads(am(home, "agents", "versions", "training-agent", "--json").stdout)
+    version = next(v for v in listed if v["version"] == "1.4.0")
+    assert version["status"] == "LIFECYCLE_STATUS_EVALUATING" and "evaluation" not in version
+    missing = am(home, "agents", "evaluate", "ghost-agent@1.0.0", *OLGA)
+    assert missing.returncode == 1 and "NOT_FOUND" in missing.stderr
+
+
+def _second_process(cfg: MeshConfig, tmp: Path, agent: str) -> tuple[subprocess.Popen[bytes], str]:
+    """Another process of ``agent`` (a version of its own), with the mesh's identities and peers, in a home
+    of its own for its run files (so the launcher's state stays the mesh's)."""
+    own = tmp / "second-home"
+    own.mkdir()
+    for name in ("ca", "trust", "workloads"):
+        (own / name).symlink_to(Path(cfg.home) / name)
+    peers = [f"--peer={n}={peer_address(cfg, n)}" for n in ("capability", "audit")]
+    proc = subprocess.Popen([sys.executable, "-m", "specialist_svc", "--agent", agent, "--home", str(own),
+                             "--port", "0", *peers], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    addr = own / "run" / f"{agent}.addr"
+    deadline = time.monotonic() + 60
+    while not addr.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the second agent process did not start"
+        time.sleep(0.2)
+    return proc, json.loads(addr.read_text())["address"]
+
+
+def test_a_registered_version_goes_through_evaluation_approval_canary_and_promotion(
+    onboarding_mesh: MeshConfig, tmp_path: Path
+) -> None:
+    home = onboarding_mesh.home
+    assert am(home, "agents", "evaluate", "training-agent@1.0.0", *OLGA).returncode == 0  # the baseline
+    proc, endpoint = _second_process(onboarding_mesh, tmp_path, "training-agent")
+    try:
+        path = _manifest(tmp_path, "t.yaml", version="1.3.0")
+        assert am(home, "agents", "register", str(path), "--endpoint", endpoint, *OLGA).returncode == 0
+        for status in ("VALIDATING", "EVALUATING"):
+            moved = am(home, "agents", "transition", "training-agent@1.3.0", status, "--reason", "go", *OLGA)
+            assert moved.returncode == 0, moved.stderr
+        ran = am(home, "agents", "evaluate", "training-agent@1.3.0", *OLGA, "--json")
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        evaluation = json.loads(ran.stdout)["evaluation"]
+        assert evaluation["baselineVersion"] == "1.0.0" and evaluation["gatePassed"] is True
+        approved = am(home, "agents", "transition", "training-agent@1.3.0", "APPROVED", "--reason", "evaluated",
+                      "--tenant", "acme", "--user", "adam")
+        assert approved.returncode == 0, approved.stderr
+        for status in ("CANARY", "ACTIVE"):
+            moved = am(home, "agents", "transition", "training-agent@1.3.0", status, "--reason", "ship", *OLGA)
+            assert moved.returncode == 0, moved.stderr
+        listed = {v["version"]: v["status"] for v in
+                  json.loads(am(home, "agents", "versions", "training-agent", "--json").stdout)}
+        assert listed["1.3.0"] == "LIFECYCLE_STATUS_ACTIVE" and listed["1.0.0"] == "LIFECYCLE_STATUS_DEPRECATED"
+    finally:
+        back = am(home, "agents", "transition", "training-agent@1.0.0", "ACTIVE", "--reason", "test over", *OLGA)
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert back.returncode == 0, back.stderr
