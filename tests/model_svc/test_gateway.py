@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
-from agentmesh import errors
+from agentmesh import errors, grants
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import model_service_pb2 as pb
@@ -297,3 +297,13 @@ def test_the_supervisor_classifies_with_its_own_prompt(w: World) -> None:
     assert json_format.MessageToDict(resp.answer)["intent"] == "ANALYZE_PERMIT"
     assert w.policy.asked[-1].agent.agent_id == "supervisor"
     assert common_pb2.ModelRouteScore  # the route type is shared with audit
+
+
+def test_a_sandbox_grant_reaches_no_model(w: World) -> None:
+    req = hazards_request(w)
+    body = grants.decode(req.grant)
+    body.sandbox = True
+    req.grant.CopyFrom(w.signer.sign(body))
+    with pytest.raises(errors.FailedPrecondition) as caught:
+        call(w, req)
+    assert caught.value.reason == "SANDBOX_NO_MODEL" and not calls(w)
