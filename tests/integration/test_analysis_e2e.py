@@ -68,6 +68,23 @@ def test_all_valid_permit_is_recommended_for_release(mesh: MeshConfig) -> None:
     assert all(n.status == common_pb2.TASK_STATUS_COMPLETED for n in ex.graph.nodes)
 
 
+def test_every_result_records_the_versions_that_produced_it(mesh: MeshConfig) -> None:
+    """PRD §58: agent, capability, policy, knowledge, runtime (and model, when one answered) per task."""
+    ex = analyze(mesh, "Analyze permit WP-10231 and tell me if it can be released")
+    assert len(ex.results) == 4
+    for r in ex.results:
+        v = r.versions
+        assert v.agent_version == "1.0.0" and v.runtime_version.startswith("agentmesh-specialist/"), r.agent_id
+        assert v.capability_version and all("@" in c for c in v.capability_version.split(",")), r.agent_id
+        assert v.policy_version, r.agent_id
+    compliance = result_of(ex, "compliance-agent")
+    assert "knowledge.search@" in compliance.versions.capability_version and compliance.versions.knowledge_version
+    # The records of the capability calls carry the same policy version as the results.
+    calls = [x for x in audit_records(mesh, execution_id=ex.execution_id)
+             if x.event_type == audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME]
+    assert {c.versions.policy_version for c in calls} == {r.versions.policy_version for r in ex.results}
+
+
 def test_portuguese_request_is_understood(mesh: MeshConfig) -> None:
     ex = analyze(mesh, "Analise a permissão WP-10231 e me diga se ela pode ser liberada")
     assert decision(ex) == "RECOMMENDED_FOR_RELEASE"
