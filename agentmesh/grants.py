@@ -117,6 +117,7 @@ class GrantSigner:
         human_approval_id: str = "",
         human_approver_id: str = "",
         model_budgets: tuple[common_pb2.AgentBudget, common_pb2.AgentBudget] | None = None,
+        agent_risk_profile: common_pb2.RiskProfile | None = None,
         ttl: dt.timedelta = DEFAULT_TTL,
         now: dt.datetime | None = None,
     ) -> common_pb2.SignedTaskGrant:
@@ -126,7 +127,8 @@ class GrantSigner:
         runtime refuses a call on any other (and every call of a grant that
         lists none), so leaving them out gives a grant that can do nothing.
         ``model_budgets`` are the task's and the execution's model budget (the
-        model service refuses every call of a grant without them).
+        model service refuses every call of a grant without them). ``agent_risk_profile`` is what the
+        agent version declared; the policy engine refuses a capability beyond it.
         """
         start = now or dt.datetime.now(dt.UTC)
         grant = common_pb2.TaskGrant(
@@ -154,6 +156,8 @@ class GrantSigner:
             human_approval_id=human_approval_id,
             human_approver_id=human_approver_id,
         )
+        if agent_risk_profile is not None:
+            grant.agent_risk_profile.CopyFrom(agent_risk_profile)
         if model_budgets is not None:
             grant.budget.CopyFrom(model_budgets[0])
             grant.execution_budget.CopyFrom(model_budgets[1])

@@ -465,7 +465,9 @@ class GovernedInvoker:
                 risk_profile=common_pb2.RiskProfile(
                 max_risk=_RISK.get(m.risk_profile.max_risk.value, common_pb2.RISK_LEVEL_UNSPECIFIED),
                 can_mutate=m.risk_profile.mutates, can_external_write=m.risk_profile.external_write,
-                can_bulk_operate=m.risk_profile.bulk)),
+                can_bulk_operate=m.risk_profile.bulk),
+                # What the agent version declared, as the supervisor signed it (unset: the registry's).
+                agent_risk_profile=grant.agent_risk_profile if grant.HasField("agent_risk_profile") else None),
             operation=policy_pb2.OPERATION_KIND_INVOKE,
             trace=req.trace,
         )

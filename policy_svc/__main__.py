@@ -49,7 +49,8 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
     directory = TenantDirectory(tenant_store, engine, agents=agents.agent_ids(), operators=ctx.config.operators,
                                 audit=audit)
     policy_grpc.add_PolicyServiceServicer_to_server(
-        PolicyServicer(engine, switches, agents.capabilities, audit, agents.knowledge_scopes), server)
+        PolicyServicer(engine, switches, agents.capabilities, audit, agents.knowledge_scopes, agents.risk_profile),
+        server)
     tenant_grpc.add_TenantServiceServicer_to_server(TenantServicer(directory), server)
 
 

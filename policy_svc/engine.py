@@ -62,6 +62,8 @@ from policy_svc.model import (
     KillSwitchScope,
     OperationKind,
     PolicyInfo,
+    RiskLevel,
+    RiskProfile,
     parse_kill_switch_key,
 )
 
@@ -416,8 +418,8 @@ class PolicyEngine:
             "tenant": tenant_id, "requester_id": caller, "roles": [], "capability_id": "", "agent_id": "",
             "agent_capabilities": [], "resource_tenant": tenant_id, "delegation_depth": 0, "delegation_chain": [],
             "confirmation_given": False, "approval_id": "", "approver_id": "",
-            "risk_profile": {"max_risk": "UNSPECIFIED", "can_mutate": False, "can_external_write": False,
-                             "can_bulk_operate": False},
+            "risk_profile": _risk_record(None, unspecified_rank=4),
+            "agent_risk_profile": _risk_record(None, unspecified_rank=0),
             "override_reason": "", "subject_requester_id": "",
         }
         request = {"principal": principal, "action": {"type": ACTION_TYPE, "id": "administer_tenant"},
@@ -647,6 +649,21 @@ def _parse_kill_switches(keys: Iterable[str]) -> _KillSwitches:
     )
 
 
+
+_RISK_RANK = {RiskLevel.LOW: 1, RiskLevel.MEDIUM: 2, RiskLevel.HIGH: 3, RiskLevel.CRITICAL: 4}
+
+
+def _risk_record(profile: RiskProfile | None, *, unspecified_rank: int) -> JsonObject:
+    """A risk profile as the policies read it, with ``risk_rank`` (LOW 1 … CRITICAL 4) for comparisons; an
+    unspecified level ranks ``unspecified_rank`` (a capability's: as critical; an agent's: below everything)."""
+    if profile is None:
+        return {"max_risk": "UNSPECIFIED", "risk_rank": unspecified_rank, "can_mutate": False,
+                "can_external_write": False, "can_bulk_operate": False}
+    return {"max_risk": profile.max_risk.value, "risk_rank": _RISK_RANK.get(profile.max_risk, unspecified_rank),
+            "can_mutate": profile.can_mutate, "can_external_write": profile.can_external_write,
+            "can_bulk_operate": profile.can_bulk_operate}
+
+
 def _validate(request: AuthorizationRequest) -> None:
     """Raises ``InvalidRequestError`` naming the first bad field."""
     user = request.user
@@ -746,12 +763,9 @@ def _cedar_request(request: AuthorizationRequest) -> JsonObject:
         "confirmation_given": ctx.confirmation_given,
         "approval_id": ctx.human_approval_id,
         "approver_id": ctx.human_approver_id,
-        "risk_profile": {
-            "max_risk": ctx.risk_profile.max_risk.value,
-            "can_mutate": ctx.risk_profile.can_mutate,
-            "can_external_write": ctx.risk_profile.can_external_write,
-            "can_bulk_operate": ctx.risk_profile.can_bulk_operate,
-        },
+        "risk_profile": _risk_record(ctx.risk_profile, unspecified_rank=4),
+        # What the calling agent declared; nothing declared is the lowest of everything (fail closed).
+        "agent_risk_profile": _risk_record(ctx.agent_risk_profile, unspecified_rank=0),
         "override_reason": ctx.override_reason,
         "subject_requester_id": ctx.subject_requester_id,
         # Which models an agent may use is per tenant: the model entity lists "<tenant>/<agent>".

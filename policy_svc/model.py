@@ -159,6 +159,9 @@ class OperationContext:
     subject_requester_id: str = ""
     #: For USE_MODEL: the model answers as a fallback for one that was unavailable.
     model_fallback: bool = False
+    #: For INVOKE: what the calling agent version declared it may do (its manifest's ``risk_profile``);
+    #: None when it declared nothing (it may do nothing with any risk: fail closed).
+    agent_risk_profile: RiskProfile | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,10 +33,20 @@ log = logging.getLogger(__name__)
 
 AgentCapabilities = Callable[[str], tuple[str, ...]]
 AgentKnowledgeScopes = Callable[[str], tuple[str, ...]]
+AgentRiskProfiles = Callable[[str], "model.RiskProfile | None"]
 
 
 def _no_scopes(agent_id: str) -> tuple[str, ...]:
     return ()
+
+
+def _no_profile(agent_id: str) -> model.RiskProfile | None:
+    return None
+
+
+def _risk(profile: common_pb2.RiskProfile) -> model.RiskProfile:
+    return model.RiskProfile(_enum(model.RiskLevel, common_pb2.RiskLevel, profile.max_risk, "RISK_LEVEL_"),
+                             profile.can_mutate, profile.can_external_write, profile.can_bulk_operate)
 
 
 def _enum(enum_cls: type[Any], proto_enum: Any, value: int, prefix: str) -> Any:
@@ -45,9 +55,11 @@ def _enum(enum_cls: type[Any], proto_enum: Any, value: int, prefix: str) -> Any:
 
 
 def to_request(req: pb.AuthorizeRequest, agent_capabilities: AgentCapabilities,
-               agent_knowledge_scopes: AgentKnowledgeScopes = _no_scopes) -> model.AuthorizationRequest:
+               agent_knowledge_scopes: AgentKnowledgeScopes = _no_scopes,
+               agent_risk_profiles: AgentRiskProfiles = _no_profile) -> model.AuthorizationRequest:
     """Maps the wire request to the engine's request; registered capabilities and knowledge scopes come from
-    the registry, never from the request."""
+    the registry, never from the request. The agent's declared risk profile is the one its grant carries
+    (signed by the supervisor for the version that runs), else the registry's."""
     user = None
     if req.HasField("user"):
         u = req.user
@@ -63,9 +75,9 @@ def to_request(req: pb.AuthorizeRequest, agent_capabilities: AgentCapabilities,
     if req.HasField("resource"):
         resource = model.ResourceRef(req.resource.type, req.resource.id, req.resource.tenant_id)
     c = req.context
-    risk = model.RiskProfile(
-        _enum(model.RiskLevel, common_pb2.RiskLevel, c.risk_profile.max_risk, "RISK_LEVEL_"),
-        c.risk_profile.can_mutate, c.risk_profile.can_external_write, c.risk_profile.can_bulk_operate)
+    risk = _risk(c.risk_profile)
+    declared = _risk(c.agent_risk_profile) if c.HasField("agent_risk_profile") \
+        else agent_risk_profiles(req.agent.agent_id) if req.HasField("agent") else None
     return model.AuthorizationRequest(
         user=user,
         actor_type=_enum(model.ActorType, common_pb2.ActorType, req.actor_type, "ACTOR_TYPE_"),
@@ -76,7 +88,7 @@ def to_request(req: pb.AuthorizeRequest, agent_capabilities: AgentCapabilities,
         capability_version=req.capability_version,
         resource=resource,
         context=model.OperationContext(c.confirmation_given, c.human_approval_id, c.human_approver_id, risk,
-                                       c.override_reason, c.subject_requester_id, c.model_fallback),
+                                       c.override_reason, c.subject_requester_id, c.model_fallback, declared),
         operation=_enum(model.OperationKind, pb.OperationKind, req.operation, "OPERATION_KIND_"),
     )
 
@@ -118,8 +130,10 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
     """The gRPC face of the policy engine."""
 
     def __init__(self, engine: PolicyEngine, switches: KillSwitchStore, agent_capabilities: AgentCapabilities,
-                 audit: AuditRecorder | None, agent_knowledge_scopes: AgentKnowledgeScopes = _no_scopes) -> None:
+                 audit: AuditRecorder | None, agent_knowledge_scopes: AgentKnowledgeScopes = _no_scopes,
+                 agent_risk_profiles: AgentRiskProfiles = _no_profile) -> None:
         self._engine = engine
+        self._agent_risk_profiles = agent_risk_profiles
         self._switches = switches
         self._agent_capabilities = agent_capabilities
         self._agent_knowledge_scopes = agent_knowledge_scopes
@@ -130,7 +144,8 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
             # Reading the switches can fail; then there is no decision at all (never an ALLOW).
             active = self._switches.active()
             decision = self._engine.authorize(
-                to_request(request, self._agent_capabilities, self._agent_knowledge_scopes), kill_switches=active)
+                to_request(request, self._agent_capabilities, self._agent_knowledge_scopes,
+                           self._agent_risk_profiles), kill_switches=active)
         except PolicyError as err:
             raise _mesh_error(err) from err
         return to_decision(decision)

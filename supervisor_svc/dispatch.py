@@ -103,7 +103,7 @@ def delegate(signer: grants.GrantSigner, issuer: spiffe.SpiffeId, entry: AgentEn
         depth=node.depth, roles=actor.roles, actor_type=actor.actor_type, session_id=actor.session_id,
         conversation_id=actor.conversation_id, confirmed_action_digest=confirmed_action_digest,
         confirmation_id=confirmation_id, human_approval_id=human_approval_id, human_approver_id=human_approver_id,
-        ttl=ttl, model_budgets=model_budgets)
+        ttl=ttl, model_budgets=model_budgets, agent_risk_profile=entry.manifest.risk_profile.to_proto())
     principal = common_pb2.AgentPrincipal(
         agent_id=agent_id, agent_version=entry.manifest.version, execution_id=node.execution_id,
         parent_agent_id=node.source_agent_id,

@@ -334,7 +334,8 @@ class Evaluator:
         signed = self.signer.issue(
             issuer=str(self.identity), audience=str(spiffe.agent(manifest.agent_id)), execution_id=execution_id,
             task_id=task_id, tenant_id=tenant_id, user_id=user_id, assertion_digest="",
-            capabilities=manifest.capabilities, ttl=dt.timedelta(seconds=self.timeout_s + 30))
+            capabilities=manifest.capabilities, agent_risk_profile=manifest.risk_profile.to_proto(),
+            ttl=dt.timedelta(seconds=self.timeout_s + 30))
         body = grants.decode(signed)
         body.sandbox = True
         body.sandbox_answers.extend(case.answers)

@@ -111,6 +111,12 @@ class RiskProfile:
     can_external_write: bool
     can_bulk_operate: bool
 
+    def to_proto(self) -> common_pb2.RiskProfile:
+        """The ``RiskProfile`` message."""
+        return common_pb2.RiskProfile(
+            max_risk=getattr(common_pb2, f"RISK_LEVEL_{self.max_risk.value}"), can_mutate=self.can_mutate,
+            can_external_write=self.can_external_write, can_bulk_operate=self.can_bulk_operate)
+
 
 @dataclass(frozen=True)
 class Dependencies:
@@ -185,12 +191,7 @@ class AgentEntry:
             output_schema=output_schema,
             allowed_delegations=m.allowed_delegations,
             status=self.status.to_proto(),
-            risk_profile=common_pb2.RiskProfile(
-                max_risk=getattr(common_pb2, f"RISK_LEVEL_{m.risk_profile.max_risk.value}"),
-                can_mutate=m.risk_profile.can_mutate,
-                can_external_write=m.risk_profile.can_external_write,
-                can_bulk_operate=m.risk_profile.can_bulk_operate,
-            ),
+            risk_profile=m.risk_profile.to_proto(),
             dependencies=common_pb2.AgentDependencies(
                 capabilities=m.dependencies.capabilities,
                 knowledge=m.dependencies.knowledge,

@@ -56,7 +56,7 @@ class ResourceRef(_message.Message):
     def __init__(self, type: _Optional[str] = ..., id: _Optional[str] = ..., tenant_id: _Optional[str] = ...) -> None: ...
 
 class OperationContext(_message.Message):
-    __slots__ = ("confirmation_given", "human_approval_id", "human_approver_id", "risk_profile", "override_reason", "subject_requester_id", "model_fallback")
+    __slots__ = ("confirmation_given", "human_approval_id", "human_approver_id", "risk_profile", "override_reason", "subject_requester_id", "model_fallback", "agent_risk_profile")
     CONFIRMATION_GIVEN_FIELD_NUMBER: _ClassVar[int]
     HUMAN_APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
     HUMAN_APPROVER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -64,6 +64,7 @@ class OperationContext(_message.Message):
     OVERRIDE_REASON_FIELD_NUMBER: _ClassVar[int]
     SUBJECT_REQUESTER_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FALLBACK_FIELD_NUMBER: _ClassVar[int]
+    AGENT_RISK_PROFILE_FIELD_NUMBER: _ClassVar[int]
     confirmation_given: bool
     human_approval_id: str
     human_approver_id: str
@@ -71,7 +72,8 @@ class OperationContext(_message.Message):
     override_reason: str
     subject_requester_id: str
     model_fallback: bool
-    def __init__(self, confirmation_given: _Optional[bool] = ..., human_approval_id: _Optional[str] = ..., human_approver_id: _Optional[str] = ..., risk_profile: _Optional[_Union[_common_pb2.RiskProfile, _Mapping]] = ..., override_reason: _Optional[str] = ..., subject_requester_id: _Optional[str] = ..., model_fallback: _Optional[bool] = ...) -> None: ...
+    agent_risk_profile: _common_pb2.RiskProfile
+    def __init__(self, confirmation_given: _Optional[bool] = ..., human_approval_id: _Optional[str] = ..., human_approver_id: _Optional[str] = ..., risk_profile: _Optional[_Union[_common_pb2.RiskProfile, _Mapping]] = ..., override_reason: _Optional[str] = ..., subject_requester_id: _Optional[str] = ..., model_fallback: _Optional[bool] = ..., agent_risk_profile: _Optional[_Union[_common_pb2.RiskProfile, _Mapping]] = ...) -> None: ...
 
 class AuthorizeRequest(_message.Message):
     __slots__ = ("user", "actor_type", "system_actor", "agent", "delegation_depth", "capability_id", "capability_version", "resource", "context", "operation", "trace")

@@ -316,6 +316,23 @@ def test_mutation_needs_confirmation(cap_mesh: CapabilityMesh) -> None:
     assert got[1] == "CONFIRMATION_REQUIRED"
 
 
+def test_a_mutation_beyond_the_agents_declared_risk_profile_is_denied_and_runs_nothing(
+    cap_mesh: CapabilityMesh
+) -> None:
+    """PRD §65: a version that declared it changes nothing (signed into its grant) cannot, even confirmed."""
+    narrow = common_pb2.RiskProfile(max_risk=common_pb2.RISK_LEVEL_LOW)
+    grant = _validity_grant(cap_mesh, "WP-10235", "2027-01-31", "shift moved", agent_risk_profile=narrow)
+    before = cap_mesh.grant(WORK_PERMIT, ["workPermit.get"], ["permit:WP-10235"])
+    valid_until = _invoke(cap_mesh, WORK_PERMIT, before, "workPermit.get", permit_id="WP-10235").output["valid_until"]
+    got = _refused(lambda: _invoke(cap_mesh, WORK_PERMIT, grant, "workPermit.updateValidity", idempotency_key="k-rp",
+                                   permit_id="WP-10235", valid_until="2027-01-31", reason="shift moved"))
+    assert got[:2] == (grpc.StatusCode.PERMISSION_DENIED, "POLICY_DENIED")
+    assert "blast_radius.agent_profile_exceeded" in got[2]["reason_codes"]
+    after = _invoke(cap_mesh, WORK_PERMIT, cap_mesh.grant(WORK_PERMIT, ["workPermit.get"], ["permit:WP-10235"]),
+                    "workPermit.get", permit_id="WP-10235").output["valid_until"]
+    assert after == valid_until
+
+
 def test_confirmed_mutation_is_verified_and_replays_idempotently(cap_mesh: CapabilityMesh) -> None:
     key = f"idem-{uuid.uuid4().hex[:8]}"
     grant = _validity_grant(cap_mesh, "WP-10235", "2026-12-20", "shift moved")

@@ -63,6 +63,7 @@ CALLERS: dict[str, spiffe.SpiffeId] = {
     "agentmesh.v1.AgentRegistryService.SetAgentStatus": OPERATOR,
     "agentmesh.v1.AgentRegistryService.RegisterAgentVersion": OPERATOR,
     "agentmesh.v1.AgentRegistryService.TransitionAgentVersion": OPERATOR,
+    "agentmesh.v1.AgentRegistryService.EvaluateAgentVersion": OPERATOR,
     "agentmesh.v1.PolicyService": OPERATOR,
     "agentmesh.v1.TenantService": OPERATOR,
     "agentmesh.v1.CapabilityService.InvokeCapability": SUPERVISOR,

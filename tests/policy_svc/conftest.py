@@ -75,6 +75,10 @@ def policy_dir(tmp_path: Path) -> Path:
     return target
 
 
+DECLARES_EVERYTHING = RiskProfile(RiskLevel.CRITICAL, True, True, True)
+"""The test agent's declared risk profile: it may do anything (the rules under test decide)."""
+
+
 def build_request(
     *,
     tenant: str = "acme",
@@ -102,8 +106,10 @@ def build_request(
     override_reason: str = "",
     subject_requester_id: str = "",
     model_fallback: bool = False,
+    agent_risk: RiskProfile | None = DECLARES_EVERYTHING,
 ) -> AuthorizationRequest:
-    """A well-formed request; every keyword changes one aspect of it."""
+    """A well-formed request; every keyword changes one aspect of it. The agent declared it may do
+    everything (``agent_risk``) unless a test says otherwise."""
     chain = delegation_chain
     if chain is None:
         chain = (f"user:{tenant}/{user_id}", "svc:supervisor", f"agent:{agent_id}")
@@ -145,6 +151,7 @@ def build_request(
             override_reason=override_reason,
             subject_requester_id=subject_requester_id,
             model_fallback=model_fallback,
+            agent_risk_profile=agent_risk,
         ),
         operation=operation,
     )

@@ -149,7 +149,8 @@ def _knowledge_read(scope: str = "compliance.nr", agent: str = "compliance-agent
 
 def _knowledge_servicer(engine: PolicyEngine, store: KillSwitchStore) -> PolicyServicer:
     registrations = AgentRegistrations.load()
-    return PolicyServicer(engine, store, registrations.capabilities, None, registrations.knowledge_scopes)
+    return PolicyServicer(engine, store, registrations.capabilities, None, registrations.knowledge_scopes,
+                          registrations.risk_profile)
 
 
 def test_knowledge_scopes_come_from_the_registered_manifests_never_the_request(engine: PolicyEngine,
@@ -169,7 +170,47 @@ def test_knowledge_scopes_come_from_the_registered_manifests_never_the_request(e
             "POLICY_EFFECT_DENY", ["knowledge.scope_not_registered"])
         # Without a registry of scopes (the default), no scope is anyone's: fail closed.
         bare = PolicyServicer(engine, store, registrations.capabilities, audit=None)
-        assert _reasons(bare, _knowledge_read()) == ("POLICY_EFFECT_DENY", ["knowledge.scope_not_registered"])
+        assert _reasons(bare, _knowledge_read()) == (
+            "POLICY_EFFECT_DENY", ["blast_radius.agent_profile_exceeded", "knowledge.scope_not_registered"])
+
+
+def _release(agent: str, declared: common_pb2.RiskProfile | None = None) -> pb.AuthorizeRequest:
+    request = pb.AuthorizeRequest(
+        user=common_pb2.UserContext(tenant_id="acme", user_id="alice", roles=["permit-manager"]),
+        actor_type=common_pb2.ACTOR_TYPE_USER,
+        agent=common_pb2.AgentPrincipal(agent_id=agent, delegation_chain=["user:acme/alice", "svc:supervisor",
+                                                                          f"agent:{agent}"]),
+        delegation_depth=2, capability_id="workPermit.get",
+        resource=pb.ResourceRef(type="WorkPermit", id="WP-10231", tenant_id="acme"),
+        context=pb.OperationContext(risk_profile=common_pb2.RiskProfile(max_risk=common_pb2.RISK_LEVEL_MEDIUM,
+                                                                        can_mutate=True)),
+        operation=pb.OPERATION_KIND_INVOKE)
+    if declared is not None:
+        request.context.agent_risk_profile.CopyFrom(declared)
+    return request
+
+
+def test_an_agent_never_goes_beyond_the_risk_profile_it_declared(engine: PolicyEngine, tmp_path: Path) -> None:
+    """PRD §65: from the version's grant when it carries one, else from the registered manifest."""
+    registrations = AgentRegistrations.load()
+    assert registrations.risk_profile("training-agent") is not None
+    with KillSwitchStore(tmp_path / "policy.db") as store:
+        servicer = _knowledge_servicer(engine, store)
+        # The work-permit agent's manifest declares can_mutate: the mutation is past this rule
+        # (it still needs the user's confirmation).
+        effect, reasons = _reasons(servicer, _release("work-permit-agent"))
+        assert "blast_radius.agent_profile_exceeded" not in reasons
+        # The training agent declared it changes nothing and is LOW risk: refused outright.
+        effect, reasons = _reasons(servicer, _release("training-agent"))
+        assert effect == "POLICY_EFFECT_DENY" and "blast_radius.agent_profile_exceeded" in reasons
+        # A version's own declaration (signed into its grant) is the one that counts.
+        wide = common_pb2.RiskProfile(max_risk=common_pb2.RISK_LEVEL_HIGH, can_mutate=True)
+        assert "blast_radius.agent_profile_exceeded" not in _reasons(servicer, _release("training-agent", wide))[1]
+        narrow = common_pb2.RiskProfile(max_risk=common_pb2.RISK_LEVEL_LOW, can_mutate=True)
+        assert "blast_radius.agent_profile_exceeded" in _reasons(
+            servicer, _release("work-permit-agent", narrow))[1]
+        # An agent nobody registered declared nothing: nothing with any risk.
+        assert "blast_radius.agent_profile_exceeded" in _reasons(servicer, _release("ghost-agent"))[1]
 
 
 def test_a_manifest_whose_knowledge_scopes_are_not_a_list_is_refused(tmp_path: Path) -> None:
