@@ -59,7 +59,8 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
     invoker = GovernedInvoker(runtime, idempotency, PolicyClient(ctx.channel("policy"), ctx.config.call_timeout_s),
                               audit, {signing.key_id(grant_key): grant_key})
     capability_grpc.add_CapabilityServiceServicer_to_server(
-        CapabilityServicer(invoker, runtime.registry, audit), server)
+        CapabilityServicer(invoker, runtime.registry, audit,
+                           runtime.executor.knowledge.library if runtime.executor.knowledge else None), server)
 
 
 def spec(args: argparse.Namespace) -> ServiceSpec:

@@ -87,6 +87,7 @@ MAX_PASSAGE_CHARS: Final = 4000
 """A clause longer than this does not load: retrieval hands out clauses, not chapters."""
 MAX_FILE_BYTES: Final = 1_000_000
 SCOPE_FILE: Final = "scope.yaml"
+_RELEASE_RE = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _CLAUSE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$")
@@ -315,7 +316,8 @@ class KnowledgeStore:
     """The documents of one scope, indexed for BM25; immutable once loaded, safe to share between threads."""
 
     def __init__(self, scope: str, *, title: str, authority: Authority, description: str, version: str,
-                 documents: Sequence[Document], passages: Sequence[Passage], indexed: Sequence[str]) -> None:
+                 documents: Sequence[Document], passages: Sequence[Passage], indexed: Sequence[str],
+                 release: str = "") -> None:
         """Use :meth:`load` or :meth:`from_files` (``indexed``: what BM25 indexes of each passage's body, the
         text with each wikilink as its label only — so a passage linking to a clause does not match that
         clause's id as if it were the clause)."""
@@ -324,6 +326,8 @@ class KnowledgeStore:
         self.authority = authority
         self.description = description
         self.version = version
+        self.release = release
+        """The release its editors gave it (semver; "" when it declares none); ``version`` is its content."""
         self._documents = {d.document_id: d for d in documents}
         self._passages = list(passages)
         self._by_id = {p.passage_id: i for i, p in enumerate(self._passages)}
@@ -391,7 +395,8 @@ class KnowledgeStore:
         passages = cls._passages_of(parsed, {d.document_id for d in documents}, where)
         return cls(scope, title=meta["title"], authority=Authority(meta["authority"]),
                    description=meta.get("description", ""), version=version, documents=documents,
-                   passages=[p for p, _ in passages], indexed=[text for _, text in passages])
+                   passages=[p for p, _ in passages], indexed=[text for _, text in passages],
+                   release=meta.get("release", ""))
 
     @staticmethod
     def _scope_meta(scope: str, content: bytes, file: str) -> dict[str, str]:
@@ -401,7 +406,7 @@ class KnowledgeStore:
             raise KnowledgeError(f"not valid YAML: {err}", file=file) from err
         if not isinstance(data, dict):
             raise KnowledgeError("expected a mapping", file=file)
-        unknown = sorted(set(data) - {"scope", "title", "authority", "description"})
+        unknown = sorted(set(data) - {"scope", "title", "authority", "description", "release"})
         if unknown:
             raise KnowledgeError(f"unknown field {unknown[0]!r}", file=file)
         if data.get("scope") != scope:
@@ -412,6 +417,9 @@ class KnowledgeStore:
             raise KnowledgeError(f"authority: one of {', '.join(a.value for a in Authority)} is required", file=file)
         if not isinstance(data.get("description", ""), str):
             raise KnowledgeError("description: must be a string", file=file)
+        release = data.get("release", "")
+        if release != "" and (not isinstance(release, str) or not _RELEASE_RE.match(release)):
+            raise KnowledgeError("release: a semantic version such as 1.2.0 (quoted) is required", file=file)
         return {k: str(v) for k, v in data.items()}
 
     @staticmethod

@@ -16,6 +16,7 @@ from agentmesh.v1 import capability_service_pb2_grpc as pb_grpc
 from agentmesh.v1 import common_pb2
 from capability_svc import errors as cap_errors
 from capability_svc.governance import GovernedInvoker, mesh_error
+from capability_svc.knowledge_store import KnowledgeLibrary
 from capability_svc.registry import CapabilityEntry, CapabilityRegistry
 
 __all__ = ["CapabilityServicer", "PolicyClient", "definition"]
@@ -42,7 +43,9 @@ def definition(entry: CapabilityEntry) -> pb.CapabilityDefinition:
 class CapabilityServicer(pb_grpc.CapabilityServiceServicer):
     """InvokeCapability, ListCapabilities, SetCapabilityStatus, RevokeExecution."""
 
-    def __init__(self, invoker: GovernedInvoker, registry: CapabilityRegistry, audit: AuditRecorder) -> None:
+    def __init__(self, invoker: GovernedInvoker, registry: CapabilityRegistry, audit: AuditRecorder,
+                 knowledge: KnowledgeLibrary | None = None) -> None:
+        self._knowledge = knowledge
         self._invoker = invoker
         self._registry = registry
         self._audit = audit
@@ -65,7 +68,11 @@ class CapabilityServicer(pb_grpc.CapabilityServiceServicer):
     def ListCapabilities(
         self, request: pb.ListCapabilitiesRequest, context: grpc.ServicerContext
     ) -> pb.ListCapabilitiesResponse:
-        return pb.ListCapabilitiesResponse(capabilities=[definition(e) for e in self._registry.list()])
+        stores = [self._knowledge.get(scope) for scope in self._knowledge.scopes] if self._knowledge else []
+        return pb.ListCapabilitiesResponse(
+            capabilities=[definition(e) for e in self._registry.list()],
+            knowledge_stores=[pb.KnowledgeStoreInfo(scope=s.scope, release=s.release, version=s.version,
+                                                    title=s.title) for s in stores if s is not None])
 
     def SetCapabilityStatus(
         self, request: pb.SetCapabilityStatusRequest, context: grpc.ServicerContext

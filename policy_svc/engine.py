@@ -32,6 +32,7 @@ import hashlib
 import json
 import logging
 import math
+import re
 import threading
 import time
 import uuid
@@ -40,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import cedarpy
+import yaml
 
 from policy_svc.data import (
     NAME_PATTERN,
@@ -80,6 +82,24 @@ _log = logging.getLogger(__name__)
 DEFAULT_POLICY_DIR = Path(__file__).parent / "policies"
 SCHEMA_FILE = "schema.cedarschema"
 DATA_FILE = "entities.yaml"
+RELEASE_FILE = "release.yaml"
+"""``release: <semver>`` — the policy set's release, what agents' ``dependencies.policies`` ranges meet."""
+
+
+def _release(path: Path) -> str:
+    """The policy set's declared release ("" without the file)."""
+    if not path.exists():
+        return ""
+    text = _read(path, "DATA_INVALID")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise PolicyLoadError(f"{path}: not valid YAML: {exc}", reason="DATA_INVALID", path=str(path)) from exc
+    release = data.get("release") if isinstance(data, dict) and set(data) == {"release"} else None
+    if not isinstance(release, str) or not re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", release):
+        raise PolicyLoadError(f"{path}: expected exactly 'release: \"<major>.<minor>.<patch>\"'",
+                              reason="DATA_INVALID", path=str(path))
+    return release
 POLICY_GLOB = "*.cedar"
 
 #: A decision that takes longer than this is discarded as DENY (policy.timeout).
@@ -189,7 +209,9 @@ class PolicyEngine:
         clock: Callable[[], float],
         new_decision_id: Callable[[], str],
         validate_requests: bool,
+        release: str = "",
     ) -> None:
+        self._release = release
         self._schema = schema
         self._policy_set = policy_set
         # The same policies minus the obligation forbids: "would this be
@@ -306,6 +328,7 @@ class PolicyEngine:
             clock=clock,
             new_decision_id=new_decision_id or _random_decision_id,
             validate_requests=validate_requests,
+            release=_release(root / RELEASE_FILE),
         )
         _log.info("loaded %d policies from %s, version %s", len(metas), root, engine.version)
         return engine
@@ -352,7 +375,8 @@ class PolicyEngine:
 
     def info(self) -> PolicyInfo:
         """The version and the ``@id`` of every policy (``GetPolicyInfo``)."""
-        return PolicyInfo(policy_version=self._state.version, policy_ids=tuple(sorted(self._policies)))
+        return PolicyInfo(policy_version=self._state.version, policy_ids=tuple(sorted(self._policies)),
+                          policy_release=self._release)
 
     def describe(self, reason_code: str) -> str:
         """The human-readable meaning of a reason code."""

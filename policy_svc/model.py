@@ -209,6 +209,8 @@ class PolicyInfo:
     policy_version: str
     #: The ``@id`` of every policy in the set, sorted.
     policy_ids: tuple[str, ...]
+    #: The policy set's declared release (semver; "" when it declares none).
+    policy_release: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -193,7 +193,8 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         self, request: pb.GetPolicyInfoRequest, context: grpc.ServicerContext
     ) -> pb.GetPolicyInfoResponse:
         info = self._engine.info()
-        return pb.GetPolicyInfoResponse(policy_version=info.policy_version, policy_ids=list(info.policy_ids))
+        return pb.GetPolicyInfoResponse(policy_version=info.policy_version, policy_ids=list(info.policy_ids),
+                                        policy_release=info.policy_release)
 
 
 class TenantServicer(tenant_grpc.TenantServiceServicer):

@@ -17,6 +17,8 @@ from agentmesh.v1 import capability_service_pb2 as cap_pb2
 from agentmesh.v1 import capability_service_pb2_grpc as cap_grpc
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import decision_center_service_pb2_grpc as dc_grpc
+from agentmesh.v1 import policy_service_pb2 as policy_pb2
+from agentmesh.v1 import policy_service_pb2_grpc as policy_grpc
 from agentmesh.v1 import specialist_service_pb2 as spec_pb2
 from agentmesh.v1 import specialist_service_pb2_grpc as spec_grpc
 from agentmesh.v1 import supervisor_service_pb2_grpc as supervisor_grpc
@@ -131,14 +133,19 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
     cap_channel = ctx.channel("capability")
 
     def release_manager() -> ReleaseManager:
-        # What the mesh has now: the capability registry at each validation (knowledge and policy
-        # versions are not reported by any service yet, so a declared one is unknown and blocks).
+        # What the mesh has now, asked at each validation: the capability registry and the knowledge
+        # stores the capability service serves, and the policies the policy engine has in force.
         try:
             now = cap_grpc.CapabilityServiceStub(cap_channel).ListCapabilities(
-                cap_pb2.ListCapabilitiesRequest(), timeout=ctx.config.call_timeout_s).capabilities
+                cap_pb2.ListCapabilitiesRequest(), timeout=ctx.config.call_timeout_s)
+            policies = policy_grpc.PolicyServiceStub(ctx.channel("policy")).GetPolicyInfo(
+                policy_pb2.GetPolicyInfoRequest(), timeout=ctx.config.call_timeout_s)
         except grpc.RpcError as err:
             raise errors.from_rpc_error(err) from err
-        return ReleaseManager(capability_facts(now))
+        return ReleaseManager(capability_facts(now.capabilities),
+                              knowledge={k.scope: [k.release] for k in now.knowledge_stores if k.release},
+                              policies={p: [policies.policy_release] for p in policies.policy_ids
+                                        if policies.policy_release})
 
     onboarding = Onboarding(ctx.data_dir / "supervisor-lifecycle.db", registry, release_manager,
                             authorize=policy_adapter(authorize), audit=audit_adapter(audit))

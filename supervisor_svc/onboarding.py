@@ -59,6 +59,8 @@ __all__ = [
 
 _ENDPOINT_RE = re.compile(r"^[A-Za-z0-9.\-]{1,253}:[0-9]{1,5}$|^\[[0-9A-Fa-f:]{2,45}\]:[0-9]{1,5}$")
 _MAX_REASON = 1000
+_WHERE = {"capability": "registered", "knowledge store": "served with a release",
+          "policy": "in force with a release"}
 _RISK_ORDER = {RiskLevel.LOW: 0, RiskLevel.MEDIUM: 1, RiskLevel.HIGH: 2, RiskLevel.CRITICAL: 3}
 
 S = LifecycleStatus
@@ -174,8 +176,10 @@ class ReleaseManager:
 
     * each capability the agent registers exists in the capability registry and is not RETIRED;
     * each ``dependencies.capabilities`` range is met by a registered, non-RETIRED version;
-    * each ``dependencies.knowledge`` / ``dependencies.policies`` range is met by what the
-      mesh reports (``knowledge`` / ``policies``: id -> versions); an unknown one is a problem;
+    * each ``dependencies.knowledge`` range is met by the release of a knowledge store the capability
+      service serves (``<scope>@<range>``), each ``dependencies.policies`` one names a policy ``@id``
+      the policy engine has in force whose policy set's release is in the range (``knowledge`` /
+      ``policies``: id -> releases); an unknown one is a problem;
     * each ``allowed_delegations`` target is a registered agent;
     * the declared risk profile covers every capability it registers: a mutating capability
       needs ``can_mutate``, an external write ``can_external_write``, a bulk one
@@ -237,7 +241,7 @@ class ReleaseManager:
             return [f"{field}: {dep!r} is not '<id>@<semver range>': {err}"]
         have = known.get(target)
         if not have:
-            return [f"{field}: {dep!r}: no {kind} {target!r} is registered"]
+            return [f"{field}: {dep!r}: no {kind} {target!r} is {_WHERE[kind]}"]
         versions = []
         for v in have:
             try:

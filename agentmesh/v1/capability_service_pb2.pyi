@@ -86,10 +86,24 @@ class ListCapabilitiesRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ListCapabilitiesResponse(_message.Message):
-    __slots__ = ("capabilities",)
+    __slots__ = ("capabilities", "knowledge_stores")
     CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    KNOWLEDGE_STORES_FIELD_NUMBER: _ClassVar[int]
     capabilities: _containers.RepeatedCompositeFieldContainer[CapabilityDefinition]
-    def __init__(self, capabilities: _Optional[_Iterable[_Union[CapabilityDefinition, _Mapping]]] = ...) -> None: ...
+    knowledge_stores: _containers.RepeatedCompositeFieldContainer[KnowledgeStoreInfo]
+    def __init__(self, capabilities: _Optional[_Iterable[_Union[CapabilityDefinition, _Mapping]]] = ..., knowledge_stores: _Optional[_Iterable[_Union[KnowledgeStoreInfo, _Mapping]]] = ...) -> None: ...
+
+class KnowledgeStoreInfo(_message.Message):
+    __slots__ = ("scope", "release", "version", "title")
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    scope: str
+    release: str
+    version: str
+    title: str
+    def __init__(self, scope: _Optional[str] = ..., release: _Optional[str] = ..., version: _Optional[str] = ..., title: _Optional[str] = ...) -> None: ...
 
 class SetCapabilityStatusRequest(_message.Message):
     __slots__ = ("capability_id", "status", "reason")

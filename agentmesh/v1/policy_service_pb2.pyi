@@ -158,9 +158,11 @@ class GetPolicyInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetPolicyInfoResponse(_message.Message):
-    __slots__ = ("policy_version", "policy_ids")
+    __slots__ = ("policy_version", "policy_ids", "policy_release")
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     POLICY_IDS_FIELD_NUMBER: _ClassVar[int]
+    POLICY_RELEASE_FIELD_NUMBER: _ClassVar[int]
     policy_version: str
     policy_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, policy_version: _Optional[str] = ..., policy_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    policy_release: str
+    def __init__(self, policy_version: _Optional[str] = ..., policy_ids: _Optional[_Iterable[str]] = ..., policy_release: _Optional[str] = ...) -> None: ...

@@ -217,10 +217,21 @@ def test_a_bad_store_does_not_load_and_says_where(files: dict[str, bytes], messa
     (b"scope: test.kb\nauthority: UNVERIFIED_DOCUMENT\n", "title: a non-empty string is required"),
     (b"scope: test.kb\ntitle: T\nauthority: UNVERIFIED_DOCUMENT\ncolour: blue\n", "unknown field 'colour'"),
     (b"[unclosed", "not valid YAML"),
+    (b"scope: test.kb\ntitle: T\nauthority: UNVERIFIED_DOCUMENT\nrelease: 1.0\n", "release: a semantic version"),
 ])
 def test_a_bad_scope_file_does_not_load(scope_yaml: bytes, message: str) -> None:
     with pytest.raises(KnowledgeError, match=re.escape(message)):
         KnowledgeStore.from_files("test.kb", {"scope.yaml": scope_yaml, "A.md": b"# A\n"})
+
+
+def test_a_store_declares_its_release_apart_from_its_content_version() -> None:
+    files = {"scope.yaml": b"scope: test.kb\ntitle: T\nauthority: UNVERIFIED_DOCUMENT\nrelease: \"2.1.0\"\n",
+             "A.md": b"# A\n"}
+    loaded = KnowledgeStore.from_files("test.kb", files)
+    assert loaded.release == "2.1.0" and loaded.version.startswith("sha256:")
+    bare = KnowledgeStore.from_files("test.kb", {**files, "scope.yaml": b"scope: test.kb\ntitle: T\n"
+                                                 b"authority: UNVERIFIED_DOCUMENT\n"})
+    assert bare.release == ""
 
 
 def test_headings_inside_code_fences_are_text() -> None:

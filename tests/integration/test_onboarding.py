@@ -97,6 +97,31 @@ def test_an_incompatible_version_is_blocked_with_every_reason(onboarding_mesh: M
     assert next(v for v in listed if v["version"] == "2.0.0")["status"] == "LIFECYCLE_STATUS_DRAFT"
 
 
+def test_knowledge_and_policy_dependencies_are_checked_against_what_the_mesh_serves(
+    onboarding_mesh: MeshConfig, tmp_path: Path
+) -> None:
+    home = onboarding_mesh.home
+    fits = _manifest(tmp_path, "fits.yaml", version="1.5.0", dependencies={
+        "capabilities": ["training.getStatus@^2.0"], "knowledge": ["compliance.nr@^1.0"],
+        "policies": ["blast_radius.agent_profile_exceeded@^1.1", "tenant.isolation@>=1.0.0"]})
+    assert am(home, "agents", "register", str(fits), "--endpoint", "127.0.0.1:7999", *OLGA).returncode == 0
+    moved = am(home, "agents", "transition", "training-agent@1.5.0", "VALIDATING", "--reason", "go", *OLGA)
+    assert moved.returncode == 0, moved.stderr
+    assert am(home, "agents", "transition", "training-agent@1.5.0", "DRAFT", "--reason", "done", *OLGA
+              ).returncode == 0
+    wrong = _manifest(tmp_path, "wrong.yaml", version="1.6.0", dependencies={
+        "knowledge": ["compliance.nr@^2.0", "training.nr@^1.0"],
+        "policies": ["blast_radius.agent_profile_exceeded@^2.0"]})
+    assert am(home, "agents", "register", str(wrong), "--endpoint", "127.0.0.1:7999", *OLGA).returncode == 0
+    blocked = am(home, "agents", "transition", "training-agent@1.6.0", "VALIDATING", "--reason", "go", *OLGA)
+    assert blocked.returncode == 1 and "RELEASE_BLOCKED" in blocked.stderr
+    for problem in ("dependencies.knowledge[0]: 'compliance.nr@^2.0' is incompatible with the registered "
+                    "versions (1.0.0)",
+                    "dependencies.knowledge[1]: 'training.nr@^1.0': no knowledge store 'training.nr' is served",
+                    "dependencies.policies[0]: 'blast_radius.agent_profile_exceeded@^2.0' is incompatible"):
+        assert problem in blocked.stderr, blocked.stderr
+
+
 # --- evaluation (PRD §60–61) -----------------------------------------------------------------------
 
 SHIPPED = sorted(p.stem for p in default_agents_dir().glob("*.yaml"))

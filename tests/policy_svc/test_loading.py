@@ -30,6 +30,17 @@ def test_shipped_policies_load_with_every_id(engine: PolicyEngine) -> None:
     assert re.fullmatch(r"sha256:[0-9a-f]{64}", info.policy_version)
 
 
+def test_the_policy_set_declares_its_release(policy_dir: Path) -> None:
+    assert re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", PolicyEngine.load().info().policy_release)
+    (policy_dir / "release.yaml").unlink(missing_ok=True)
+    assert PolicyEngine.load(policy_dir).info().policy_release == ""
+    for bad in ("release: 1.0\n", "release: \"one\"\n", "release: \"1.0.0\"\nextra: 1\n", "[\n"):
+        (policy_dir / "release.yaml").write_text(bad)
+        with pytest.raises(PolicyLoadError) as info:
+            PolicyEngine.load(policy_dir)
+        assert "release.yaml" in str(info.value)
+
+
 def test_version_is_stable_across_loads(engine: PolicyEngine, policy_dir: Path) -> None:
     assert PolicyEngine.load(policy_dir).version == PolicyEngine.load().version
     assert with_demo_tenants(PolicyEngine.load(policy_dir)).version == engine.version

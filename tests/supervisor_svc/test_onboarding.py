@@ -189,8 +189,8 @@ def test_the_release_manager_blocks_with_every_reason(world: Any) -> None:
         "capabilities: 'nothing.here' is not a registered capability",
         "dependencies.capabilities[0]: 'training.getStatus@^3.0' is incompatible with the registered versions "
         "(2.1.0)",
-        "dependencies.knowledge[0]: 'training@^4.0': no knowledge store 'training' is registered",
-        "dependencies.policies[0]: 'no-such-policy@^42.0': no policy 'no-such-policy' is registered",
+        "dependencies.knowledge[0]: 'training@^4.0': no knowledge store 'training' is served with a release",
+        "dependencies.policies[0]: 'no-such-policy@^42.0': no policy 'no-such-policy' is in force with a release",
         "allowed_delegations[0]: 'ghost-agent' is not a registered agent",
         "risk_profile.can_mutate: workPermit.release@1.0.0 mutates, the profile says it cannot",
         "risk_profile.max_risk: workPermit.release@1.0.0 is HIGH, above the declared LOW",
