@@ -117,8 +117,10 @@ def _status(value: int) -> str:
 
 
 def _version_row(v: Any) -> dict[str, Any]:
+    ev = v.evaluation if v.HasField("evaluation") else None
     return {"agent": v.agent_id, "version": v.version, "status": _status(v.status), "endpoint": v.endpoint or "-",
-            "registered_by": v.registered_by, "problems": len(v.problems)}
+            "registered_by": v.registered_by, "problems": len(v.problems),
+            "evaluation": f"{ev.score:.2f} {'PASSED' if ev.gate_passed else 'FAILED'}" if ev else "-"}
 
 
 def cmd_list(args: argparse.Namespace, cfg: MeshConfig) -> int:
@@ -145,7 +147,8 @@ def cmd_versions(args: argparse.Namespace, cfg: MeshConfig) -> int:
         reg_pb2.ListAgentVersionsRequest(agent_id=args.agent_id))).versions)
     emit(args, [json_format.MessageToDict(v) for v in versions],
          lambda: print_table([_version_row(v) for v in versions],
-                             ["agent", "version", "status", "endpoint", "registered_by", "problems"]))
+                             ["agent", "version", "status", "endpoint", "registered_by", "problems",
+                              "evaluation"]))
     return 0
 
 

@@ -370,8 +370,8 @@ class Evaluator:
                 row.actual_verdict = err.reason
                 row.mismatches.append(f"the task failed: {err.code.name} {err.reason}: {err.message}"[:300])
             else:
-                row.actual_verdict = json_format.MessageToDict(result.result).get("verdict", "") \
-                    if result.result.fields.get("verdict") else (result.error_reason or "")
+                verdict = json_format.MessageToDict(result.result).get("verdict")
+                row.actual_verdict = str(verdict) if verdict else result.error_reason.split(":", 1)[0]
                 row.mismatches.extend(case_mismatches(case, result))
             row.passed = not row.mismatches
             results.append(row)
