@@ -87,6 +87,7 @@ class AttemptKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ATTEMPT_KIND_FIRST: _ClassVar[AttemptKind]
     ATTEMPT_KIND_RETRY: _ClassVar[AttemptKind]
     ATTEMPT_KIND_FALLBACK: _ClassVar[AttemptKind]
+    ATTEMPT_KIND_CONTINUE: _ClassVar[AttemptKind]
 
 class AttemptOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -154,6 +155,7 @@ ATTEMPT_KIND_UNSPECIFIED: AttemptKind
 ATTEMPT_KIND_FIRST: AttemptKind
 ATTEMPT_KIND_RETRY: AttemptKind
 ATTEMPT_KIND_FALLBACK: AttemptKind
+ATTEMPT_KIND_CONTINUE: AttemptKind
 ATTEMPT_OUTCOME_UNSPECIFIED: AttemptOutcome
 ATTEMPT_OUTCOME_ANSWERED: AttemptOutcome
 ATTEMPT_OUTCOME_TRANSIENT_RESULT: AttemptOutcome

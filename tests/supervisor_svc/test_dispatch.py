@@ -33,7 +33,7 @@ class Specialists:
     def __init__(self) -> None:
         self.requests: list[spec_pb2.RunTaskRequest] = []
 
-    def start(self, agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float) -> Call:
+    def start(self, agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float, endpoint: Any = None) -> Call:
         self.requests.append(request)
         result = common_pb2.AgentResult(task_id=request.task.task_id, agent_id=agent_id,
                                         status=common_pb2.RESULT_STATUS_SUCCESS)

@@ -25,7 +25,8 @@ from supervisor_svc.registry import (
     status_from_proto,
 )
 
-AGENTS = ["compliance-agent", "employee-agent", "medical-agent", "risk-agent", "training-agent", "work-permit-agent"]
+AGENTS = ["compliance-agent", "employee-agent", "medical-agent", "risk-agent", "risk-rules-agent", "training-agent",
+          "work-permit-agent"]
 
 
 def _copy_agents(tmp_path: Path) -> Path:
