@@ -949,7 +949,9 @@ class Orchestrator:
             if fallback_for or again or call.outcome not in AGENT_UNAVAILABLE:
                 return call, route, node
             primary = route
-            found = self._fallback(live, task_id, primary, node, call.reason, context)
+            # A task that may change something runs on a fallback only if the primary never got it.
+            may_have_acted = "" if reads or call.outcome == pb.ATTEMPT_OUTCOME_NOT_CALLED else not_read
+            found = self._fallback(live, task_id, primary, node, call.reason, context, may_have_acted)
             if found is None:
                 return call, route, node
             # The primary's part ends failed (its history says so); the task is the fallback's from here on.
@@ -1026,10 +1028,13 @@ class Orchestrator:
         return call
 
     def _fallback(self, live: _Live, task_id: str, primary: Route, node: common_pb2.AgentTask, failure: str,
-                  context: dict[str, Any] | None) -> tuple[Route, common_pb2.AgentTask, str] | None:
+                  context: dict[str, Any] | None, may_have_acted: str = "",
+                  ) -> tuple[Route, common_pb2.AgentTask, str] | None:
         """The fallback of an unavailable primary, if it may run (PRD §47): the route, the task for it and the
         policy decision id; None (recorded, with why) when the primary declares none or it may not.
 
+        A task whose grant may change something (``may_have_acted`` says why) has no fallback once the primary
+        was called: what the primary did is not known, so it is not done again elsewhere.
         The fallback must be ACTIVE, hold the task's capabilities, be available, get its own projection of the
         task's context (a task whose input came from the plan keeps it), and the policy engine must allow the
         tenant's work on it (``use_fallback_agent``, the user's authority, fail closed). The decision is on the
@@ -1061,6 +1066,9 @@ class Orchestrator:
 
         if node.parent_task_id:
             refuse("FALLBACK_NOT_FOR_HANDOFF", "a handoff's input was projected for its target")
+            return None
+        if may_have_acted:
+            refuse("FALLBACK_NOT_IDEMPOTENT", f"{may_have_acted}; the primary was called and may have acted")
             return None
         try:
             entry = self._registry.ensure_active(fallback_id)
