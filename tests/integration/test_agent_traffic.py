@@ -1,0 +1,308 @@
+"""Agent traffic over real processes (PRD §45, §47, §57): retries of reads, availability and history in the
+scores, fallback agents under the policy engine, the canary split and its automatic rollback, and a registered
+version reached at its own endpoint, verified as its SPIFFE id.
+
+The module starts its own mesh: seven agents (the risk agent's rules-only fallback too), a routing file with a
+50 % canary share and short backoffs, and traces exported to a receiver in the test process. It stops the risk
+agent's process and moves an agent version through the lifecycle database where the lifecycle API cannot yet
+(no evaluation runner: EVALUATING -> APPROVED needs a passed evaluation), so it runs once, on SQLite.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from agentmesh import errors, launcher, spiffe, transport
+from agentmesh.config import DEFAULT_AGENTS, MeshConfig
+from agentmesh.identities import PLATFORM_CLI
+from agentmesh.v1 import agent_registry_service_pb2 as reg_pb2
+from agentmesh.v1 import agent_registry_service_pb2_grpc as reg_grpc
+from agentmesh.v1 import audit_service_pb2 as audit_pb2
+from agentmesh.v1 import common_pb2
+from agentmesh.v1 import specialist_service_pb2 as spec_pb2
+from agentmesh.v1 import supervisor_service_pb2 as pb
+from supervisor_svc.registry import default_agents_dir
+from supervisor_svc.routing import Endpoint, canary_bucket
+from supervisor_svc.servicer import GrpcSpecialists
+
+from .conftest import RoleProcess, client_tls, launched_mesh, lms_admin_headers, peer_address, write_config
+from .otlp_receiver import OtlpReceiver
+from .test_analysis_e2e import analyze, audit_records, token
+from .test_cli import am
+
+pytestmark = pytest.mark.sqlite_files
+
+PERMIT = "Analyze permit WP-10231 and tell me if it can be released"
+OLGA = ("--tenant", "acme", "--user", "olga")
+ROUTING = {
+    "canary": {"share_percent": 50, "window": 4, "min_tasks": 2, "max_failure_rate": 0.5},
+    "retry": {"max_attempts": 3, "initial_backoff_ms": 100, "multiplier": 2, "max_backoff_ms": 400,
+              "execution_budget": 6},
+    "availability": {"probe_ttl_ms": 200, "probe_timeout_ms": 500, "circuit_failures": 3, "circuit_open_ms": 60000},
+    "history": {"window": 20},
+}
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[OtlpReceiver]:
+    with OtlpReceiver() as r:
+        yield r
+
+
+@pytest.fixture(scope="module")
+def traffic_mesh(tmp_path_factory: pytest.TempPathFactory, receiver: OtlpReceiver) -> Iterator[MeshConfig]:
+    home = tmp_path_factory.mktemp("traffic-mesh")
+    routing = home / "routing.yaml"
+    routing.write_text(yaml.safe_dump(ROUTING))
+    write_config(home, agents=[*DEFAULT_AGENTS, "risk-rules-agent"], routing_file=str(routing))
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver.port}", "OTEL_EXPORTER_OTLP_INSECURE": "true",
+           "OTEL_BSP_SCHEDULE_DELAY": "200"}
+    with launched_mesh(home, env=env) as cfg:
+        yield cfg
+
+
+def _task(ex: pb.Execution, agent_id: str) -> str:
+    """The task of ``agent_id``'s analysis (it may have run on a fallback since)."""
+    return next(a.task_id for a in ex.attempts if a.agent_id == agent_id)
+
+
+def _attempts(ex: pb.Execution, task_id: str) -> list[pb.TaskAttempt]:
+    return [a for a in ex.attempts if a.task_id == task_id]
+
+
+def _until(check: Callable[[], Any], what: str, timeout_s: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = check()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s:g} s: {what}")
+        time.sleep(0.2)
+
+
+def _discover(cfg: MeshConfig, domain: str) -> reg_pb2.DiscoverAgentsResponse:
+    channel = transport.secure_channel(peer_address(cfg, "supervisor"), client_tls(cfg, PLATFORM_CLI),
+                                       spiffe.service("supervisor"))
+    with channel:
+        return reg_grpc.AgentRegistryServiceStub(channel).DiscoverAgents(
+            reg_pb2.DiscoverAgentsRequest(tenant_id="acme", domains=[domain]), timeout=30)
+
+
+# --- agent-level retries (PRD §45) ----------------------------------------------------------------
+
+def test_a_read_whose_source_failed_transiently_is_retried_and_each_attempt_is_visible(
+    traffic_mesh: MeshConfig, receiver: OtlpReceiver
+) -> None:
+    # The LMS answers 503 to W-1001's next three lookups: the gateway's three tries of the first attempt.
+    lms_url = next(p.address for p in launcher.read_state(traffic_mesh) if p.name == "lms")
+    created = httpx.post(f"{lms_url.rstrip('/')}/admin/faults", headers=lms_admin_headers(traffic_mesh),
+                         json={"mode": "5xx", "tenant_id": "acme", "worker_id": "W-1001", "times": 3})
+    assert created.status_code == 201, created.text
+    ex = analyze(traffic_mesh, PERMIT)
+    assert ex.status == pb.EXECUTION_STATUS_SUCCEEDED, ex.reason
+    assert ex.decision == common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE
+    training = _attempts(ex, _task(ex, "training-agent"))
+    assert [(a.attempt, a.kind, a.outcome, a.backoff_ms) for a in training] == [
+        (1, pb.ATTEMPT_KIND_FIRST, pb.ATTEMPT_OUTCOME_TRANSIENT_RESULT, 0),
+        (2, pb.ATTEMPT_KIND_RETRY, pb.ATTEMPT_OUTCOME_ANSWERED, 100)]
+    assert training[0].reason.startswith("RESULT_STATUS_PARTIAL: LMS_UNAVAILABLE")
+    assert all((a.agent_version, a.endpoint) == ("1.0.0", "config") for a in training)
+    assert next(r for r in ex.results if r.task_id == training[0].task_id).status == common_pb2.RESULT_STATUS_SUCCESS
+    # Each attempt is its own delegation on the record ...
+    delegated = [r for r in audit_records(traffic_mesh, execution_id=ex.execution_id)
+                 if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED and r.task_id == training[0].task_id]
+    assert [next(c for c in r.reason_codes if c.startswith("attempt=")) for r in delegated] == [
+        "attempt=1", "attempt=2"]
+
+    # ... and an event of the supervisor's span of the task.
+    def task_span(spans: list[dict[str, Any]]) -> dict[str, Any] | None:
+        return next((s for s in spans if s["service"] == "supervisor" and s["name"] == "AgentTask training-agent"
+                     and s["attributes"].get("agentmesh.task_id") == training[0].task_id), None)
+
+    span = task_span(receiver.wait_for(lambda spans: task_span(spans) is not None, timeout_s=30))
+    assert span is not None
+    events = [e["attributes"] for e in span["events"] if e["name"] == "agentmesh.attempt"]
+    assert [(e["agentmesh.attempt"], e["agentmesh.attempt_kind"], e["agentmesh.outcome"], e["agentmesh.backoff_ms"])
+            for e in events] == [(1, "ATTEMPT_KIND_FIRST", "ATTEMPT_OUTCOME_TRANSIENT_RESULT", 0),
+                                 (2, "ATTEMPT_KIND_RETRY", "ATTEMPT_OUTCOME_ANSWERED", 100)]
+
+
+# --- a registered version at its own endpoint -------------------------------------------------------
+
+def test_a_registered_endpoint_is_reached_only_as_its_registered_identity(traffic_mesh: MeshConfig) -> None:
+    # The supervisor's own way to a registered version: a channel verifying the registered SPIFFE id.
+    tls = client_tls(traffic_mesh, spiffe.service("supervisor"))
+
+    def configured(agent_id: str) -> Any:
+        raise AssertionError(f"{agent_id}: a registered version is never reached at the configured address")
+
+    specialists = GrpcSpecialists(configured, endpoint_channel=lambda address, identity: transport.secure_channel(
+        address, tls, identity))
+    training_address = peer_address(traffic_mesh, "training-agent")
+    risk_address = peer_address(traffic_mesh, "risk-agent")
+    own = Endpoint("training-agent", "1.1.0", training_address, str(spiffe.agent("training-agent")))
+    impostor = Endpoint("training-agent", "1.1.0", risk_address, str(spiffe.agent("training-agent")))
+    try:
+        assert specialists.health(own, 5.0) == "SERVING"
+        # The risk agent's process answers at that address, but it is not the training agent: never reached.
+        assert specialists.health(impostor, 5.0).startswith("UNREACHABLE")
+        with pytest.raises(errors.Unavailable):
+            specialists.start("training-agent", spec_pb2.RunTaskRequest(), 5.0, endpoint=impostor).result()
+    finally:
+        specialists.close()
+
+
+# --- the canary split and its rollback (PRD §57) ----------------------------------------------------
+
+def _versions(cfg: MeshConfig) -> dict[str, str]:
+    listed = json.loads(am(cfg.home, "agents", "versions", "training-agent", "--json").stdout)
+    return {v["version"]: v["status"] for v in listed}
+
+
+def _approve_in_the_store(cfg: MeshConfig, version: str) -> None:
+    """EVALUATING -> APPROVED written to the lifecycle database, as the onboarding writes a move: the lifecycle
+    API refuses it until an evaluation runner exists (EVALUATION_REQUIRED)."""
+    now = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    with sqlite3.connect(cfg.mesh_home.data / "supervisor-lifecycle.db") as db:
+        changed = db.execute("UPDATE agent_versions SET status = 'APPROVED' WHERE agent_id = 'training-agent' "
+                             "AND version = ? AND status = 'EVALUATING'", (version,)).rowcount
+        assert changed == 1
+        db.execute("INSERT INTO agent_version_history (agent_id, version, from_status, to_status, reason, "
+                   "changed_by, changed_at) VALUES ('training-agent', ?, 'EVALUATING', 'APPROVED', "
+                   "'test set-up: no evaluation runner yet', 'test', ?)", (version, now))
+
+
+def test_a_canary_gets_its_share_and_is_rolled_back_when_it_fails(traffic_mesh: MeshConfig, tmp_path: Path) -> None:
+    cfg = traffic_mesh
+    canary = RoleProcess(cfg, "training-agent-canary", "specialist_svc",
+                         extra=("--agent", "training-agent", "--instance", "training-agent-canary"),
+                         peers={"capability": peer_address(cfg, "capability"), "audit": peer_address(cfg, "audit")})
+    try:
+        manifest = yaml.safe_load((default_agents_dir() / "training-agent.yaml").read_text(encoding="utf-8"))
+        manifest["version"] = "1.1.0"
+        path = tmp_path / "training-agent-1.1.0.yaml"
+        path.write_text(yaml.safe_dump(manifest), encoding="utf-8")
+        done = am(cfg.home, "agents", "register", str(path), "--endpoint", canary.address, *OLGA)
+        assert done.returncode == 0, done.stderr
+        for status in ("VALIDATING", "EVALUATING"):
+            moved = am(cfg.home, "agents", "transition", "training-agent@1.1.0", status, "--reason", "go", *OLGA)
+            assert moved.returncode == 0, moved.stderr
+        _approve_in_the_store(cfg, "1.1.0")
+        moved = am(cfg.home, "agents", "transition", "training-agent@1.1.0", "CANARY", "--reason", "canary", *OLGA)
+        assert moved.returncode == 0, moved.stderr
+
+        # Half of acme's executions (by the bucket of their id) go to the canary, at its own endpoint.
+        seen: set[bool] = set()
+        for _ in range(30):
+            ex = analyze(cfg, PERMIT)
+            to_canary = canary_bucket(ex.execution_id, "training-agent") < 50
+            seen.add(to_canary)
+            (attempt,) = _attempts(ex, _task(ex, "training-agent"))
+            version = "1.1.0" if to_canary else "1.0.0"
+            assert (attempt.agent_version, attempt.endpoint, attempt.outcome) == (
+                version, canary.address if to_canary else "config", pb.ATTEMPT_OUTCOME_ANSWERED)
+            assert next(r for r in ex.results if r.task_id == attempt.task_id).versions.agent_version == version
+            score = next(s for s in ex.selection_scores if s.agent_id == "training-agent")
+            assert score.agent_version == version and score.chosen and score.task_id == attempt.task_id
+            assert score.version_reason.startswith("canary share 50%" if to_canary else "ACTIVE version (canary")
+            if len(seen) == 2:
+                break
+        assert seen == {True, False}
+
+        # The canary's process stops: its tasks fail, and once they fail above the threshold it is rolled back.
+        canary.stop()
+        rolled = None
+        for _ in range(30):
+            ex = analyze(cfg, PERMIT)
+            attempts = _attempts(ex, _task(ex, "training-agent"))
+            if canary_bucket(ex.execution_id, "training-agent") < 50 and attempts[0].agent_version == "1.1.0":
+                assert {a.outcome for a in attempts} <= {pb.ATTEMPT_OUTCOME_UNAVAILABLE, pb.ATTEMPT_OUTCOME_NOT_CALLED}
+                assert len(attempts) == 3
+            if _versions(cfg)["1.1.0"] == "LIFECYCLE_STATUS_APPROVED":
+                rolled = ex
+                break
+        assert rolled is not None, "the failing canary was not rolled back"
+        records = [r for r in audit_records(cfg, agent_id="training-agent")
+                   if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_STATUS_CHANGED and "CANARY_ROLLBACK" in r.reason_codes]
+        (record,) = records
+        assert record.resource == "agent-version:training-agent@1.1.0"
+        assert {"from=CANARY", "status=APPROVED", "changed_by=system:supervisor"} <= set(record.reason_codes)
+        assert any(c.startswith("failure_rate=") for c in record.reason_codes)
+        # From now on every execution's training task goes to the ACTIVE version, the canary's share too.
+        for _ in range(4):
+            ex = analyze(cfg, PERMIT)
+            assert {a.agent_version for a in _attempts(ex, _task(ex, "training-agent"))} == {"1.0.0"}
+    finally:
+        canary.stop()
+
+
+# --- availability and fallback (PRD §47) ------------------------------------------------------------
+
+def test_a_stopped_agent_is_not_chosen_as_available_and_its_fallback_runs_only_where_allowed(
+    traffic_mesh: MeshConfig,
+) -> None:
+    cfg = traffic_mesh
+    before = next(s for s in _discover(cfg, "risk").scores if s.agent_id == "risk-agent")
+    assert (before.availability_score, before.availability_reason) == (1.0, "SERVING")
+    risk = next(p for p in launcher.read_state(cfg) if p.name == "risk-agent")
+    os.kill(risk.pid, signal.SIGTERM)  # stopped on purpose: the supervising loop leaves it stopped
+    after = _until(lambda: next((s for s in _discover(cfg, "risk").scores
+                                 if s.agent_id == "risk-agent" and s.availability_score == 0.0), None),
+                   "the stopped risk agent scores availability 0")
+    assert after.availability_reason.startswith("UNREACHABLE") and after.final_score < before.final_score
+
+    # acme's roles hold agent.fallback: the risk task runs on the risk agent's fallback.
+    ex = analyze(cfg, PERMIT)
+    score = next(s for s in ex.selection_scores if s.agent_id == "risk-agent")
+    assert score.chosen and score.availability_score == 0.0
+    task_id = _task(ex, "risk-agent")
+    attempts = _attempts(ex, task_id)
+    assert [(a.agent_id, a.kind, a.outcome) for a in attempts] == [
+        ("risk-agent", pb.ATTEMPT_KIND_FIRST, pb.ATTEMPT_OUTCOME_NOT_CALLED),
+        ("risk-agent", pb.ATTEMPT_KIND_RETRY, pb.ATTEMPT_OUTCOME_NOT_CALLED),
+        ("risk-agent", pb.ATTEMPT_KIND_RETRY, pb.ATTEMPT_OUTCOME_NOT_CALLED),
+        ("risk-rules-agent", pb.ATTEMPT_KIND_FALLBACK, pb.ATTEMPT_OUTCOME_ANSWERED)]
+    (fallback,) = ex.fallbacks
+    assert (fallback.primary_agent_id, fallback.fallback_agent_id, fallback.allowed) == (
+        "risk-agent", "risk-rules-agent", True)
+    assert fallback.decision_id and fallback.decision_id == attempts[-1].decision_id
+    assert "agent.fallback" in fallback.reason_codes
+    node = next(n for n in ex.graph.nodes if n.task_id == task_id)
+    assert node.target_agent_id == "risk-rules-agent" and node.status == common_pb2.TASK_STATUS_COMPLETED
+    result = next(r for r in ex.results if r.task_id == task_id)
+    assert result.agent_id == "risk-rules-agent" and result.status == common_pb2.RESULT_STATUS_SUCCESS
+    assert ex.decision == common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE
+    trail = audit_records(cfg, execution_id=ex.execution_id)
+    (selected,) = [r for r in trail if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_AGENT_SELECTED
+                   and "FALLBACK" in r.reason_codes]
+    assert selected.policy_decision.decision_id == fallback.decision_id
+    assert selected.policy_decision.effect == common_pb2.POLICY_EFFECT_ALLOW
+    assert "primary=risk-agent@1.0.0" in selected.reason_codes
+
+    # globex's roles do not: the risk analysis is reported missing with the primary's failure.
+    ex = analyze(cfg, "Analyze permit WP-20001 and tell me if it can be released", tenant_id="globex",
+                 assertion=token(cfg, tenant="globex", user="gina"))
+    task_id = _task(ex, "risk-agent")
+    assert {a.agent_id for a in _attempts(ex, task_id)} == {"risk-agent"}
+    (fallback,) = ex.fallbacks
+    assert not fallback.allowed and fallback.reason_codes[:2] == ["FALLBACK_DENIED", "agent.fallback_not_allowed"]
+    node = next(n for n in ex.graph.nodes if n.task_id == task_id)
+    assert node.target_agent_id == "risk-agent" and node.status == common_pb2.TASK_STATUS_FAILED
+    assert any("risk" in m.text and "AGENT_UNAVAILABLE" in m.text for m in ex.missing), list(ex.missing)
+    assert ex.decision != common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE
+    denied = [r for r in audit_records(cfg, execution_id=ex.execution_id)
+              if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED and "FALLBACK_NOT_USED" in r.reason_codes]
+    assert len(denied) == 1 and denied[0].policy_decision.effect == common_pb2.POLICY_EFFECT_DENY
