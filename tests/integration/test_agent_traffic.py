@@ -3,18 +3,16 @@ scores, fallback agents under the policy engine, the canary split and its automa
 version reached at its own endpoint, verified as its SPIFFE id.
 
 The module starts its own mesh: seven agents (the risk agent's rules-only fallback too), a routing file with a
-50 % canary share and short backoffs, and traces exported to a receiver in the test process. It stops the risk
-agent's process and moves an agent version through the lifecycle database where the lifecycle API cannot yet
-(no evaluation runner: EVALUATING -> APPROVED needs a passed evaluation), so it runs once, on SQLite.
+50 % canary share and short backoffs, and traces exported to a receiver in the test process. A second process of
+the training agent is onboarded through the whole lifecycle (register, validate, evaluate, approve) as its canary.
+It stops agent processes of its own mesh (executions on PostgreSQL when the suite runs with the mesh there).
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import signal
-import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,12 +35,19 @@ from supervisor_svc.registry import default_agents_dir
 from supervisor_svc.routing import Endpoint, canary_bucket
 from supervisor_svc.servicer import GrpcSpecialists
 
-from .conftest import RoleProcess, client_tls, launched_mesh, lms_admin_headers, peer_address, write_config
+from .conftest import (
+    MESH_ON_POSTGRESQL,
+    RoleProcess,
+    client_tls,
+    fresh_database,
+    launched_mesh,
+    lms_admin_headers,
+    peer_address,
+    write_config,
+)
 from .otlp_receiver import OtlpReceiver
 from .test_analysis_e2e import analyze, audit_records, token
 from .test_cli import am
-
-pytestmark = pytest.mark.sqlite_files
 
 PERMIT = "Analyze permit WP-10231 and tell me if it can be released"
 OLGA = ("--tenant", "acme", "--user", "olga")
@@ -66,7 +71,10 @@ def traffic_mesh(tmp_path_factory: pytest.TempPathFactory, receiver: OtlpReceive
     home = tmp_path_factory.mktemp("traffic-mesh")
     routing = home / "routing.yaml"
     routing.write_text(yaml.safe_dump(ROUTING))
-    write_config(home, agents=[*DEFAULT_AGENTS, "risk-rules-agent"], routing_file=str(routing))
+    fields: dict[str, Any] = {"agents": [*DEFAULT_AGENTS, "risk-rules-agent"], "routing_file": str(routing)}
+    if MESH_ON_POSTGRESQL:
+        fields["database_url"] = fresh_database()
+    write_config(home, **fields)
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{receiver.port}", "OTEL_EXPORTER_OTLP_INSECURE": "true",
            "OTEL_BSP_SCHEDULE_DELAY": "200"}
     with launched_mesh(home, env=env) as cfg:
@@ -172,19 +180,6 @@ def _versions(cfg: MeshConfig) -> dict[str, str]:
     return {v["version"]: v["status"] for v in listed}
 
 
-def _approve_in_the_store(cfg: MeshConfig, version: str) -> None:
-    """EVALUATING -> APPROVED written to the lifecycle database, as the onboarding writes a move: the lifecycle
-    API refuses it until an evaluation runner exists (EVALUATION_REQUIRED)."""
-    now = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    with sqlite3.connect(cfg.mesh_home.data / "supervisor-lifecycle.db") as db:
-        changed = db.execute("UPDATE agent_versions SET status = 'APPROVED' WHERE agent_id = 'training-agent' "
-                             "AND version = ? AND status = 'EVALUATING'", (version,)).rowcount
-        assert changed == 1
-        db.execute("INSERT INTO agent_version_history (agent_id, version, from_status, to_status, reason, "
-                   "changed_by, changed_at) VALUES ('training-agent', ?, 'EVALUATING', 'APPROVED', "
-                   "'test set-up: no evaluation runner yet', 'test', ?)", (version, now))
-
-
 def test_a_canary_gets_its_share_and_is_rolled_back_when_it_fails(traffic_mesh: MeshConfig, tmp_path: Path) -> None:
     cfg = traffic_mesh
     canary = RoleProcess(cfg, "training-agent-canary", "specialist_svc",
@@ -200,7 +195,13 @@ def test_a_canary_gets_its_share_and_is_rolled_back_when_it_fails(traffic_mesh: 
         for status in ("VALIDATING", "EVALUATING"):
             moved = am(cfg.home, "agents", "transition", "training-agent@1.1.0", status, "--reason", "go", *OLGA)
             assert moved.returncode == 0, moved.stderr
-        _approve_in_the_store(cfg, "1.1.0")
+        # Its dataset in the sandbox against the shipped version's result, an approver, then the canary.
+        assert am(cfg.home, "agents", "evaluate", "training-agent@1.0.0", *OLGA).returncode == 0
+        ran = am(cfg.home, "agents", "evaluate", "training-agent@1.1.0", *OLGA)
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        approved = am(cfg.home, "agents", "transition", "training-agent@1.1.0", "APPROVED", "--reason", "evaluated",
+                      "--tenant", "acme", "--user", "adam")
+        assert approved.returncode == 0, approved.stderr
         moved = am(cfg.home, "agents", "transition", "training-agent@1.1.0", "CANARY", "--reason", "canary", *OLGA)
         assert moved.returncode == 0, moved.stderr
 
