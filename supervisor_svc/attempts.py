@@ -8,8 +8,8 @@ Each call of an agent version for a task is one **attempt**, recorded in the exe
 outcome               when                                                                transient
 ====================  ==================================================================  ==========
 ANSWERED              the agent answered with a result the analysis can use               —
-TRANSIENT_RESULT      a PARTIAL result every reason of which ends in ``_UNAVAILABLE`` or   yes
-                      ``_TIMEOUT`` (the agent's source was down: ``LMS_UNAVAILABLE``)
+TRANSIENT_RESULT      a PARTIAL result every reason of which is ``GOVERNANCE_UNAVAILABLE``  yes
+                      (the mesh's own policy engine or audit log was away for a moment)
 RESULT_FAILED         a FAILED result (``NOT_AUTHORISED``, a bad input, ...)               no
 UNAVAILABLE           the call failed UNAVAILABLE (the agent unreachable or not serving)   yes
 TIMED_OUT             the call ran past its deadline (DEADLINE_EXCEEDED)                   yes
@@ -30,7 +30,14 @@ it runs once, under its idempotency key, and what happened is read back.
 
 UNAVAILABLE, TIMED_OUT and NOT_CALLED mean the **agent** is unavailable: once its retries are
 spent, its declared fallback may run (the policy engine decides). A TRANSIENT_RESULT means the
-agent answered and its source did not: no fallback (another agent would read the same source).
+agent answered and the governance it depends on did not: no fallback (another agent would meet
+the same).
+
+A PARTIAL result whose source was away (``LMS_UNAVAILABLE``, ``LMS_TIMEOUT``) is an answer, not
+retried here: the capability service's gateway already tried that external system again with
+backoff and keeps its circuit (PRD §45 leaves errors of capabilities to their layer); running
+the whole task again would multiply the calls against a failing system and open its circuit
+for every other tenant's work.
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ from agentmesh.v1 import supervisor_service_pb2 as pb
 __all__ = [
     "AGENT_UNAVAILABLE",
     "TRANSIENT",
-    "TRANSIENT_REASON_SUFFIXES",
+    "TRANSIENT_RESULT_REASONS",
     "RetryBudget",
     "idempotent",
     "outcome_of",
@@ -53,8 +60,9 @@ __all__ = [
     "transient_result",
 ]
 
-TRANSIENT_REASON_SUFFIXES = ("_UNAVAILABLE", "_TIMEOUT")
-"""A PARTIAL result's reason codes that say a source was transiently unavailable (specialist_svc.rules)."""
+TRANSIENT_RESULT_REASONS = frozenset({"GOVERNANCE_UNAVAILABLE"})
+"""A PARTIAL result's reason codes that say the mesh's governance (policy engine, audit log) was away for a
+moment (specialist_svc.rules): the task is worth trying again."""
 
 TRANSIENT = frozenset({pb.ATTEMPT_OUTCOME_TRANSIENT_RESULT, pb.ATTEMPT_OUTCOME_UNAVAILABLE,
                        pb.ATTEMPT_OUTCOME_TIMED_OUT, pb.ATTEMPT_OUTCOME_NOT_CALLED})
@@ -70,10 +78,10 @@ def result_reason_codes(result: common_pb2.AgentResult) -> list[str]:
 
 
 def transient_result(result: common_pb2.AgentResult) -> bool:
-    """A PARTIAL result whose every reason says a source was transiently unavailable."""
+    """A PARTIAL result whose every reason says the mesh's governance was away (:data:`TRANSIENT_RESULT_REASONS`)."""
     codes = result_reason_codes(result)
     return (result.status == common_pb2.RESULT_STATUS_PARTIAL and bool(codes)
-            and all(c.endswith(TRANSIENT_REASON_SUFFIXES) for c in codes))
+            and all(c in TRANSIENT_RESULT_REASONS for c in codes))
 
 
 def outcome_of(result: common_pb2.AgentResult | None, error: errors.MeshError | None, *,

@@ -8,10 +8,13 @@
   through, score 0.5 — and the next answered call closes it;
 * its **live gRPC health**, asked over the channel the supervisor calls it on, at most every
   ``probe_ttl_ms`` (a failed call asks again at once): SERVING scores 1.0; NOT_SERVING, a
-  process that does not answer (``UNREACHABLE (UNAVAILABLE)``, ``UNREACHABLE
-  (DEADLINE_EXCEEDED)``) or an agent the configuration has no address for (``NO_ADDRESS``)
-  scores 0 and makes the version *down*: a task for it is not sent (the primary is
-  unavailable; see the fallback in :mod:`supervisor_svc.orchestrator`).
+  process that cannot be reached (``UNREACHABLE (UNAVAILABLE)``: nothing listens, the wrong
+  identity answers) or an agent the configuration has no address for (``NO_ADDRESS``) scores 0
+  and makes the version *down*: a task for it is not sent (the primary is unavailable; see the
+  fallback in :mod:`supervisor_svc.orchestrator`). A probe that only ran out of time
+  (``UNREACHABLE (DEADLINE_EXCEEDED)``: a busy or stalled process) scores 0.5 and the task is
+  still sent — its own deadline decides, and its failure counts in the circuit — so a loaded
+  machine never makes a healthy agent look gone.
 
 Without a probe (unit tests of one piece) only the circuit counts.
 
@@ -59,6 +62,8 @@ HealthProbe = Callable[[Endpoint, float], str]
 """``(endpoint, timeout_s) -> status``: ``SERVING``, ``NOT_SERVING``, ``UNREACHABLE (<code>)`` or ``NO_ADDRESS``."""
 
 SERVING = "SERVING"
+SLOW = "UNREACHABLE (DEADLINE_EXCEEDED)"
+"""A health probe that ran out of time: the process may be busy; not taken as down."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +131,8 @@ class AvailabilityTracker:
                 circuit.half_open = True
             half_open = circuit is not None and circuit.half_open
         status = self._status(endpoint)
+        if status == SLOW:
+            return Reading(0.5, f"{status}, circuit half-open" if half_open else status, False)
         if status is not None and status != SERVING:
             return Reading(0.0, status, True)
         shown = status or "circuit closed (not probed)"

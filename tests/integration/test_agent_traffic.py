@@ -1,4 +1,4 @@
-"""Agent traffic over real processes (PRD §45, §47, §57): retries of reads, availability and history in the
+"""Agent traffic over real processes (PRD §45, §47, §57): retries of a stalled agent's reads, availability in the
 scores, fallback agents under the policy engine, the canary split and its automatic rollback, and a registered
 version reached at its own endpoint, verified as its SPIFFE id.
 
@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 
@@ -41,19 +40,18 @@ from .conftest import (
     client_tls,
     fresh_database,
     launched_mesh,
-    lms_admin_headers,
     peer_address,
     write_config,
 )
 from .otlp_receiver import OtlpReceiver
-from .test_analysis_e2e import analyze, audit_records, token
+from .test_analysis_e2e import analyze, audit_records, supervisor, token
 from .test_cli import am
 
 PERMIT = "Analyze permit WP-10231 and tell me if it can be released"
 OLGA = ("--tenant", "acme", "--user", "olga")
 ROUTING = {
     "canary": {"share_percent": 50, "window": 4, "min_tasks": 2, "max_failure_rate": 0.5},
-    "retry": {"max_attempts": 3, "initial_backoff_ms": 100, "multiplier": 2, "max_backoff_ms": 400,
+    "retry": {"max_attempts": 3, "initial_backoff_ms": 300, "multiplier": 2, "max_backoff_ms": 1200,
               "execution_budget": 6},
     "availability": {"probe_ttl_ms": 200, "probe_timeout_ms": 500, "circuit_failures": 3, "circuit_open_ms": 60000},
     "history": {"window": 20},
@@ -71,7 +69,9 @@ def traffic_mesh(tmp_path_factory: pytest.TempPathFactory, receiver: OtlpReceive
     home = tmp_path_factory.mktemp("traffic-mesh")
     routing = home / "routing.yaml"
     routing.write_text(yaml.safe_dump(ROUTING))
-    fields: dict[str, Any] = {"agents": [*DEFAULT_AGENTS, "risk-rules-agent"], "routing_file": str(routing)}
+    # A stalled agent's attempt ends at the task's deadline: 5 s here.
+    fields: dict[str, Any] = {"agents": [*DEFAULT_AGENTS, "risk-rules-agent"], "routing_file": str(routing),
+                              "task_timeout_s": 5}
     if MESH_ON_POSTGRESQL:
         fields["database_url"] = fresh_database()
     write_config(home, **fields)
@@ -111,41 +111,56 @@ def _discover(cfg: MeshConfig, domain: str) -> reg_pb2.DiscoverAgentsResponse:
 
 # --- agent-level retries (PRD §45) ----------------------------------------------------------------
 
-def test_a_read_whose_source_failed_transiently_is_retried_and_each_attempt_is_visible(
+def _execution(cfg: MeshConfig, execution_id: str) -> pb.Execution:
+    return supervisor(cfg).GetExecution(pb.GetExecutionRequest(user_assertion=token(cfg),
+                                                                execution_id=execution_id), timeout=30).execution
+
+
+def test_an_agent_that_stalls_is_tried_again_and_each_attempt_is_visible(
     traffic_mesh: MeshConfig, receiver: OtlpReceiver
 ) -> None:
-    # The LMS answers 503 to W-1001's next three lookups: the gateway's three tries of the first attempt.
-    lms_url = next(p.address for p in launcher.read_state(traffic_mesh) if p.name == "lms")
-    created = httpx.post(f"{lms_url.rstrip('/')}/admin/faults", headers=lms_admin_headers(traffic_mesh),
-                         json={"mode": "5xx", "tenant_id": "acme", "worker_id": "W-1001", "times": 3})
-    assert created.status_code == 201, created.text
-    ex = analyze(traffic_mesh, PERMIT)
+    cfg = traffic_mesh
+    training = next(p for p in launcher.read_state(cfg) if p.name == "training-agent")
+    os.kill(training.pid, signal.SIGSTOP)  # it takes the call and answers nothing
+    try:
+        execution_id = analyze(cfg, PERMIT, detach=True).execution_id
+        _until(lambda: [a for a in _execution(cfg, execution_id).attempts
+                        if a.agent_id == "training-agent" and a.outcome], "the stalled agent's first attempt ended",
+               timeout_s=60)
+    finally:
+        os.kill(training.pid, signal.SIGCONT)
+    ex = _until(lambda: next((e for e in [_execution(cfg, execution_id)] if e.status != pb.EXECUTION_STATUS_RUNNING),
+                             None), "the execution ended", timeout_s=60)
     assert ex.status == pb.EXECUTION_STATUS_SUCCEEDED, ex.reason
     assert ex.decision == common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE
-    training = _attempts(ex, _task(ex, "training-agent"))
-    assert [(a.attempt, a.kind, a.outcome, a.backoff_ms) for a in training] == [
-        (1, pb.ATTEMPT_KIND_FIRST, pb.ATTEMPT_OUTCOME_TRANSIENT_RESULT, 0),
-        (2, pb.ATTEMPT_KIND_RETRY, pb.ATTEMPT_OUTCOME_ANSWERED, 100)]
-    assert training[0].reason.startswith("RESULT_STATUS_PARTIAL: LMS_UNAVAILABLE")
-    assert all((a.agent_version, a.endpoint) == ("1.0.0", "config") for a in training)
-    assert next(r for r in ex.results if r.task_id == training[0].task_id).status == common_pb2.RESULT_STATUS_SUCCESS
+    attempts = _attempts(ex, _task(ex, "training-agent"))
+    # A stopped process accepts the connection and answers nothing: the call fails UNAVAILABLE (its TLS
+    # handshake never completes) or runs out of its 5 s, depending on where it stopped.
+    first = attempts[0].outcome
+    assert first in (pb.ATTEMPT_OUTCOME_UNAVAILABLE, pb.ATTEMPT_OUTCOME_TIMED_OUT), attempts[0]
+    assert [(a.attempt, a.kind, a.outcome, a.backoff_ms) for a in attempts] == [
+        (1, pb.ATTEMPT_KIND_FIRST, first, 0),
+        (2, pb.ATTEMPT_KIND_RETRY, pb.ATTEMPT_OUTCOME_ANSWERED, 300)]
+    assert attempts[0].reason.startswith(("UNAVAILABLE", "DEADLINE_EXCEEDED after 5000 ms")), attempts[0].reason
+    assert all((a.agent_version, a.endpoint) == ("1.0.0", "config") for a in attempts)
+    assert next(r for r in ex.results if r.task_id == attempts[0].task_id).status == common_pb2.RESULT_STATUS_SUCCESS
     # Each attempt is its own delegation on the record ...
-    delegated = [r for r in audit_records(traffic_mesh, execution_id=ex.execution_id)
-                 if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED and r.task_id == training[0].task_id]
+    delegated = [r for r in audit_records(cfg, execution_id=ex.execution_id)
+                 if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED and r.task_id == attempts[0].task_id]
     assert [next(c for c in r.reason_codes if c.startswith("attempt=")) for r in delegated] == [
         "attempt=1", "attempt=2"]
 
     # ... and an event of the supervisor's span of the task.
     def task_span(spans: list[dict[str, Any]]) -> dict[str, Any] | None:
         return next((s for s in spans if s["service"] == "supervisor" and s["name"] == "AgentTask training-agent"
-                     and s["attributes"].get("agentmesh.task_id") == training[0].task_id), None)
+                     and s["attributes"].get("agentmesh.task_id") == attempts[0].task_id), None)
 
     span = task_span(receiver.wait_for(lambda spans: task_span(spans) is not None, timeout_s=30))
     assert span is not None
     events = [e["attributes"] for e in span["events"] if e["name"] == "agentmesh.attempt"]
     assert [(e["agentmesh.attempt"], e["agentmesh.attempt_kind"], e["agentmesh.outcome"], e["agentmesh.backoff_ms"])
-            for e in events] == [(1, "ATTEMPT_KIND_FIRST", "ATTEMPT_OUTCOME_TRANSIENT_RESULT", 0),
-                                 (2, "ATTEMPT_KIND_RETRY", "ATTEMPT_OUTCOME_ANSWERED", 100)]
+            for e in events] == [(1, "ATTEMPT_KIND_FIRST", pb.AttemptOutcome.Name(first), 0),
+                                 (2, "ATTEMPT_KIND_RETRY", "ATTEMPT_OUTCOME_ANSWERED", 300)]
 
 
 # --- a registered version at its own endpoint -------------------------------------------------------

@@ -26,12 +26,15 @@ def _result(status: int, error_reason: str = "") -> common_pb2.AgentResult:
     (_result(common_pb2.RESULT_STATUS_SUCCESS), None, pb.ATTEMPT_OUTCOME_ANSWERED),
     (_result(common_pb2.RESULT_STATUS_UNCERTAIN), None, pb.ATTEMPT_OUTCOME_ANSWERED),
     (_result(common_pb2.RESULT_STATUS_WAITING), None, pb.ATTEMPT_OUTCOME_ANSWERED),
+    (_result(common_pb2.RESULT_STATUS_PARTIAL, "GOVERNANCE_UNAVAILABLE: training.getStatus AUDIT_UNAVAILABLE"), None,
+     pb.ATTEMPT_OUTCOME_TRANSIENT_RESULT),
+    (_result(common_pb2.RESULT_STATUS_PARTIAL, "GOVERNANCE_UNAVAILABLE: a; GOVERNANCE_UNAVAILABLE: b"), None,
+     pb.ATTEMPT_OUTCOME_TRANSIENT_RESULT),
+    # A source that was away was already tried again by the capability layer's gateway: an answer.
     (_result(common_pb2.RESULT_STATUS_PARTIAL, "LMS_UNAVAILABLE: training.getStatus ..."), None,
-     pb.ATTEMPT_OUTCOME_TRANSIENT_RESULT),
+     pb.ATTEMPT_OUTCOME_ANSWERED),
     (_result(common_pb2.RESULT_STATUS_PARTIAL, "LMS_TIMEOUT: a; GOVERNANCE_UNAVAILABLE: b"), None,
-     pb.ATTEMPT_OUTCOME_TRANSIENT_RESULT),
-    (_result(common_pb2.RESULT_STATUS_PARTIAL, "LMS_TIMEOUT: a; LMS_MALFORMED: b"), None,
-     pb.ATTEMPT_OUTCOME_ANSWERED),  # a bad answer is not transient
+     pb.ATTEMPT_OUTCOME_ANSWERED),
     (_result(common_pb2.RESULT_STATUS_PARTIAL, ""), None, pb.ATTEMPT_OUTCOME_ANSWERED),
     (_result(common_pb2.RESULT_STATUS_FAILED, "NOT_AUTHORISED: x"), None, pb.ATTEMPT_OUTCOME_RESULT_FAILED),
     (None, errors.Unavailable("connection refused", reason="UNAVAILABLE"), pb.ATTEMPT_OUTCOME_UNAVAILABLE),
@@ -58,7 +61,8 @@ def test_what_is_retried_and_what_means_the_agent_is_down() -> None:
 def test_reason_codes_of_a_result() -> None:
     result = _result(common_pb2.RESULT_STATUS_PARTIAL, "LMS_TIMEOUT: a, b; GOVERNANCE_UNAVAILABLE: c")
     assert result_reason_codes(result) == ["LMS_TIMEOUT", "GOVERNANCE_UNAVAILABLE"]
-    assert transient_result(result)
+    assert not transient_result(result)
+    assert transient_result(_result(common_pb2.RESULT_STATUS_PARTIAL, "GOVERNANCE_UNAVAILABLE: c"))
 
 
 MUTATING = {"workPermit.get": False, "training.getStatus": False, "workPermit.release": True}

@@ -252,17 +252,35 @@ def test_the_execution_retry_budget_is_shared_by_its_tasks(tmp_path: Path) -> No
     w.orch.close()
 
 
-def test_a_result_whose_source_was_down_is_retried_but_never_falls_back(world: World) -> None:
-    partial = common_pb2.AgentResult(status=common_pb2.RESULT_STATUS_PARTIAL,
-                                     error_reason="RISK_REGISTER_UNAVAILABLE: risk.evaluate UNAVAILABLE")
+def _partial(reason: str) -> common_pb2.AgentResult:
+    partial = common_pb2.AgentResult(status=common_pb2.RESULT_STATUS_PARTIAL, error_reason=reason)
     partial.result.update({"verdict": "UNKNOWN", "subjects": {"permit:WP-10231/risk": "UNKNOWN"}})
-    world.specialists.script["risk-agent"] = [partial]
+    return partial
+
+
+def test_a_result_whose_governance_was_away_is_retried_but_never_falls_back(world: World) -> None:
+    world.specialists.script["risk-agent"] = [_partial("GOVERNANCE_UNAVAILABLE: risk.evaluate AUDIT_UNAVAILABLE")]
     ex = world.analyze()
     risk = _attempts(ex, "risk-agent")
     assert [a.outcome for a in risk] == [pb.ATTEMPT_OUTCOME_TRANSIENT_RESULT] * 3
-    assert risk[0].reason.startswith("RESULT_STATUS_PARTIAL: RISK_REGISTER_UNAVAILABLE")
+    assert risk[0].reason.startswith("RESULT_STATUS_PARTIAL: GOVERNANCE_UNAVAILABLE")
     assert not ex.fallbacks and not any(p.operation == policy_pb2.OPERATION_KIND_USE_FALLBACK_AGENT
                                         for p in world.policy.requests)
+
+
+def test_a_result_whose_external_source_was_away_is_an_answer(world: World) -> None:
+    # The capability service's gateway already retried the LMS and keeps its circuit: not again here.
+    world.specialists.script["risk-agent"] = [_partial("RISK_REGISTER_UNAVAILABLE: risk.evaluate UNAVAILABLE"), None]
+    ex = world.analyze()
+    assert [a.outcome for a in _attempts(ex, "risk-agent")] == [pb.ATTEMPT_OUTCOME_ANSWERED]
+
+
+def test_a_slow_health_probe_still_sends_the_task(world: World) -> None:
+    world.health.status["config:risk-agent"] = "UNREACHABLE (DEADLINE_EXCEEDED)"
+    ex = world.analyze()
+    score = next(s for s in ex.selection_scores if s.agent_id == "risk-agent")
+    assert (score.availability_score, score.availability_reason) == (0.5, "UNREACHABLE (DEADLINE_EXCEEDED)")
+    assert [a.outcome for a in _attempts(ex, "risk-agent")] == [pb.ATTEMPT_OUTCOME_ANSWERED]
 
 
 def test_a_cancelled_wait_ends_the_retries(world: World) -> None:
