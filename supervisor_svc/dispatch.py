@@ -216,6 +216,13 @@ class TaskDispatcher:
             ttl=dt.timedelta(seconds=self._timeout_s + 30),
             confirmed_action_digest=confirmed_action_digest, confirmation_id=confirmation_id,
             human_approval_id=human_approval_id, human_approver_id=human_approver_id)
+        # Stored (started, not yet RUNNING) before the delegation is on the record: a process killed in between
+        # leaves a task whoever resumes the execution closes on the record (delegated_unfinished), never a
+        # delegation nobody knows of.
+        node.status = common_pb2.TASK_STATUS_CREATED
+        ex.graph.nodes.append(node)
+        self._store.save(ex)
+        stored = ex.graph.nodes[-1]
         try:
             # The delegation is durable in the audit log before the agent hears of it.
             self.govern(audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
@@ -223,12 +230,11 @@ class TaskDispatcher:
                         task_id=task_id, agent_id=agent_id, principal=principal, reason_codes=[objective],
                         versions=common_pb2.VersionStamp(agent_version=route.version))
         except errors.Unavailable as err:
-            node.status = common_pb2.TASK_STATUS_FAILED
-            node.finished_at.CopyFrom(now_ts())
-            ex.graph.nodes.append(node)
+            stored.status = common_pb2.TASK_STATUS_FAILED
+            stored.finished_at.CopyFrom(now_ts())
             self._store.save(ex)
             return Dispatched(None, f"{err.code.name} {err.reason}: {err.message}")
-        ex.graph.nodes.append(node)
+        node.status = stored.status = common_pb2.TASK_STATUS_RUNNING
         self._store.save(ex)
         request = spec_pb2.RunTaskRequest(task=node, grant=grant, principal=principal, trace=ex.trace)
         started = time.monotonic()
