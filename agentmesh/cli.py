@@ -571,6 +571,26 @@ def print_execution(ex: Any) -> None:
             print(f"  {sc.agent_id:<18} final {sc.final_score:.3f}  domain {sc.domain_score:.2f}  capability "
                   f"{sc.capability_score:.2f}  knowledge {sc.knowledge_score:.2f}  availability "
                   f"{sc.availability_score:.2f}  cost {sc.cost_score:.2f}  history {sc.history_score:.2f}")
+            if sc.agent_version:
+                print(f"  {'':<18} {'chosen, ' if sc.chosen else ''}version {sc.agent_version} ({sc.version_reason}); "
+                      f"availability: {sc.availability_reason or '-'}; history: {sc.history_reason or '-'}")
+    # Retries and fallbacks (PRD §45, §47): shown when a task took more than one plain call.
+    eventful = {a.task_id for a in ex.attempts if a.kind in (sup_pb2.ATTEMPT_KIND_RETRY, sup_pb2.ATTEMPT_KIND_FALLBACK)
+                or a.outcome not in (sup_pb2.ATTEMPT_OUTCOME_ANSWERED, sup_pb2.ATTEMPT_OUTCOME_UNSPECIFIED)}
+    if eventful:
+        print("\nattempts:")
+        for a in ex.attempts:
+            if a.task_id in eventful:
+                kind = _name(sup_pb2.AttemptKind, a.kind, "ATTEMPT_KIND_")
+                outcome = _name(sup_pb2.AttemptOutcome, a.outcome, "ATTEMPT_OUTCOME_")
+                wait = f" after {a.backoff_ms} ms" if a.backoff_ms else ""
+                print(f"  {a.task_id} #{a.attempt} {kind}{wait}: {a.agent_id}@{a.agent_version} at {a.endpoint} "
+                      f"-> {outcome}" + (f" ({a.reason})" if a.reason and outcome != "ANSWERED" else ""))
+    for f in ex.fallbacks:
+        ran = "ran" if f.allowed else "did not run"
+        print(f"\nfallback  {f.task_id}: {f.primary_agent_id}@{f.primary_version} was unavailable "
+              f"({f.primary_failure}); {f.fallback_agent_id}@{f.fallback_version or '-'} {ran} "
+              f"[{', '.join(f.reason_codes)}]" + (f" (decision {f.decision_id})" if f.decision_id else ""))
     if ex.HasField("action"):
         print_action(ex.action)
     print(f"\ntrace {ex.trace.trace_id or '-'}  correlation {ex.trace.correlation_id}")

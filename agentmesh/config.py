@@ -130,6 +130,9 @@ class MeshConfig(BaseModel):
     """A fixed delay every specialist adds to each task: for parallelism tests and benchmarks only."""
     task_timeout_s: float = Field(default=10.0, gt=0, le=600)
     """Deadline the supervisor gives each specialist task."""
+    routing_file: Path | None = None
+    """How the supervisor routes agent tasks — canary share and rollback, retries, availability, history
+    (format: ``supervisor_svc/routing.py``); the shipped ``supervisor_svc/config/routing.yaml`` when unset."""
     confirmation_ttl_s: int = Field(default=300, ge=5, le=86_400)
     """How long a confirmation token stays valid (also the most a request may ask for)."""
     database_url: str | None = None
@@ -229,6 +232,7 @@ class MeshConfig(BaseModel):
 
 
 _ENV_FIELDS = {"host": str, "call_timeout_s": float, "lms_url": str, "access_file": Path, "knowledge_dir": Path,
+               "routing_file": Path,
                "startup_timeout_s": float, "specialist_delay_ms": int, "task_timeout_s": float,
                "database_url": str, "supervisor_replicas": int,
                "confirmation_ttl_s": int, "leaf_validity_s": int, "today": str, "model_url": str,

@@ -8,7 +8,9 @@ configured in the data file, the most specific first::
         > configured (tenant, worker)
 
 Mode ``none`` is a rule too: it makes a worker healthy even if the data file
-configures a fault for it.
+configures a fault for it. An admin rule with ``times: N`` applies to the next N
+lookups it matches and then removes itself (a transient fault); without it, a
+rule stays until it is cleared.
 """
 
 from __future__ import annotations
@@ -56,12 +58,14 @@ _DEFAULTS: dict[str, Any] = {
     "status": 503,
     "kind": "json",
     "bytes": 4 * 1024 * 1024,
+    "times": 0,
 }
 _LIMITS: dict[str, tuple[int, int]] = {
     "latency_ms": (0, 600_000),
     "hang_ms": (0, 600_000),
     "status": (500, 599),
     "bytes": (1, 256 * 1024 * 1024),
+    "times": (0, 1_000_000),
 }
 
 
@@ -75,6 +79,8 @@ class Fault:
     status: int = _DEFAULTS["status"]
     kind: str = _DEFAULTS["kind"]
     bytes: int = _DEFAULTS["bytes"]
+    times: int = _DEFAULTS["times"]
+    """How many matching lookups an admin rule applies to before it removes itself; 0: until cleared."""
 
     @classmethod
     def from_mapping(cls, data: Any) -> Fault:
@@ -124,18 +130,25 @@ class FaultTable:
         """Start with the rules from the data file, keyed by (tenant, worker)."""
         self._configured = dict(configured or {})
         self._admin: dict[tuple[str | None, str | None], Fault] = {}
+        self._left: dict[tuple[str | None, str | None], int] = {}
+        """Lookups left of the admin rules set with ``times``."""
         self._lock = threading.Lock()
 
     def set(self, fault: Fault, *, tenant_id: str | None = None, worker_id: str | None = None) -> None:
         """Add or replace an admin rule; ``None`` means any tenant / any worker."""
         with self._lock:
             self._admin[(tenant_id, worker_id)] = fault
+            if fault.times:
+                self._left[(tenant_id, worker_id)] = fault.times
+            else:
+                self._left.pop((tenant_id, worker_id), None)
 
     def clear(self) -> int:
         """Remove every admin rule (configured ones stay); returns how many were removed."""
         with self._lock:
             count = len(self._admin)
             self._admin.clear()
+            self._left.clear()
             return count
 
     def lookup(self, tenant_id: str, worker_id: str) -> Fault | None:
@@ -150,6 +163,10 @@ class FaultTable:
             ):
                 if key in self._admin:
                     fault = self._admin[key]
+                    if key in self._left:
+                        self._left[key] -= 1
+                        if self._left[key] <= 0:  # its last lookup: gone from now on
+                            del self._left[key], self._admin[key]
                     break
             else:
                 fault = self._configured.get((tenant_id, worker_id))

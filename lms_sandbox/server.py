@@ -7,7 +7,8 @@ Endpoints::
                                                            404 {"error": {"code": "WORKER_NOT_FOUND"}}
     GET    /admin/faults                                   {"admin": [...], "configured": [...]}
     POST   /admin/faults   {"mode": "latency", "latency_ms": 300,
-                            "tenant_id": "acme" (optional), "worker_id": "W-1" (optional)}
+                            "tenant_id": "acme" (optional), "worker_id": "W-1" (optional),
+                            "times": 3 (optional: the next 3 matching lookups only)}
     DELETE /admin/faults                                   clears every admin rule
 
 An unknown tenant and an unknown worker get the same 404, as a real

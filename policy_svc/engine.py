@@ -138,13 +138,15 @@ _ACTIONS = {
     OperationKind.USE_MODEL: "use_model",
     OperationKind.MANAGE_AGENT: "manage_agent",
     OperationKind.APPROVE_AGENT: "approve_agent",
+    OperationKind.USE_FALLBACK_AGENT: "use_fallback_agent",
 }
 # Operations on a supervisor execution: the resource is the Execution, not a
 # capability, so they name none.
 _ON_AN_EXECUTION = frozenset({OperationKind.READ_EXECUTION, OperationKind.CANCEL_EXECUTION})
 EXECUTION_RESOURCE_TYPE = "Execution"
-# Operations on an agent version (onboarding, PRD §57): the resource is the AgentVersion "<agent>@<version>".
-_ON_AN_AGENT = frozenset({OperationKind.MANAGE_AGENT, OperationKind.APPROVE_AGENT})
+# Operations on an agent version (onboarding, PRD §57; a fallback, §47): the resource is the AgentVersion
+# "<agent>@<version>".
+_ON_AN_AGENT = frozenset({OperationKind.MANAGE_AGENT, OperationKind.APPROVE_AGENT, OperationKind.USE_FALLBACK_AGENT})
 AGENT_VERSION_RESOURCE_TYPE = "AgentVersion"
 # A read of a knowledge store names its scope as the resource; the policies see the scope and the
 # agent's registered scopes (optional context attributes, absent from every other request).

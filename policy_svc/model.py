@@ -46,6 +46,10 @@ class OperationKind(enum.Enum):
     #: Approving an evaluated agent version: a holder of ``agent.approve`` who
     #: did not register it (``context.subject_requester_id``).
     APPROVE_AGENT = "APPROVE_AGENT"
+    #: Running a task on the fallback agent a primary agent declares, because the
+    #: primary is unavailable (PRD §47): resource the fallback's AgentVersion, the
+    #: agent the fallback agent; a holder of ``agent.fallback``.
+    USE_FALLBACK_AGENT = "USE_FALLBACK_AGENT"
 
 
 class RiskLevel(enum.Enum):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import sys
 
 import grpc
@@ -53,7 +54,10 @@ def spec(args: argparse.Namespace) -> ServiceSpec:
         specialist_grpc.add_SpecialistServiceServicer_to_server(
             SpecialistServicer(running, stub, fixed_delay_s=delay_s, audit=audit, models=models), server)
 
-    return ServiceSpec(agent.agent_id, identity, SERVICES, register)
+    instance = args.instance or agent.agent_id
+    if not re.fullmatch(r"[a-z][a-z0-9-]{0,62}", instance):
+        raise StartupError(f"--instance: {instance!r} is not a process name ([a-z][a-z0-9-]{{0,62}})")
+    return ServiceSpec(instance, identity, SERVICES, register)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,6 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = base_parser("specialist_svc", "agentmesh specialist agent (one process per agent)")
     parser.add_argument("--agent", required=True,
                         help="agent id, e.g. training-agent (one of supervisor_svc/agents/*.yaml)")
+    parser.add_argument(
+        "--instance", default=None, metavar="NAME",
+        help="process name of this run (its address file, port key, log and audit outbox), default the agent "
+             "id: a second process of the agent — another version at another endpoint, registered with "
+             "'agentmesh agents register' — takes its own name; its identity stays the agent's")
     parser.add_argument(
         "--fixed-delay-ms", type=int, default=None, metavar="MS",
         help="sleep MS milliseconds inside every RunTask before the rules run, to stand in for an agent's own "

@@ -36,6 +36,7 @@ from supervisor_svc.onboarding_grpc import audit_adapter, capability_facts, poli
 from supervisor_svc.orchestrator import Orchestrator
 from supervisor_svc.projection import ProjectionConfig, Projector
 from supervisor_svc.registry import AgentRegistry
+from supervisor_svc.routing import load_routing
 from supervisor_svc.selection import AgentSelector
 from supervisor_svc.servicer import (
     AgentRegistryServicer,
@@ -48,6 +49,7 @@ from supervisor_svc.servicer import (
     dependency_checker,
 )
 from supervisor_svc.tenants import load_limit_defaults
+from supervisor_svc.traffic import Traffic
 
 SERVICES = ("agentmesh.v1.SupervisorService", "agentmesh.v1.AgentRegistryService",
             "agentmesh.v1.DecisionCenterService")
@@ -81,6 +83,7 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
             raise SupervisorError(f"the domain definitions name agents the registry does not know: "
                                   f"{', '.join(unknown)}", reason="CONFIG_REFERENCE_INVALID")
         projector = Projector(projection_config(domains, platform_projections))
+        routing = load_routing(ctx.config.routing_file)
     except SupervisorError as err:
         raise StartupError(f"{err.reason}: {err.message}") from err
     url = ctx.config.database_url
@@ -91,17 +94,49 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
     except database.DatabaseError as err:
         raise StartupError(f"executions database: {err}") from err
     audit = ctx.audit()
-    selector = AgentSelector(registry, tenants)
+    cap_channel = ctx.channel("capability")
+
+    def release_manager() -> ReleaseManager:
+        # What the mesh has now, asked at each validation: the capability registry and the knowledge
+        # stores the capability service serves, and the policies the policy engine has in force.
+        try:
+            now = cap_grpc.CapabilityServiceStub(cap_channel).ListCapabilities(
+                cap_pb2.ListCapabilitiesRequest(), timeout=ctx.config.call_timeout_s)
+            policies = policy_grpc.PolicyServiceStub(ctx.channel("policy")).GetPolicyInfo(
+                policy_pb2.GetPolicyInfoRequest(), timeout=ctx.config.call_timeout_s)
+        except grpc.RpcError as err:
+            raise errors.from_rpc_error(err) from err
+        return ReleaseManager(capability_facts(now.capabilities),
+                              knowledge={k.scope: [k.release] for k in now.knowledge_stores if k.release},
+                              policies={p: [policies.policy_release] for p in policies.policy_ids
+                                        if policies.policy_release})
+
+    authorize = GrpcAuthorizer(ctx.channel("policy"), ctx.config.call_timeout_s)
+    onboarding = Onboarding(ctx.data_dir / "supervisor-lifecycle.db", registry, release_manager,
+                            authorize=policy_adapter(authorize), audit=audit_adapter(audit))
+    ctx.on_stop(onboarding.close)
     # With a model service, a request the rules do not understand may be classified by a model.
     models = knows_peer(ctx.config, "model")
-    specialists = GrpcSpecialists(ctx.channel, timeout_s=ctx.config.call_timeout_s, model_service=models)
+    # A registered agent version is reached at its own endpoint, verified as its registered SPIFFE id.
+    specialists = GrpcSpecialists(
+        ctx.channel, timeout_s=ctx.config.call_timeout_s, model_service=models,
+        endpoint_channel=lambda address, identity: ctx.channel(f"{identity.name}@{address}", identity,
+                                                               address=address))
+    # Which task only reads: a capability mutates when any registered version of it mutates or writes out.
+    mutating: dict[str, bool] = {}
+    for c in caps:
+        mutating[c.capability_id] = mutating.get(c.capability_id, False) or c.risk_profile.can_mutate \
+            or c.risk_profile.can_external_write
+    traffic = Traffic.build(
+        routing, versions=onboarding, probe=specialists.health, mutating=mutating,
+        rollback=onboarding.roll_back_canary)
+    selector = AgentSelector(registry, tenants, traffic=traffic)
     intents = IntentClassifier(IntentCatalogue.of(domains),
                                GrpcModels(ctx.channel("model"), ctx.config.call_timeout_s)) \
         if models else None
-    authorize = GrpcAuthorizer(ctx.channel("policy"), ctx.config.call_timeout_s)
     dispatcher = TaskDispatcher(identity=ctx.identity, registry=registry, signer=signer, specialists=specialists,
                                 audit=audit, store=store, task_timeout_s=ctx.config.task_timeout_s,
-                                resources=projector.resource_rules)
+                                resources=projector.resource_rules, traffic=traffic)
     actions = ReleaseActions(store=store, dispatcher=dispatcher, authorize=authorize,
                              capabilities={c.capability_id: c for c in caps},
                              confirmation_ttl_s=ctx.config.confirmation_ttl_s, domains=domains)
@@ -110,7 +145,7 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
         store=store, signer=signer, specialists=specialists, audit=audit,
         verify_assertion=functools.partial(assertion.verify, key=idp_key), authorize=authorize,
         task_timeout_s=ctx.config.task_timeout_s, actions=actions, revoker=specialists, domains=domains,
-        intents=intents)
+        intents=intents, traffic=traffic)
     center = DecisionCenter(store=store, actions=actions, authorize=authorize, dispatcher=dispatcher,
                             visible=orchestrator.visible, snapshot=orchestrator.snapshot, domains=domains,
                             continue_past_limit=orchestrator.continue_past_limit)
@@ -130,26 +165,6 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
     ctx.require_peer("policy")
     supervisor_grpc.add_SupervisorServiceServicer_to_server(SupervisorServicer(orchestrator, actions, events), server)
     dc_grpc.add_DecisionCenterServiceServicer_to_server(DecisionCenterServicer(orchestrator, center), server)
-    cap_channel = ctx.channel("capability")
-
-    def release_manager() -> ReleaseManager:
-        # What the mesh has now, asked at each validation: the capability registry and the knowledge
-        # stores the capability service serves, and the policies the policy engine has in force.
-        try:
-            now = cap_grpc.CapabilityServiceStub(cap_channel).ListCapabilities(
-                cap_pb2.ListCapabilitiesRequest(), timeout=ctx.config.call_timeout_s)
-            policies = policy_grpc.PolicyServiceStub(ctx.channel("policy")).GetPolicyInfo(
-                policy_pb2.GetPolicyInfoRequest(), timeout=ctx.config.call_timeout_s)
-        except grpc.RpcError as err:
-            raise errors.from_rpc_error(err) from err
-        return ReleaseManager(capability_facts(now.capabilities),
-                              knowledge={k.scope: [k.release] for k in now.knowledge_stores if k.release},
-                              policies={p: [policies.policy_release] for p in policies.policy_ids
-                                        if policies.policy_release})
-
-    onboarding = Onboarding(ctx.data_dir / "supervisor-lifecycle.db", registry, release_manager,
-                            authorize=policy_adapter(authorize), audit=audit_adapter(audit))
-    ctx.on_stop(onboarding.close)
     evaluator = evaluation.Evaluator(identity=ctx.identity, signer=signer, timeout_s=ctx.config.task_timeout_s)
 
     def evaluation_runner(user: assertion.UserIdentity) -> EvaluationRunner:

@@ -6,8 +6,13 @@ the task's capabilities that the agent registered and naming the resources of
 its input (plus, for a confirmed action, the confirmation and human approval
 bound to it), adds the task to the
 execution's graph, audits the delegation (durably, before the agent hears of it: if audit
-cannot take the record the task does not run), runs it within a deadline and
-audits the outcome. A timeout is reported as a timeout, never as a result.
+cannot take the record the task does not run), runs it within a deadline on the agent
+version the router chooses (supervisor_svc.routing: at its registered endpoint, or the
+configured address of a shipped version) and audits the outcome. A timeout is reported as
+a timeout, never as a result. Each call is an attempt in the execution
+(``Execution.attempts``); a task that only reads (an event's step) is tried again after a
+transient failure as the orchestrator's tasks are (supervisor_svc.attempts); a mutation
+(the release) runs once, under its idempotency key, and is never retried here.
 """
 
 from __future__ import annotations
@@ -29,10 +34,13 @@ from agentmesh.v1 import common_pb2
 from agentmesh.v1 import specialist_service_pb2 as spec_pb2
 from agentmesh.v1 import supervisor_service_pb2 as pb
 from supervisor_svc import errors as sup_errors
+from supervisor_svc.attempts import TRANSIENT, outcome_of
 from supervisor_svc.executions import ExecutionStore
 from supervisor_svc.projection import ResourceRules
 from supervisor_svc.recording import Recorder, governing, narrative
 from supervisor_svc.registry import AgentEntry, AgentRegistry
+from supervisor_svc.routing import Endpoint
+from supervisor_svc.traffic import Traffic
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +52,8 @@ class TaskCall(Protocol):
 
 
 class SpecialistPort(Protocol):
-    def start(self, agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float) -> TaskCall: ...
+    def start(self, agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float,
+              endpoint: Endpoint | None = None) -> TaskCall: ...
 
 
 def now_ts() -> Timestamp:
@@ -151,8 +160,11 @@ class TaskDispatcher:
 
     def __init__(self, *, identity: spiffe.SpiffeId, registry: AgentRegistry, signer: grants.GrantSigner,
                  specialists: SpecialistPort, audit: Recorder, store: ExecutionStore,
-                 task_timeout_s: float, resources: ResourceRules) -> None:
+                 task_timeout_s: float, resources: ResourceRules, traffic: Traffic | None = None) -> None:
+        """``traffic``: versions, availability and retries (supervisor_svc.traffic); by default every agent
+        is its shipped version and nothing is retried."""
         self._id = identity
+        self._traffic = traffic or Traffic.build()
         self._resources = resources
         self._registry = registry
         self._signer = signer
@@ -182,6 +194,10 @@ class TaskDispatcher:
             entry = self._registry.ensure_active(agent_id)
         except sup_errors.SupervisorError as err:
             return Dispatched(None, f"{err.reason}: {err.message}")
+        # The version this execution's task goes to (its ACTIVE one, or its CANARY for the canary's share).
+        route = self._traffic.route(entry, tenant_id=actor.tenant_id, execution_id=ex.execution_id,
+                                    required_capabilities=capabilities)
+        entry = route.entry
         node = common_pb2.AgentTask(
             task_id=task_id, execution_id=ex.execution_id, source_agent_id="supervisor", target_agent_id=agent_id,
             tenant_id=actor.tenant_id, user_id=actor.user_id, session_id=actor.session_id,
@@ -200,33 +216,68 @@ class TaskDispatcher:
             ttl=dt.timedelta(seconds=self._timeout_s + 30),
             confirmed_action_digest=confirmed_action_digest, confirmation_id=confirmation_id,
             human_approval_id=human_approval_id, human_approver_id=human_approver_id)
+        # Stored (started, not yet RUNNING) before the delegation is on the record: a process killed in between
+        # leaves a task whoever resumes the execution closes on the record (delegated_unfinished), never a
+        # delegation nobody knows of.
+        node.status = common_pb2.TASK_STATUS_CREATED
+        ex.graph.nodes.append(node)
+        self._store.save(ex)
+        stored = ex.graph.nodes[-1]
         try:
             # The delegation is durable in the audit log before the agent hears of it.
             self.govern(audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
                         execution_id=ex.execution_id, tenant_id=actor.tenant_id, user_id=actor.user_id,
                         task_id=task_id, agent_id=agent_id, principal=principal, reason_codes=[objective],
-                        versions=common_pb2.VersionStamp(agent_version=entry.manifest.version))
+                        versions=common_pb2.VersionStamp(agent_version=route.version))
         except errors.Unavailable as err:
-            node.status = common_pb2.TASK_STATUS_FAILED
-            node.finished_at.CopyFrom(now_ts())
-            ex.graph.nodes.append(node)
+            stored.status = common_pb2.TASK_STATUS_FAILED
+            stored.finished_at.CopyFrom(now_ts())
             self._store.save(ex)
             return Dispatched(None, f"{err.code.name} {err.reason}: {err.message}")
-        ex.graph.nodes.append(node)
+        node.status = stored.status = common_pb2.TASK_STATUS_RUNNING
         self._store.save(ex)
         request = spec_pb2.RunTaskRequest(task=node, grant=grant, principal=principal, trace=ex.trace)
         started = time.monotonic()
         outcome = Dispatched(None, started=True)
+        reads, _ = self._traffic.idempotent([c for c in capabilities if c in entry.manifest.capabilities])
         with telemetry.tracer().start_as_current_span(f"AgentTask {agent_id}") as span:
             span.set_attribute("agentmesh.task_id", task_id)
-            try:
-                outcome = Dispatched(self._specialists.start(agent_id, request, self._timeout_s).result(),
-                                     started=True)
-            except errors.DeadlineExceeded as err:
-                outcome = Dispatched(None, f"DEADLINE_EXCEEDED after {self._timeout_s * 1000:.0f} ms: {err.message}",
-                                     timed_out=True, started=True)
-            except errors.MeshError as err:
-                outcome = Dispatched(None, f"{err.code.name} {err.reason}: {err.message}", started=True)
+            span.set_attribute("agentmesh.agent_version", route.version)
+            number, backoff_ms = 0, 0
+            while True:
+                number += 1
+                attempt = pb.TaskAttempt(
+                    task_id=task_id, attempt=number, agent_id=agent_id, agent_version=route.version,
+                    kind=pb.ATTEMPT_KIND_FIRST if number == 1 else pb.ATTEMPT_KIND_RETRY,
+                    endpoint=route.endpoint.shown, backoff_ms=backoff_ms, started_at=now_ts())
+                error: errors.MeshError | None = None
+                try:
+                    answer = self._specialists.start(agent_id, request, self._timeout_s,
+                                                     endpoint=route.endpoint).result()
+                    answer.versions.agent_version = route.version  # the version dispatched to
+                    outcome = Dispatched(answer, started=True)
+                except errors.DeadlineExceeded as err:
+                    error = err
+                    outcome = Dispatched(None, f"DEADLINE_EXCEEDED after {self._timeout_s * 1000:.0f} ms: "
+                                               f"{err.message}", timed_out=True, started=True)
+                except errors.MeshError as err:
+                    error = err
+                    outcome = Dispatched(None, f"{err.code.name} {err.reason}: {err.message}", started=True)
+                attempt.outcome = outcome_of(outcome.result, error)
+                attempt.reason = (outcome.failure or common_pb2.ResultStatus.Name(
+                    outcome.result.status if outcome.result else 0))[:1000]
+                attempt.finished_at.CopyFrom(now_ts())
+                ex.attempts.append(attempt)
+                self._traffic.availability.observe(route.endpoint, reached=attempt.outcome not in (
+                    pb.ATTEMPT_OUTCOME_UNAVAILABLE, pb.ATTEMPT_OUTCOME_TIMED_OUT))
+                span.add_event("agentmesh.attempt", {
+                    "agentmesh.task_id": task_id, "agentmesh.attempt": number,
+                    "agentmesh.agent_version": route.version, "agentmesh.backoff_ms": backoff_ms,
+                    "agentmesh.outcome": pb.AttemptOutcome.Name(attempt.outcome)})
+                if attempt.outcome not in TRANSIENT or not reads or number >= self._traffic.retry.max_attempts:
+                    break
+                backoff_ms = self._traffic.retry.backoff_ms(number)
+                time.sleep(backoff_ms / 1000)
         result = outcome.result
         failed = result is None or result.status == common_pb2.RESULT_STATUS_FAILED
         reasons = [outcome.failure] if result is None else [

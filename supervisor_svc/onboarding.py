@@ -44,7 +44,7 @@ from agentmesh import assertion, spiffe
 from agentmesh.vocabulary import LifecycleStatus, RiskLevel
 from capability_svc.semver import Version, parse_dependency
 from supervisor_svc.errors import AgentManifestError, RequestInvalid, StatusChangeRefused, SupervisorError
-from supervisor_svc.lifecycle import check_transition
+from supervisor_svc.lifecycle import TransitionNotAllowed, check_transition
 from supervisor_svc.registry import AgentManifest, AgentRegistry, manifest_from_data
 
 __all__ = [
@@ -180,7 +180,7 @@ class ReleaseManager:
       service serves (``<scope>@<range>``), each ``dependencies.policies`` one names a policy ``@id``
       the policy engine has in force whose policy set's release is in the range (``knowledge`` /
       ``policies``: id -> releases); an unknown one is a problem;
-    * each ``allowed_delegations`` target is a registered agent;
+    * each ``allowed_delegations`` target, and the ``fallback``, is a registered agent;
     * the declared risk profile covers every capability it registers: a mutating capability
       needs ``can_mutate``, an external write ``can_external_write``, a bulk one
       ``can_bulk_operate``, and ``max_risk`` is at least the capability's.
@@ -217,6 +217,8 @@ class ReleaseManager:
         for i, target in enumerate(manifest.allowed_delegations):
             if target not in agents:
                 out.append(f"allowed_delegations[{i}]: {target!r} is not a registered agent")
+        if manifest.fallback and manifest.fallback not in agents:
+            out.append(f"fallback: {manifest.fallback!r} is not a registered agent")
         rp = manifest.risk_profile
         for cap in manifest.capabilities:
             for c in usable.get(cap, []):
@@ -672,3 +674,39 @@ class Onboarding:
             self._move(user, record, S.DRAFT, "the evaluation failed its gate: " + "; ".join(outcome.problems),
                        by, problems=list(outcome.problems))
         return outcome.evaluation, self.get(agent_id, version)
+
+    # -- the supervisor's own move (PRD §57)
+
+    def roll_back_canary(self, agent_id: str, version: str, reason: str, reason_codes: Sequence[str] = (), *,
+                         actor: str = "system:supervisor") -> AgentVersionRecord:
+        """A system move CANARY -> APPROVED (PRD §57): the supervisor rolls back a canary whose failures crossed
+        the threshold (:class:`supervisor_svc.signals.CanaryGuard`). Asked of no human and no policy (it takes
+        traffic away, never gives any); audited like every move (``STATUS_CHANGED``, ``AGENT_VERSION_TRANSITION``,
+        ``changed_by=system:supervisor`` and ``reason_codes``), durable in the log before it takes effect.
+
+        Raises:
+            VersionNotFound: no such version.
+            TransitionNotAllowed: the version is no longer CANARY (moved meanwhile).
+            agentmesh.errors.Unavailable: ``AUDIT_UNAVAILABLE``; nothing moved.
+        """
+        record = self.get(agent_id, version)
+        if record.status is not S.CANARY:
+            raise TransitionNotAllowed(f"{record.key} is {record.status.value}, not CANARY: nothing to roll back",
+                                       field="status")
+        check_transition(record.status, S.APPROVED, field="status", what=record.key)
+        entry = dict(agent_id=agent_id, resource=f"agent-version:{record.key}",
+                     reason_codes=["AGENT_VERSION_TRANSITION", "from=CANARY", "status=APPROVED",
+                                   f"reason={reason}"[:500], f"changed_by={actor}", *reason_codes])
+        # Durable in the log before the move takes effect (raises, and nothing moves, if it cannot be).
+        self._audit("STATUS_CHANGED", outcome="SUCCESS", first=True, **entry)
+        with self._not_applied_on_failure(entry):
+            if record.shipped:
+                self._registry.set_status(agent_id, S.APPROVED, reason, actor)
+            else:
+                with self._tx() as db:
+                    db.execute("UPDATE agent_versions SET status = ? WHERE agent_id = ? AND version = ? "
+                               "AND status = ?", (S.APPROVED.value, agent_id, version, S.CANARY.value))
+                    db.execute("INSERT INTO agent_version_history (agent_id, version, from_status, to_status, "
+                               "reason, changed_by, changed_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                               (agent_id, version, S.CANARY.value, S.APPROVED.value, reason, actor, _now()))
+        return self.get(agent_id, version)

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import datetime as dt
 import hashlib
 import hmac
@@ -62,6 +63,7 @@ from agentmesh import assertion, errors, grants, spiffe, telemetry
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
+from agentmesh.v1 import policy_service_pb2 as policy_pb2
 from agentmesh.v1 import specialist_service_pb2 as spec_pb2
 from agentmesh.v1 import supervisor_service_pb2 as pb
 from supervisor_svc import errors as sup_errors
@@ -75,6 +77,7 @@ from supervisor_svc.aggregation import (
     missing_item,
     report,
 )
+from supervisor_svc.attempts import AGENT_UNAVAILABLE, TRANSIENT, RetryBudget, outcome_of
 from supervisor_svc.contract import context_of
 from supervisor_svc.definitions import DomainCatalog, default_catalog, execution_intent
 from supervisor_svc.dispatch import Actor, close_stored_delegations, delegate, delegated_unfinished
@@ -94,8 +97,10 @@ from supervisor_svc.privacy import CANCEL, READ, Authorizer, ExecutionGuard, not
 from supervisor_svc.projection import Projector, to_struct
 from supervisor_svc.recording import PipelinedRecorder, governing, narrative, narrative_batch
 from supervisor_svc.registry import AgentRegistry
+from supervisor_svc.routing import Endpoint, Route
 from supervisor_svc.selection import AgentSelector
 from supervisor_svc.tenants import TenantConfig, TenantSource
+from supervisor_svc.traffic import Traffic
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +123,16 @@ _handoffs = _meter.create_counter("agentmesh.handoffs", description="Handoffs re
 _conflicts = _meter.create_counter("agentmesh.conflicts", description="Agent conflicts found (PRD §53)")
 _escalations = _meter.create_counter("agentmesh.escalations", description="Executions sent to human review")
 _decisions = _meter.create_counter("agentmesh.executions", description="Executions by decision and status")
+_retries = _meter.create_counter("agentmesh.agent_task.retries",
+                                 description="Agent-level retries of reads after a transient failure (PRD §45)")
+_fallbacks = _meter.create_counter("agentmesh.agent_task.fallbacks",
+                                   description="Fallbacks weighed for an unavailable primary agent (PRD §47), by "
+                                               "result: USED, FALLBACK_DENIED, FALLBACK_UNAVAILABLE, ...")
+_tasks = _meter.create_counter("agentmesh.agent_task.tasks",
+                               description="Finished tasks by planned agent, the agent that ran them and whether "
+                                           "that was its fallback: the fallback rate is tasks{fallback=yes} / tasks")
+MIN_RETRY_TIME_MS = 100
+"""A retry is made only when the execution has at least this much time left after the backoff."""
 
 
 class TaskCall(Protocol):
@@ -133,9 +148,13 @@ class TaskCall(Protocol):
 
 
 class SpecialistPort(Protocol):
-    """How the supervisor reaches specialist agents."""
+    """How the supervisor reaches specialist agents: each agent version at its endpoint."""
 
-    def start(self, agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float) -> TaskCall: ...
+    def start(self, agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float,
+              endpoint: Endpoint | None = None) -> TaskCall:
+        """Starts RunTask on the agent version at ``endpoint`` (None: the address the configuration gives the
+        agent)."""
+        ...
 
 
 @runtime_checkable
@@ -212,6 +231,8 @@ class _Live:
     """The agents the tenant may use (handoff targets included), as configured when it was accepted."""
     limit: sup_errors.LimitExceeded | None = None
     """The limit a task or handoff reached: the stage ends and the execution stops there."""
+    retries: RetryBudget | None = None
+    """The retries the execution may still make (``retry.execution_budget``), made at its first retry."""
 
 
 @dataclass(frozen=True)
@@ -222,6 +243,10 @@ class _Call:
     result: common_pb2.AgentResult | None = None
     reason: str = ""
     not_run: TaskOutcome | None = None
+    outcome: int = pb.ATTEMPT_OUTCOME_UNSPECIFIED
+    """How the attempt ended (supervisor_svc.attempts)."""
+    error: errors.MeshError | None = None
+    """The error the call failed with, if it failed."""
 
 
 class _Fixed:
@@ -257,12 +282,15 @@ class Orchestrator:
         revoker: Revoker | None = None,
         domains: DomainCatalog | None = None,
         intents: IntentClassifier | None = None,
+        traffic: Traffic | None = None,
     ) -> None:
         """``revoker`` stops an execution's work at the capability service; by default the
         specialists port, when it can (``GrpcSpecialists`` reaches the capability service too).
         ``domains``: the domain definitions served (the shipped ones by default); ``intents``
         classifies, through the model service, a request no rule of theirs understands; without it
-        such a request is refused."""
+        such a request is refused. ``traffic``: versions, availability, history and retries
+        (supervisor_svc.traffic); by default every agent is its shipped version, only circuits count
+        and no task is retried (no capability risk profiles)."""
         self._id = identity
         self._registry = registry
         self._selector = selector
@@ -276,6 +304,8 @@ class Orchestrator:
         self._audit = audit
         self._verify = verify_assertion
         self._guard = ExecutionGuard(authorize=authorize, audit=audit, agent_id=identity.name)
+        self._authorize = authorize
+        self._traffic = traffic or Traffic.build()
         self._task_timeout_s = task_timeout_s
         self._actions = actions
         self._intents = intents
@@ -799,8 +829,9 @@ class Orchestrator:
                       reason_codes=[state.value, reason, why])
 
     def _run_task(self, live: _Live, task_id: str, context: dict[str, Any] | None) -> TaskOutcome:
-        """Runs one task to its end: the agent is called, and called again with the outcome of each
-        handoff it asks for while its result is WAITING (see :meth:`_run_handoffs`)."""
+        """Runs one task to its end: the agent version the router chooses is called (again after a transient
+        failure of a read, or its fallback while it is unavailable: :meth:`_attempt`), and called again with
+        the outcome of each handoff it asks for while its result is WAITING (see :meth:`_run_handoffs`)."""
         plan = live.plan
         assert plan is not None
         spec = plan.specs[task_id]
@@ -818,15 +849,23 @@ class Orchestrator:
                 return self._outcome(plan, task_id, TaskState.NOT_RUN, error_reason=f"{err.reason}: {err.message}")
             node = common_pb2.AgentTask()
             node.CopyFrom(plan.task(task_id))
-            if not node.HasField("input"):
-                projected, projection = self._projector.project(context or {}, agent_id, spec.purpose,
-                                                                source_context_id=live.execution.execution_id)
-                node.input.CopyFrom(to_struct(projected))
+            projected = not node.HasField("input")
+            if projected:
+                projected_input, projection = self._projector.project(context or {}, agent_id, spec.purpose,
+                                                                      source_context_id=live.execution.execution_id)
+                node.input.CopyFrom(to_struct(projected_input))
                 node.projection.CopyFrom(projection)
+            # The version this execution's task goes to (its ACTIVE one, or its CANARY for the canary's share).
+            route = self._traffic.route(entry, tenant_id=user.tenant_id, execution_id=live.execution.execution_id,
+                                        required_capabilities=node.required_capabilities)
+            span.set_attribute("agentmesh.agent_version", route.version)
+            primary = route
             handoffs: list[common_pb2.HandoffOutcome] = []
             rounds = 0
             while True:
-                call = self._call_agent(live, task_id, entry, node, handoffs, span, again=rounds > 0)
+                call, route, node = self._attempt(live, task_id, route, node, handoffs, span, again=rounds > 0,
+                                                  context=context if projected else None)
+                agent_id = route.agent_id
                 if call.not_run is not None:
                     return call.not_run
                 state, result, reason = call.state, call.result, call.reason
@@ -862,9 +901,247 @@ class Orchestrator:
                     live.execution.results.append(result)
             self._set_status(live, task_id, status, finished=True)
             self._notify(live, pb.EXECUTION_EVENT_TASK_FINISHED, task_id=task_id, agent_id=agent_id, task_status=status)
+            if state is not TaskState.CANCELLED:
+                # The task's end feeds the agent's history and, for a canary, its judgement (PRD §57).
+                self._traffic.guard.finished(route, succeeded=result is not None
+                                             and result.status != common_pb2.RESULT_STATUS_FAILED)
+                _tasks.add(1, {"agent": primary.agent_id, "ran_on": route.agent_id,
+                               "fallback": "yes" if route.agent_id != primary.agent_id else "no"})
             if result is not None:
                 self._ignored_handoffs(live, task_id, result)
             return self._outcome(plan, task_id, state, result=result, error_reason=reason)
+
+    def _attempt(self, live: _Live, task_id: str, route: Route, node: common_pb2.AgentTask,
+                 handoffs: list[common_pb2.HandoffOutcome], span: Any, *, again: bool,
+                 context: dict[str, Any] | None) -> tuple[_Call, Route, common_pb2.AgentTask]:
+        """One call of a task (the first, or again after WAITING) with its retries and its fallback (PRD §45, §47;
+        see supervisor_svc.attempts): returns how it ended, the route that ended it and the task as sent.
+
+        A transient failure (UNAVAILABLE, DEADLINE_EXCEEDED, the version down, a PARTIAL result whose source
+        was unavailable) is tried again on the same version after an exponential backoff, while the task only
+        reads, attempts and the execution's retry budget last and the execution has time. When the agent
+        itself stays unavailable, its declared fallback runs if the policy engine allows it (not for a call
+        after WAITING, nor for a handoff task: their input was made for the primary). ``context``: what a
+        projected task's input was projected from (the fallback gets its own projection); None for a task
+        whose input came from the plan.
+        """
+        kind = pb.ATTEMPT_KIND_CONTINUE if again else pb.ATTEMPT_KIND_FIRST
+        fallback_for = decision_id = ""
+        while True:
+            granted = [c for c in node.required_capabilities if c in route.entry.manifest.capabilities]
+            reads, not_read = self._traffic.idempotent(granted)
+            calls, backoff_ms = 0, 0
+            while True:
+                calls += 1
+                call = self._one_attempt(live, task_id, route, node, handoffs, span, kind=kind, again=again,
+                                         backoff_ms=backoff_ms, fallback_for=fallback_for, decision_id=decision_id)
+                if call.not_run is not None or call.outcome not in TRANSIENT:
+                    return call, route, node
+                backoff_ms = self._traffic.retry.backoff_ms(calls)
+                why_not = self._no_retry(live, reads, not_read, calls, backoff_ms)
+                if why_not:
+                    span.add_event("agentmesh.no_retry", {"agentmesh.task_id": task_id, "agentmesh.reason": why_not})
+                    break
+                _retries.add(1, {"agent": route.agent_id, "after": pb.AttemptOutcome.Name(call.outcome)})
+                if live.cancelled.wait(backoff_ms / 1000):
+                    return call, route, node
+                kind = pb.ATTEMPT_KIND_RETRY
+            if fallback_for or again or call.outcome not in AGENT_UNAVAILABLE:
+                return call, route, node
+            primary = route
+            # A task that may change something runs on a fallback only if the primary never got it.
+            may_have_acted = "" if reads or call.outcome == pb.ATTEMPT_OUTCOME_NOT_CALLED else not_read
+            found = self._fallback(live, task_id, primary, node, call.reason, context, may_have_acted)
+            if found is None:
+                return call, route, node
+            # The primary's part ends failed (its history says so); the task is the fallback's from here on.
+            self._traffic.guard.finished(primary, succeeded=False)
+            route, node, decision_id = found
+            fallback_for, kind = primary.agent_id, pb.ATTEMPT_KIND_FALLBACK
+
+    def _no_retry(self, live: _Live, reads: bool, not_read: str, calls: int, backoff_ms: int) -> str:
+        """Why a task whose attempt failed transiently is not tried again ("" when it is; the budget is spent)."""
+        if not reads:
+            return f"NOT_IDEMPOTENT: {not_read}; only a read is retried"
+        if calls >= self._traffic.retry.max_attempts:
+            return f"ATTEMPTS_SPENT: {calls} of {self._traffic.retry.max_attempts}"
+        if live.cancelled.is_set():
+            return "CANCELLED"
+        if live.limit is not None:
+            return f"{live.limit.reason}: the execution reached a limit"
+        remaining_ms = live.budget.remaining_ms(self._elapsed_ms(live))
+        if remaining_ms is not None and remaining_ms <= backoff_ms + MIN_RETRY_TIME_MS:
+            return f"NO_TIME_LEFT: {remaining_ms} ms of the execution's time left"
+        with live.lock:
+            if live.retries is None:
+                live.retries = RetryBudget(self._traffic.retry.execution_budget)
+            budget = live.retries
+        if not budget.take():
+            return f"RETRY_BUDGET_SPENT: {self._traffic.retry.execution_budget} retries per execution"
+        return ""
+
+    def _one_attempt(self, live: _Live, task_id: str, route: Route, node: common_pb2.AgentTask,
+                     handoffs: list[common_pb2.HandoffOutcome], span: Any, *, kind: int, again: bool,
+                     backoff_ms: int, fallback_for: str, decision_id: str) -> _Call:
+        """One attempt: the version is called unless it is known to be down; the attempt is recorded in the
+        execution, as an event of the task's span, and in the version's circuit."""
+        with live.lock:
+            number = 1 + sum(1 for a in live.execution.attempts if a.task_id == task_id)
+        attempt = pb.TaskAttempt(task_id=task_id, attempt=number, kind=kind,  # type: ignore[arg-type]
+                                 agent_id=route.agent_id, agent_version=route.version,
+                                 endpoint=route.endpoint.shown, backoff_ms=backoff_ms, fallback_for=fallback_for,
+                                 decision_id=decision_id, started_at=_ts())
+        reading = self._traffic.reading(route.endpoint)
+        if reading.down:
+            # Not called: what it would answer is known (PRD §47). Its TASK_FINISHED says so (and closes a
+            # delegation an earlier process may have left open).
+            reason = f"AGENT_UNAVAILABLE: {route.agent_id}@{route.version} at {route.endpoint.shown}: {reading.reason}"
+            with live.lock:
+                live.delegated_before.discard(task_id)
+            self._narrate(audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED, outcome=audit_pb2.AUDIT_OUTCOME_FAILURE,
+                          tenant_id=live.user.tenant_id, user_id=live.user.user_id, task_id=task_id,
+                          agent_id=route.agent_id, reason_codes=[TaskState.NOT_RUN.value, "NOT_CALLED", reason,
+                                                                 f"attempt={number}"],
+                          versions=common_pb2.VersionStamp(agent_version=route.version))
+            call = _Call(state=TaskState.FAILED, reason=reason, outcome=pb.ATTEMPT_OUTCOME_NOT_CALLED)
+        else:
+            call = self._call_agent(live, task_id, route, node, handoffs, span, again=again, attempt=number)
+            if call.not_run is None and call.state is not TaskState.CANCELLED:
+                self._traffic.availability.observe(route.endpoint, reached=call.outcome not in (
+                    pb.ATTEMPT_OUTCOME_UNAVAILABLE, pb.ATTEMPT_OUTCOME_TIMED_OUT))
+        if call.not_run is not None:
+            return call
+        attempt.outcome = call.outcome  # type: ignore[assignment]
+        attempt.reason = (call.reason or (
+            common_pb2.ResultStatus.Name(call.result.status)
+            + (f": {call.result.error_reason}" if call.result.error_reason else "") if call.result else ""))[:1000]
+        attempt.finished_at.CopyFrom(_ts())
+        with live.lock:
+            live.execution.attempts.append(attempt)
+            self._store.save(live.execution)
+        span.add_event("agentmesh.attempt", {
+            "agentmesh.task_id": task_id, "agentmesh.attempt": number,
+            "agentmesh.attempt_kind": pb.AttemptKind.Name(kind), "agentmesh.agent_id": route.agent_id,
+            "agentmesh.agent_version": route.version, "agentmesh.endpoint": route.endpoint.shown,
+            "agentmesh.outcome": pb.AttemptOutcome.Name(call.outcome), "agentmesh.backoff_ms": backoff_ms,
+            "agentmesh.reason": attempt.reason[:200]})
+        return call
+
+    def _fallback(self, live: _Live, task_id: str, primary: Route, node: common_pb2.AgentTask, failure: str,
+                  context: dict[str, Any] | None, may_have_acted: str = "",
+                  ) -> tuple[Route, common_pb2.AgentTask, str] | None:
+        """The fallback of an unavailable primary, if it may run (PRD §47): the route, the task for it and the
+        policy decision id; None (recorded, with why) when the primary declares none or it may not.
+
+        A task whose grant may change something (``may_have_acted`` says why) has no fallback once the primary
+        was called: what the primary did is not known, so it is not done again elsewhere.
+        The fallback must be ACTIVE, hold the task's capabilities, be available, get its own projection of the
+        task's context (a task whose input came from the plan keeps it), and the policy engine must allow the
+        tenant's work on it (``use_fallback_agent``, the user's authority, fail closed). The decision is on the
+        record (AGENT_SELECTED, durable before the fallback runs; a refusal ACCESS_DENIED) and in the execution
+        (``Execution.fallbacks``).
+        """
+        plan = live.plan
+        assert plan is not None
+        fallback_id = primary.entry.manifest.fallback
+        if not fallback_id:
+            return None
+        user = live.user
+        decision = pb.FallbackDecision(task_id=task_id, primary_agent_id=primary.agent_id,
+                                       primary_version=primary.version, primary_failure=failure[:1000],
+                                       fallback_agent_id=fallback_id)
+
+        def refuse(*codes: str, policy: common_pb2.PolicyDecision | None = None) -> None:
+            decision.allowed = False
+            decision.reason_codes.extend(codes)
+            with live.lock:
+                live.execution.fallbacks.append(decision)
+                self._store.save(live.execution)
+            _fallbacks.add(1, {"agent": primary.agent_id, "fallback": fallback_id, "result": codes[0]})
+            self._narrate(audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
+                          tenant_id=user.tenant_id, user_id=user.user_id, task_id=task_id, agent_id=fallback_id,
+                          reason_codes=["FALLBACK_NOT_USED", *codes, f"primary={primary.agent_id}@{primary.version}",
+                                        f"why={failure}"[:500]],
+                          **({"policy_decision": policy} if policy is not None else {}))
+
+        if node.parent_task_id:
+            refuse("FALLBACK_NOT_FOR_HANDOFF", "a handoff's input was projected for its target")
+            return None
+        if may_have_acted:
+            refuse("FALLBACK_NOT_IDEMPOTENT", f"{may_have_acted}; the primary was called and may have acted")
+            return None
+        try:
+            entry = self._registry.ensure_active(fallback_id)
+        except sup_errors.SupervisorError as err:
+            refuse("FALLBACK_NOT_ACTIVE", f"{err.reason}: {err.message}")
+            return None
+        lacking = sorted(set(node.required_capabilities) - set(entry.manifest.capabilities))
+        if lacking:
+            refuse("FALLBACK_CAPABILITY_MISSING", f"{fallback_id} lacks {', '.join(lacking)}")
+            return None
+        route = self._traffic.route(entry, tenant_id=user.tenant_id, execution_id=live.execution.execution_id,
+                                    required_capabilities=node.required_capabilities)
+        decision.fallback_version = route.version
+        reading = self._traffic.reading(route.endpoint)
+        if reading.down:
+            refuse("FALLBACK_UNAVAILABLE", reading.reason)
+            return None
+        task = common_pb2.AgentTask()
+        task.CopyFrom(node)
+        task.target_agent_id = fallback_id
+        if context is not None:
+            spec = plan.specs[task_id]
+            projected, projection = self._projector.project(context, fallback_id, spec.purpose,
+                                                            source_context_id=live.execution.execution_id)
+            if not projection.allowed_fields:
+                refuse("FALLBACK_NO_PROJECTION", f"no projection for {fallback_id} and purpose {spec.purpose}")
+                return None
+            task.input.CopyFrom(to_struct(projected))
+            task.projection.CopyFrom(projection)
+        request = policy_pb2.AuthorizeRequest(
+            user=user.to_context(), actor_type=common_pb2.ACTOR_TYPE_USER,
+            agent=common_pb2.AgentPrincipal(agent_id=fallback_id, agent_version=route.version,
+                                            execution_id=live.execution.execution_id,
+                                            parent_agent_id=primary.agent_id,
+                                            delegation_chain=[f"user:{user.tenant_id}/{user.user_id}",
+                                                              f"svc:{self._id.name}", f"agent:{fallback_id}"]),
+            delegation_depth=node.depth, capability_id="",
+            resource=policy_pb2.ResourceRef(type="AgentVersion", id=f"{fallback_id}@{route.version}",
+                                            tenant_id=user.tenant_id),
+            operation=policy_pb2.OPERATION_KIND_USE_FALLBACK_AGENT)
+        try:
+            policy = self._authorize(request).decision
+        except errors.MeshError as err:
+            refuse("POLICY_UNAVAILABLE", f"{err.code.name} {err.reason}: no decision, so no fallback")
+            return None
+        decision.decision_id = policy.decision_id
+        if policy.effect != common_pb2.POLICY_EFFECT_ALLOW:
+            refuse("FALLBACK_DENIED", *policy.reason_codes, policy=policy)
+            return None
+        try:
+            # The decision that lets the fallback run is durable before it runs.
+            governing(self._audit, audit_pb2.AUDIT_EVENT_TYPE_AGENT_SELECTED, outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS,
+                      tenant_id=user.tenant_id, user_id=user.user_id, task_id=task_id, agent_id=fallback_id,
+                      policy_decision=policy, versions=common_pb2.VersionStamp(
+                          agent_version=route.version, policy_version=policy.policy_version),
+                      reason_codes=["FALLBACK", f"primary={primary.agent_id}@{primary.version}",
+                                    f"fallback={fallback_id}@{route.version}", f"decision={policy.decision_id}",
+                                    f"why={failure}"[:500]])
+        except errors.Unavailable as err:
+            refuse("AUDIT_UNAVAILABLE", err.message)
+            return None
+        decision.allowed = True
+        decision.reason_codes.extend(policy.reason_codes)
+        with live.lock:
+            live.execution.fallbacks.append(decision)
+            plan.specs[task_id] = dataclasses.replace(plan.specs[task_id], agent=entry)
+            for n in live.execution.graph.nodes:
+                if n.task_id == task_id:
+                    n.target_agent_id = fallback_id  # the task says it runs on the fallback
+            plan.task(task_id).target_agent_id = fallback_id
+            self._store.save(live.execution)
+        _fallbacks.add(1, {"agent": primary.agent_id, "fallback": fallback_id, "result": "USED"})
+        return route, task, policy.decision_id
 
     def _waiting_cut_short(self, live: _Live, task_id: str, agent_id: str) -> TaskOutcome:
         """A WAITING task the execution's cancellation or a reached limit ends before it is called again:
@@ -878,13 +1155,15 @@ class Orchestrator:
                      task_status=common_pb2.TASK_STATUS_CANCELLED)
         return self._outcome(plan, task_id, TaskState.CANCELLED, error_reason=why)
 
-    def _call_agent(self, live: _Live, task_id: str, entry: Any, node: common_pb2.AgentTask,
-                    handoffs: list[common_pb2.HandoffOutcome], span: Any, *, again: bool) -> _Call:
-        """One RunTask of a task: a fresh grant, the delegation on the record (durably) before the agent
-        hears of it, the call within the task's deadline, and its end on the record. ``again``: the
-        agent answered WAITING before; ``handoffs`` are the outcomes of what it asked for."""
+    def _call_agent(self, live: _Live, task_id: str, route: Route, node: common_pb2.AgentTask,
+                    handoffs: list[common_pb2.HandoffOutcome], span: Any, *, again: bool, attempt: int = 1) -> _Call:
+        """One RunTask of a task on the version ``route`` names, at its endpoint: a fresh grant, the delegation
+        on the record (durably) before the agent hears of it, the call within the task's deadline, and its end
+        on the record. ``again``: the agent answered WAITING before; ``handoffs`` are the outcomes of what it
+        asked for; ``attempt``: the task's attempt number (supervisor_svc.attempts)."""
         plan = live.plan
         assert plan is not None
+        entry = route.entry
         agent_id = entry.agent_id
         user = live.user
         remaining_ms = live.budget.remaining_ms(self._elapsed_ms(live))
@@ -916,9 +1195,11 @@ class Orchestrator:
                       outcome=audit_pb2.AUDIT_OUTCOME_PENDING, tenant_id=user.tenant_id, user_id=user.user_id,
                       task_id=task_id, agent_id=agent_id, principal=principal,
                       input_digest=node.projection.digest,
-                      reason_codes=["HANDOFF_OUTCOMES", *(f"{h.action_id}={common_pb2.HandoffState.Name(h.state)}"
-                                                          for h in handoffs)] if again else [],
-                      versions=common_pb2.VersionStamp(agent_version=entry.manifest.version))
+                      reason_codes=[*(["HANDOFF_OUTCOMES", *(f"{h.action_id}={common_pb2.HandoffState.Name(h.state)}"
+                                                             for h in handoffs)] if again else []),
+                                    f"attempt={attempt}", f"agent_version={route.version}",
+                                    f"endpoint={route.endpoint.shown}", *([route.reason] if route.canary else [])],
+                      versions=common_pb2.VersionStamp(agent_version=route.version))
         except errors.Unavailable as err:
             # Not run. Whether the delegation record is in the log is unknown (audit may have written
             # it and gone before answering), so it is closed either way, through the outbox: no
@@ -934,6 +1215,7 @@ class Orchestrator:
                                                error_reason=f"{err.code.name} {err.reason}: {err.message}"))
         finished = False
         state, result, reason = TaskState.COMPLETED, None, ""
+        failure: errors.MeshError | None = None
         try:
             with live.lock:
                 # Delegated again under the same task id: its TASK_FINISHED below closes both delegations.
@@ -950,14 +1232,19 @@ class Orchestrator:
             if live.cancelled.is_set():
                 state, reason = TaskState.CANCELLED, "CANCELLED"
             else:
-                call = self._specialists.start(agent_id, request, timeout_s)
-                with live.lock:
-                    live.calls[task_id] = call
                 try:
+                    call = self._specialists.start(agent_id, request, timeout_s, endpoint=route.endpoint)
+                    with live.lock:
+                        live.calls[task_id] = call
                     result = call.result()
+                    # The version that answered is the one dispatched to (its registration), whatever the
+                    # process says of itself.
+                    result.versions.agent_version = route.version
                 except errors.DeadlineExceeded as err:
+                    failure = err
                     state, reason = TaskState.TIMED_OUT, f"DEADLINE_EXCEEDED after {timeout_s * 1000:.0f} ms: {err}"
                 except errors.MeshError as err:
+                    failure = err
                     if live.cancelled.is_set():
                         state, reason = TaskState.CANCELLED, "CANCELLED"
                     else:
@@ -966,9 +1253,10 @@ class Orchestrator:
                     with live.lock:
                         live.calls.pop(task_id, None)
             latency = (time.monotonic() - started) * 1000
-            _task_latency.record(latency, {"agent": agent_id})
+            _task_latency.record(latency, {"agent": agent_id, "version": route.version})
             waiting = result is not None and result.status == common_pb2.RESULT_STATUS_WAITING
-            _task_outcomes.add(1, {"agent": agent_id, "state": "WAITING" if waiting else state.value})
+            _task_outcomes.add(1, {"agent": agent_id, "version": route.version,
+                                   "state": "WAITING" if waiting else state.value})
             span.set_attribute("agentmesh.task_state", "WAITING" if waiting else state.value)
             if waiting:
                 assert result is not None
@@ -979,6 +1267,7 @@ class Orchestrator:
                 outcome = _TASK_OUTCOME.get(state, audit_pb2.AUDIT_OUTCOME_FAILURE)
                 codes = [state.value, *([reason] if reason else []),
                          *(s.code for s in result.statements if s.code)] if result else [state.value, reason]
+            codes.append(f"attempt={attempt}")
             # The record first (kept in the outbox if audit is down), then the checkpoint: a task whose
             # stored result makes a restarted supervisor skip it always has its TASK_FINISHED record;
             # a call that ended WAITING has its TASK_FINISHED before the task is stored WAITING.
@@ -996,7 +1285,8 @@ class Orchestrator:
                 self._narrate(audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED, outcome=audit_pb2.AUDIT_OUTCOME_FAILURE,
                               tenant_id=user.tenant_id, user_id=user.user_id, task_id=task_id, agent_id=agent_id,
                               reason_codes=[TaskState.FAILED.value, "SUPERVISOR_ERROR"])
-        return _Call(state=state, result=result, reason=reason)
+        return _Call(state=state, result=result, reason=reason, error=failure,
+                     outcome=outcome_of(result, failure, cancelled=state is TaskState.CANCELLED))
 
     def _run_handoffs(self, live: _Live, task_id: str,
                       result: common_pb2.AgentResult) -> list[common_pb2.HandoffOutcome]:

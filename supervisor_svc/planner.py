@@ -72,8 +72,9 @@ _NOT = "not "
 class Selector(Protocol):
     """Chooses an agent for a requirement (implemented by :class:`~supervisor_svc.selection.AgentSelector`)."""
 
-    def select(self, tenant_id: str, requirement: Requirement) -> Selection:
-        """The chosen agent and all candidates' scores; raises NoAgentAvailable."""
+    def select(self, tenant_id: str, requirement: Requirement, *, execution_id: str = "") -> Selection:
+        """The chosen agent, the version its task goes to for the execution, and all candidates' scores;
+        raises NoAgentAvailable."""
         ...
 
 
@@ -230,7 +231,7 @@ def build_plan(
                                               "analysis, which has no agent"))
             continue
         try:
-            selection = selector.select(user.tenant_id, t.requirement)
+            selection = selector.select(user.tenant_id, t.requirement, execution_id=execution_id)
         except NoAgentAvailable as exc:
             if not t.after:
                 raise  # without the first stage nothing can run
@@ -241,6 +242,9 @@ def build_plan(
             not_run.append(NotRun(t.analysis, f"NO_AGENT_AVAILABLE: {exc.message}{detail}"))
             continue
         task_id = f"{execution_id}-t{len(specs) + 1}"
+        for s in selection.scores:  # the execution keeps every task's candidates: say which task and which won
+            s.task_id = task_id
+            s.chosen = s.agent_id == selection.agent.agent_id
         graph.nodes.append(_task(task_id, t, selection.agent, execution_id=execution_id, user=user,
                                  correlation_id=correlation_id, subjects=intent.subjects))
         for source, condition in t.after:

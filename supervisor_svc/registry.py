@@ -20,6 +20,8 @@ Each agent is declared by one YAML (or JSON) manifest named after it,
       knowledge: []
       policies: []
     cost: 1.0                           # relative cost of one task (selection, PRD §10)
+    fallback: risk-rules-agent          # optional: the agent that stands in while this one is
+                                        # unavailable, if the policy engine allows it (PRD §47)
     spiffe_id: spiffe://agentmesh.local/agent/training-agent   # optional; must be this value
 
 Everything is validated when the registry starts; a bad file stops it with an
@@ -149,6 +151,9 @@ class AgentManifest:
     cost: float
     source: str
     """The file the manifest was read from."""
+    fallback: str = ""
+    """The registered agent that may stand in for this one while it is unavailable (PRD §47); "" for none.
+    Whether it runs for a task is the policy engine's decision (``use_fallback_agent``)."""
 
 
 @dataclass(frozen=True)
@@ -258,6 +263,7 @@ class _ManifestModel(_Strict):
     dependencies: _DependenciesModel = _DependenciesModel()
     spiffe_id: str | None = None
     cost: float | int = pydantic.Field(ge=0)
+    fallback: _Id | None = None
 
 
 def default_agents_dir() -> Path:
@@ -320,6 +326,8 @@ def manifest_from_document(
     if model.agent_id in model.allowed_delegations:
         raise fail("an agent may not delegate to itself", "allowed_delegations",
                    model.allowed_delegations.index(model.agent_id))
+    if model.fallback == model.agent_id:
+        raise fail("an agent may not be its own fallback", "fallback")
     if not math.isfinite(float(model.cost)):
         raise fail("cost must be a finite number", "cost")
     for name in ("input_schema", "output_schema"):
@@ -369,6 +377,7 @@ def manifest_from_document(
         spiffe_id=expected_spiffe,
         cost=float(model.cost),
         source=file,
+        fallback=model.fallback or "",
     )
 
 
@@ -400,6 +409,11 @@ def load_manifests(agents_dir: Path) -> builtins.list[AgentManifest]:
                     f"delegation target {target!r} is not a registered agent",
                     file=manifest.source, field=f"allowed_delegations[{i}]", reason="AGENT_REFERENCE_INVALID",
                 )
+        if manifest.fallback and manifest.fallback not in manifests:
+            raise AgentManifestError(
+                f"fallback {manifest.fallback!r} is not a registered agent",
+                file=manifest.source, field="fallback", reason="AGENT_REFERENCE_INVALID",
+            )
     return [manifests[k] for k in sorted(manifests)]
 
 

@@ -19,10 +19,17 @@ domain         0.30    Jaccard(requested domains, agent domains); 1 when none re
 capability     0.25    |required| / |agent capabilities| — the agent holding the fewest
                        capabilities beyond the need wins (least privilege); 1 when none required
 knowledge      0.15    Jaccard(requested scopes, agent scopes); 1 when none requested
-availability   0.15    from the caller's signals (e.g. health), default 1.0
+availability   0.15    the live health and circuit of the version the task would go to
+                       (supervisor_svc.signals): SERVING 1, half-open circuit 0.5, NOT_SERVING,
+                       unreachable or circuit open 0; 1.0 when no health source is attached
 cost           0.05    1 / (1 + declared cost)
-history        0.10    past success rate from the caller's signals, default 0.5 (no history)
+history        0.10    the success rate of the agent's last finished tasks (supervisor_svc.signals);
+                       0.5 while it has none (neither trusted nor penalised)
 =============  ======  ========================================================================
+
+Each score also names the version the execution's task would go to and why (the
+agent's ACTIVE version, or its CANARY for the canary's share: supervisor_svc.routing),
+what its availability and history rest on, the task it was for and whether it was chosen.
 
 Components and the final score are rounded to 4 decimals so that float noise
 never decides; ties are broken by lower cost, then agent id. The scores are
@@ -38,7 +45,9 @@ from dataclasses import dataclass, field
 from agentmesh.v1 import common_pb2
 from supervisor_svc.errors import NoAgentAvailable
 from supervisor_svc.registry import AgentEntry, AgentRegistry
+from supervisor_svc.routing import Route
 from supervisor_svc.tenants import TenantSource
+from supervisor_svc.traffic import Traffic
 
 __all__ = [
     "WEIGHTS",
@@ -117,6 +126,8 @@ class Discovery:
     scores: tuple[common_pb2.AgentSelectionScore, ...]
     """One per candidate, same order."""
     excluded: tuple[Exclusion, ...]
+    routes: Mapping[str, Route] = field(default_factory=dict)
+    """By candidate agent id: the version its task would go to (with a :class:`Traffic`)."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +136,8 @@ class Selection:
 
     agent: AgentEntry
     scores: tuple[common_pb2.AgentSelectionScore, ...]
+    route: Route | None = None
+    """The version the chosen agent's task goes to (with a :class:`Traffic`)."""
 
 
 def _jaccard(wanted: Collection[str], offered: Collection[str]) -> float:
@@ -228,42 +241,78 @@ class AgentSelector:
         *,
         signals: Callable[[], Signals] | None = None,
         weights: SelectionWeights = WEIGHTS,
+        traffic: Traffic | None = None,
     ) -> None:
         """Args:
         registry: The agent registry (status is read live, so DISABLED applies at once).
         tenants: Per-tenant allowed agents (the tenant directory).
-        signals: Returns the current availability / history signals, if any.
+        signals: Fixed availability / history signals (tests); ``traffic`` gives the live ones.
         weights: Score weights.
+        traffic: Routes (the version each candidate's task would go to), live availability and history.
         """
         self._registry = registry
         self._tenants = tenants
         self._signals = signals
         self._weights = weights
+        self._traffic = traffic
 
-    def discover(self, tenant_id: str, requirement: Requirement, *, max_age_s: float = 0.0) -> Discovery:
+    def discover(self, tenant_id: str, requirement: Requirement, *, max_age_s: float = 0.0,
+                 execution_id: str = "") -> Discovery:
         """Candidates for the tenant and requirement, best first (``DiscoverAgents``).
 
         ``max_age_s``: a read of the tenant's configuration that recent will do (a plan's selections
-        read the one its execution was accepted with).
+        read the one its execution was accepted with). ``execution_id``: the execution the task is for
+        (the canary split); none (DiscoverAgents): each candidate's ACTIVE version.
 
         Raises:
             TenantNotConfigured: the tenant has no definition.
         """
-        signals = self._signals() if self._signals else None
         allowed = self._tenants.get(tenant_id, max_age_s=max_age_s).allowed_agents
-        return discover(self._registry.list(), allowed, requirement, signals, self._weights)
+        entries = self._registry.list()
+        signals = self._signals() if self._signals else None
+        traffic = self._traffic
+        routes: dict[str, Route] = {}
+        why_available: dict[str, str] = {}
+        why_history: dict[str, str] = {}
+        if traffic is not None:
+            availability: dict[str, float] = {}
+            history: dict[str, float] = {}
+            for entry in entries:
+                if _exclusion(entry, requirement, allowed) is not None:
+                    continue  # excluded: nothing to route, nobody to ask
+                route = traffic.route(entry, tenant_id=tenant_id, execution_id=execution_id,
+                                      required_capabilities=requirement.required_capabilities)
+                routes[entry.agent_id] = route
+                reading = traffic.reading(route.endpoint)
+                availability[entry.agent_id], why_available[entry.agent_id] = reading.score, reading.reason
+                rate, why_history[entry.agent_id] = traffic.history.success_rate(entry.agent_id)
+                if rate is not None:
+                    history[entry.agent_id] = rate
+            signals = Signals(availability={**availability, **(signals.availability if signals else {})},
+                              history={**history, **(signals.history if signals else {})})
+        found = discover(entries, allowed, requirement, signals, self._weights)
+        for s, entry in zip(found.scores, found.candidates, strict=True):
+            routed = routes.get(entry.agent_id)
+            s.agent_version = routed.version if routed is not None else entry.manifest.version
+            s.version_reason = routed.reason if routed is not None else "ACTIVE version"
+            given = signals is not None and entry.agent_id in signals.availability
+            s.availability_reason = why_available.get(entry.agent_id, "given" if given else "no health source")
+            given = signals is not None and entry.agent_id in signals.history
+            s.history_reason = why_history.get(entry.agent_id, "given" if given else "no finished task yet")
+        return Discovery(found.candidates, found.scores, found.excluded, routes)
 
-    def select(self, tenant_id: str, requirement: Requirement) -> Selection:
-        """The best candidate.
+    def select(self, tenant_id: str, requirement: Requirement, *, execution_id: str = "") -> Selection:
+        """The best candidate, and the version its task goes to for ``execution_id``.
 
         Raises:
             NoAgentAvailable: no candidate; ``excluded`` says why each agent was left out.
         """
-        found = self.discover(tenant_id, requirement, max_age_s=PLAN_TENANT_AGE_S)
+        found = self.discover(tenant_id, requirement, max_age_s=PLAN_TENANT_AGE_S, execution_id=execution_id)
         if not found.candidates:
             wanted = ", ".join([*requirement.domains, *requirement.required_capabilities]) or "the task"
             raise NoAgentAvailable(
                 f"no ACTIVE agent allowed for this tenant can handle {wanted}",
                 excluded={x.agent_id: f"{x.reason}: {x.detail}" for x in found.excluded},
             )
-        return Selection(found.candidates[0], found.scores)
+        chosen = found.candidates[0]
+        return Selection(chosen, found.scores, found.routes.get(chosen.agent_id))

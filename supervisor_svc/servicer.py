@@ -10,8 +10,9 @@ from collections.abc import Callable, Iterator, Sequence
 
 import grpc
 
-from agentmesh import assertion, errors, transport
+from agentmesh import assertion, errors, health, spiffe, transport
 from agentmesh.audit_client import AuditRecorder
+from agentmesh.config import ConfigError
 from agentmesh.v1 import agent_registry_service_pb2 as reg_pb2
 from agentmesh.v1 import agent_registry_service_pb2_grpc as reg_grpc
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
@@ -50,6 +51,7 @@ from supervisor_svc.onboarding import (
 from supervisor_svc.onboarding import Onboarding as _Onboarding
 from supervisor_svc.orchestrator import Orchestrator
 from supervisor_svc.registry import AgentRegistry, status_from_proto
+from supervisor_svc.routing import Endpoint
 from supervisor_svc.selection import AgentSelector, Requirement
 from supervisor_svc.tenants import TenantConfig, tenant_config
 
@@ -103,18 +105,69 @@ EXECUTION_ID_METADATA = "agentmesh-execution-id"
 
 
 class GrpcSpecialists:
-    """Reaches each specialist over its own mTLS channel, and stops an execution's work at the capability
-    service (and at the model service, when the mesh has one)."""
+    """Reaches each agent version over its own mTLS channel, and stops an execution's work at the capability
+    service (and at the model service, when the mesh has one).
+
+    A version shipped as a manifest file is reached at the address the mesh's configuration gives its agent
+    (``channel_for(agent_id)``); a registered version at its registered endpoint, over a channel that
+    verifies the server presents the registered SPIFFE id (``endpoint_channel(address, spiffe_id)``, kept
+    per endpoint)."""
 
     def __init__(self, channel_for: Callable[[str], grpc.Channel], timeout_s: float = 5.0, *,
-                 model_service: bool = False) -> None:
+                 model_service: bool = False,
+                 endpoint_channel: Callable[[str, spiffe.SpiffeId], grpc.Channel] | None = None) -> None:
         self._channel_for = channel_for
         self._timeout_s = timeout_s
         self._model_service = model_service
+        self._endpoint_channel = endpoint_channel
+        self._lock = threading.Lock()
+        self._endpoints: dict[tuple[str, str], grpc.Channel] = {}
 
-    def start(self, agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float) -> _GrpcTaskCall:
-        stub = spec_grpc.SpecialistServiceStub(self._channel_for(agent_id))
+    def _channel(self, agent_id: str, endpoint: Endpoint | None) -> grpc.Channel:
+        """The channel to the agent version; raises Unavailable when the mesh knows no way to it."""
+        if endpoint is None or not endpoint.address:
+            try:
+                return self._channel_for(agent_id)
+            except ConfigError as err:
+                raise errors.Unavailable(f"no address is known for agent {agent_id!r}: {err}",
+                                         reason="AGENT_ADDRESS_UNKNOWN") from err
+        if self._endpoint_channel is None:
+            raise errors.Unavailable(f"registered endpoints cannot be reached from here ({endpoint.address})",
+                                     reason="AGENT_ADDRESS_UNKNOWN")
+        key = (endpoint.address, endpoint.spiffe_id)
+        with self._lock:
+            channel = self._endpoints.get(key)
+            if channel is None:
+                try:
+                    identity = spiffe.parse(endpoint.spiffe_id)
+                except spiffe.InvalidSpiffeId as err:
+                    raise errors.Unavailable(f"the registered SPIFFE id of {agent_id!r} is not valid: {err}",
+                                             reason="AGENT_ADDRESS_UNKNOWN") from err
+                channel = self._endpoints[key] = self._endpoint_channel(endpoint.address, identity)
+        return channel
+
+    def start(self, agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float,
+              endpoint: Endpoint | None = None) -> _GrpcTaskCall:
+        """RunTask of the agent version at ``endpoint`` (the configured address when None)."""
+        stub = spec_grpc.SpecialistServiceStub(self._channel(agent_id, endpoint))
         return _GrpcTaskCall(stub.RunTask.future(request, timeout=timeout_s))
+
+    def health(self, endpoint: Endpoint, timeout_s: float) -> str:
+        """The gRPC health of an agent version over the channel its tasks take: ``SERVING``, ``NOT_SERVING``,
+        ``UNREACHABLE (<code>)``, or ``NO_ADDRESS`` when the mesh knows no way to it."""
+        try:
+            channel = self._channel(endpoint.agent_id, endpoint)
+        except errors.Unavailable:
+            return "NO_ADDRESS"
+        status, _ = health.probe(channel, timeout_s)
+        return status
+
+    def close(self) -> None:
+        """Closes the channels to registered endpoints."""
+        with self._lock:
+            channels, self._endpoints = list(self._endpoints.values()), {}
+        for channel in channels:
+            channel.close()
 
     def revoke(self, execution_id: str, reason: str, issued_before: dt.datetime | None = None) -> None:
         """CapabilityService.RevokeExecution; raises a MeshError if the capability service does not take it."""

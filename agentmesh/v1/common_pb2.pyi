@@ -511,7 +511,7 @@ class ModelRoute(_message.Message):
     def __init__(self, scores: _Optional[_Iterable[_Union[ModelRouteScore, _Mapping]]] = ..., chosen_model_id: _Optional[str] = ..., fallback_from: _Optional[str] = ..., fallback_reason: _Optional[str] = ..., fallback_decision_id: _Optional[str] = ...) -> None: ...
 
 class AgentSelectionScore(_message.Message):
-    __slots__ = ("agent_id", "domain_score", "capability_score", "knowledge_score", "availability_score", "cost_score", "history_score", "final_score")
+    __slots__ = ("agent_id", "domain_score", "capability_score", "knowledge_score", "availability_score", "cost_score", "history_score", "final_score", "agent_version", "version_reason", "task_id", "chosen", "availability_reason", "history_reason")
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     DOMAIN_SCORE_FIELD_NUMBER: _ClassVar[int]
     CAPABILITY_SCORE_FIELD_NUMBER: _ClassVar[int]
@@ -520,6 +520,12 @@ class AgentSelectionScore(_message.Message):
     COST_SCORE_FIELD_NUMBER: _ClassVar[int]
     HISTORY_SCORE_FIELD_NUMBER: _ClassVar[int]
     FINAL_SCORE_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    VERSION_REASON_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    CHOSEN_FIELD_NUMBER: _ClassVar[int]
+    AVAILABILITY_REASON_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_REASON_FIELD_NUMBER: _ClassVar[int]
     agent_id: str
     domain_score: float
     capability_score: float
@@ -528,7 +534,13 @@ class AgentSelectionScore(_message.Message):
     cost_score: float
     history_score: float
     final_score: float
-    def __init__(self, agent_id: _Optional[str] = ..., domain_score: _Optional[float] = ..., capability_score: _Optional[float] = ..., knowledge_score: _Optional[float] = ..., availability_score: _Optional[float] = ..., cost_score: _Optional[float] = ..., history_score: _Optional[float] = ..., final_score: _Optional[float] = ...) -> None: ...
+    agent_version: str
+    version_reason: str
+    task_id: str
+    chosen: bool
+    availability_reason: str
+    history_reason: str
+    def __init__(self, agent_id: _Optional[str] = ..., domain_score: _Optional[float] = ..., capability_score: _Optional[float] = ..., knowledge_score: _Optional[float] = ..., availability_score: _Optional[float] = ..., cost_score: _Optional[float] = ..., history_score: _Optional[float] = ..., final_score: _Optional[float] = ..., agent_version: _Optional[str] = ..., version_reason: _Optional[str] = ..., task_id: _Optional[str] = ..., chosen: _Optional[bool] = ..., availability_reason: _Optional[str] = ..., history_reason: _Optional[str] = ...) -> None: ...
 
 class TaskGrant(_message.Message):
     __slots__ = ("grant_id", "execution_id", "task_id", "tenant_id", "user_id", "assertion_digest", "issuer", "audience", "capabilities", "projection_digest", "depth", "issued_at", "expires_at", "actor_type", "roles", "session_id", "conversation_id", "parent_grant_id", "confirmed_action_digest", "confirmation_id", "human_approval_id", "human_approver_id", "resources", "budget", "execution_budget", "sandbox", "sandbox_answers", "agent_risk_profile")

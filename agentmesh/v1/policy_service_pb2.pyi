@@ -30,6 +30,7 @@ class OperationKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OPERATION_KIND_USE_MODEL: _ClassVar[OperationKind]
     OPERATION_KIND_MANAGE_AGENT: _ClassVar[OperationKind]
     OPERATION_KIND_APPROVE_AGENT: _ClassVar[OperationKind]
+    OPERATION_KIND_USE_FALLBACK_AGENT: _ClassVar[OperationKind]
 KILL_SWITCH_SCOPE_UNSPECIFIED: KillSwitchScope
 KILL_SWITCH_SCOPE_AGENT: KillSwitchScope
 KILL_SWITCH_SCOPE_CAPABILITY: KillSwitchScope
@@ -44,6 +45,7 @@ OPERATION_KIND_CANCEL_EXECUTION: OperationKind
 OPERATION_KIND_USE_MODEL: OperationKind
 OPERATION_KIND_MANAGE_AGENT: OperationKind
 OPERATION_KIND_APPROVE_AGENT: OperationKind
+OPERATION_KIND_USE_FALLBACK_AGENT: OperationKind
 
 class ResourceRef(_message.Message):
     __slots__ = ("type", "id", "tenant_id")

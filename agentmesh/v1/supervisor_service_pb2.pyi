@@ -80,6 +80,26 @@ class ActionEffect(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ACTION_EFFECT_COMPENSATED: _ClassVar[ActionEffect]
     ACTION_EFFECT_NOT_RESTORED: _ClassVar[ActionEffect]
     ACTION_EFFECT_UNKNOWN: _ClassVar[ActionEffect]
+
+class AttemptKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ATTEMPT_KIND_UNSPECIFIED: _ClassVar[AttemptKind]
+    ATTEMPT_KIND_FIRST: _ClassVar[AttemptKind]
+    ATTEMPT_KIND_RETRY: _ClassVar[AttemptKind]
+    ATTEMPT_KIND_FALLBACK: _ClassVar[AttemptKind]
+    ATTEMPT_KIND_CONTINUE: _ClassVar[AttemptKind]
+
+class AttemptOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ATTEMPT_OUTCOME_UNSPECIFIED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_ANSWERED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_TRANSIENT_RESULT: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_RESULT_FAILED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_UNAVAILABLE: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_TIMED_OUT: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_NOT_CALLED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_FAILED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_CANCELLED: _ClassVar[AttemptOutcome]
 EXECUTION_STATUS_UNSPECIFIED: ExecutionStatus
 EXECUTION_STATUS_RUNNING: ExecutionStatus
 EXECUTION_STATUS_SUCCEEDED: ExecutionStatus
@@ -131,6 +151,20 @@ ACTION_EFFECT_APPLIED: ActionEffect
 ACTION_EFFECT_COMPENSATED: ActionEffect
 ACTION_EFFECT_NOT_RESTORED: ActionEffect
 ACTION_EFFECT_UNKNOWN: ActionEffect
+ATTEMPT_KIND_UNSPECIFIED: AttemptKind
+ATTEMPT_KIND_FIRST: AttemptKind
+ATTEMPT_KIND_RETRY: AttemptKind
+ATTEMPT_KIND_FALLBACK: AttemptKind
+ATTEMPT_KIND_CONTINUE: AttemptKind
+ATTEMPT_OUTCOME_UNSPECIFIED: AttemptOutcome
+ATTEMPT_OUTCOME_ANSWERED: AttemptOutcome
+ATTEMPT_OUTCOME_TRANSIENT_RESULT: AttemptOutcome
+ATTEMPT_OUTCOME_RESULT_FAILED: AttemptOutcome
+ATTEMPT_OUTCOME_UNAVAILABLE: AttemptOutcome
+ATTEMPT_OUTCOME_TIMED_OUT: AttemptOutcome
+ATTEMPT_OUTCOME_NOT_CALLED: AttemptOutcome
+ATTEMPT_OUTCOME_FAILED: AttemptOutcome
+ATTEMPT_OUTCOME_CANCELLED: AttemptOutcome
 
 class MissingItem(_message.Message):
     __slots__ = ("kind", "analysis", "agent_id", "detail", "text")
@@ -203,7 +237,7 @@ class Conflict(_message.Message):
     def __init__(self, subject: _Optional[str] = ..., agent_a: _Optional[str] = ..., agent_b: _Optional[str] = ..., evidence_a: _Optional[_Iterable[_Union[_common_pb2.EvidenceReference, _Mapping]]] = ..., evidence_b: _Optional[_Iterable[_Union[_common_pb2.EvidenceReference, _Mapping]]] = ..., applicable_rules: _Optional[_Iterable[str]] = ..., resolution: _Optional[str] = ..., review_id: _Optional[str] = ...) -> None: ...
 
 class Execution(_message.Message):
-    __slots__ = ("execution_id", "status", "decision", "request_text", "tenant_id", "user_id", "graph", "results", "selection_scores", "conflicts", "reason", "trace", "started_at", "finished_at", "summary", "action", "actor_type", "system_actor", "recommended_resources", "client_request_id", "intent", "intent_rule", "missing", "user_roles", "intent_classification", "intent_kind", "domain", "waived_limits")
+    __slots__ = ("execution_id", "status", "decision", "request_text", "tenant_id", "user_id", "graph", "results", "selection_scores", "conflicts", "reason", "trace", "started_at", "finished_at", "summary", "action", "actor_type", "system_actor", "recommended_resources", "client_request_id", "intent", "intent_rule", "missing", "user_roles", "intent_classification", "intent_kind", "domain", "waived_limits", "attempts", "fallbacks")
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     DECISION_FIELD_NUMBER: _ClassVar[int]
@@ -232,6 +266,8 @@ class Execution(_message.Message):
     INTENT_KIND_FIELD_NUMBER: _ClassVar[int]
     DOMAIN_FIELD_NUMBER: _ClassVar[int]
     WAIVED_LIMITS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    FALLBACKS_FIELD_NUMBER: _ClassVar[int]
     execution_id: str
     status: ExecutionStatus
     decision: _common_pb2.AnalysisDecision
@@ -260,7 +296,61 @@ class Execution(_message.Message):
     intent_kind: str
     domain: str
     waived_limits: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, execution_id: _Optional[str] = ..., status: _Optional[_Union[ExecutionStatus, str]] = ..., decision: _Optional[_Union[_common_pb2.AnalysisDecision, str]] = ..., request_text: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., graph: _Optional[_Union[_common_pb2.AgentTaskGraph, _Mapping]] = ..., results: _Optional[_Iterable[_Union[_common_pb2.AgentResult, _Mapping]]] = ..., selection_scores: _Optional[_Iterable[_Union[_common_pb2.AgentSelectionScore, _Mapping]]] = ..., conflicts: _Optional[_Iterable[_Union[Conflict, _Mapping]]] = ..., reason: _Optional[str] = ..., trace: _Optional[_Union[_common_pb2.TraceContext, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., summary: _Optional[str] = ..., action: _Optional[_Union[ProposedAction, _Mapping]] = ..., actor_type: _Optional[_Union[_common_pb2.ActorType, str]] = ..., system_actor: _Optional[str] = ..., recommended_resources: _Optional[_Iterable[str]] = ..., client_request_id: _Optional[str] = ..., intent: _Optional[_Union[ExecutionIntent, str]] = ..., intent_rule: _Optional[str] = ..., missing: _Optional[_Iterable[_Union[MissingItem, _Mapping]]] = ..., user_roles: _Optional[_Iterable[str]] = ..., intent_classification: _Optional[_Union[IntentClassification, _Mapping]] = ..., intent_kind: _Optional[str] = ..., domain: _Optional[str] = ..., waived_limits: _Optional[_Iterable[str]] = ...) -> None: ...
+    attempts: _containers.RepeatedCompositeFieldContainer[TaskAttempt]
+    fallbacks: _containers.RepeatedCompositeFieldContainer[FallbackDecision]
+    def __init__(self, execution_id: _Optional[str] = ..., status: _Optional[_Union[ExecutionStatus, str]] = ..., decision: _Optional[_Union[_common_pb2.AnalysisDecision, str]] = ..., request_text: _Optional[str] = ..., tenant_id: _Optional[str] = ..., user_id: _Optional[str] = ..., graph: _Optional[_Union[_common_pb2.AgentTaskGraph, _Mapping]] = ..., results: _Optional[_Iterable[_Union[_common_pb2.AgentResult, _Mapping]]] = ..., selection_scores: _Optional[_Iterable[_Union[_common_pb2.AgentSelectionScore, _Mapping]]] = ..., conflicts: _Optional[_Iterable[_Union[Conflict, _Mapping]]] = ..., reason: _Optional[str] = ..., trace: _Optional[_Union[_common_pb2.TraceContext, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., summary: _Optional[str] = ..., action: _Optional[_Union[ProposedAction, _Mapping]] = ..., actor_type: _Optional[_Union[_common_pb2.ActorType, str]] = ..., system_actor: _Optional[str] = ..., recommended_resources: _Optional[_Iterable[str]] = ..., client_request_id: _Optional[str] = ..., intent: _Optional[_Union[ExecutionIntent, str]] = ..., intent_rule: _Optional[str] = ..., missing: _Optional[_Iterable[_Union[MissingItem, _Mapping]]] = ..., user_roles: _Optional[_Iterable[str]] = ..., intent_classification: _Optional[_Union[IntentClassification, _Mapping]] = ..., intent_kind: _Optional[str] = ..., domain: _Optional[str] = ..., waived_limits: _Optional[_Iterable[str]] = ..., attempts: _Optional[_Iterable[_Union[TaskAttempt, _Mapping]]] = ..., fallbacks: _Optional[_Iterable[_Union[FallbackDecision, _Mapping]]] = ...) -> None: ...
+
+class TaskAttempt(_message.Message):
+    __slots__ = ("task_id", "attempt", "kind", "agent_id", "agent_version", "endpoint", "outcome", "reason", "backoff_ms", "started_at", "finished_at", "fallback_for", "decision_id")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    BACKOFF_MS_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    FALLBACK_FOR_FIELD_NUMBER: _ClassVar[int]
+    DECISION_ID_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    attempt: int
+    kind: AttemptKind
+    agent_id: str
+    agent_version: str
+    endpoint: str
+    outcome: AttemptOutcome
+    reason: str
+    backoff_ms: int
+    started_at: _timestamp_pb2.Timestamp
+    finished_at: _timestamp_pb2.Timestamp
+    fallback_for: str
+    decision_id: str
+    def __init__(self, task_id: _Optional[str] = ..., attempt: _Optional[int] = ..., kind: _Optional[_Union[AttemptKind, str]] = ..., agent_id: _Optional[str] = ..., agent_version: _Optional[str] = ..., endpoint: _Optional[str] = ..., outcome: _Optional[_Union[AttemptOutcome, str]] = ..., reason: _Optional[str] = ..., backoff_ms: _Optional[int] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fallback_for: _Optional[str] = ..., decision_id: _Optional[str] = ...) -> None: ...
+
+class FallbackDecision(_message.Message):
+    __slots__ = ("task_id", "primary_agent_id", "primary_version", "primary_failure", "fallback_agent_id", "fallback_version", "allowed", "decision_id", "reason_codes")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    PRIMARY_AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    PRIMARY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PRIMARY_FAILURE_FIELD_NUMBER: _ClassVar[int]
+    FALLBACK_AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    FALLBACK_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ALLOWED_FIELD_NUMBER: _ClassVar[int]
+    DECISION_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_CODES_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    primary_agent_id: str
+    primary_version: str
+    primary_failure: str
+    fallback_agent_id: str
+    fallback_version: str
+    allowed: bool
+    decision_id: str
+    reason_codes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, task_id: _Optional[str] = ..., primary_agent_id: _Optional[str] = ..., primary_version: _Optional[str] = ..., primary_failure: _Optional[str] = ..., fallback_agent_id: _Optional[str] = ..., fallback_version: _Optional[str] = ..., allowed: _Optional[bool] = ..., decision_id: _Optional[str] = ..., reason_codes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class IntentClassification(_message.Message):
     __slots__ = ("source", "intent", "subjects", "candidates", "model_id", "model_version", "model_call_id", "confidence")

@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import Any
 
 from agentmesh.v1 import common_pb2
-from specialist_svc.agents import compliance, employee, medical, risk, training, work_permit
+from specialist_svc.agents import compliance, employee, medical, risk, risk_rules, training, work_permit
 from specialist_svc.rules import CapabilityClient, ContextRuleFn, RuleFn, TaskContext
 
 __all__ = ["RULES", "AgentRules", "rules_of"]
@@ -47,6 +47,6 @@ def rules_of(module: ModuleType) -> AgentRules:
 
 
 RULES: dict[str, AgentRules] = {
-    m.AGENT_ID: rules_of(m) for m in (work_permit, training, risk, compliance, employee, medical)
+    m.AGENT_ID: rules_of(m) for m in (work_permit, training, risk, risk_rules, compliance, employee, medical)
 }
 """Agent id → its rules."""

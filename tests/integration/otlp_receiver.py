@@ -11,6 +11,12 @@ import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 
+def _value(value: Any) -> Any:
+    """An OTLP attribute value as plain Python (string, int, float or bool)."""
+    kind = value.WhichOneof("value")
+    return getattr(value, kind) if kind else None
+
+
 class OtlpReceiver(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
     """Collects exported spans as plain dicts."""
 
@@ -36,6 +42,8 @@ class OtlpReceiver(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore
                             "span_id": span.span_id.hex(),
                             "parent_id": span.parent_span_id.hex(),
                             "attributes": {a.key: a.value.string_value for a in span.attributes},
+                            "events": [{"name": e.name, "attributes": {a.key: _value(a.value) for a in e.attributes}}
+                                       for e in span.events],
                         })
         return trace_service_pb2.ExportTraceServiceResponse()
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agentmesh.config import MeshConfig
+from agentmesh.config import DEFAULT_AGENTS, MeshConfig
 from supervisor_svc.registry import default_agents_dir
 
-from .conftest import launched_mesh, peer_address
+from .conftest import launched_mesh, peer_address, write_config
 from .test_analysis_e2e import audit_records
 from .test_cli import am
 
@@ -24,7 +24,11 @@ OLGA = ("--tenant", "acme", "--user", "olga")
 
 @pytest.fixture(scope="module")
 def onboarding_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MeshConfig]:
-    with launched_mesh(tmp_path_factory.mktemp("onboarding-mesh")) as cfg:
+    home = tmp_path_factory.mktemp("onboarding-mesh")
+    # Every shipped agent runs, so every dataset is evaluated against its process (the risk agent's
+    # fallback is not started by default).
+    write_config(home, agents=[*DEFAULT_AGENTS, "risk-rules-agent"])
+    with launched_mesh(home) as cfg:
         yield cfg
 
 

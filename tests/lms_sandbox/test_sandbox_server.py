@@ -95,9 +95,28 @@ def test_admin_faults_lifecycle(http: httpx.Client) -> None:
     assert http.get(trainings_path("acme", "W-1001")).status_code == 200
 
 
+def test_a_fault_with_times_applies_that_often_then_removes_itself(http: httpx.Client) -> None:
+    created = http.post("/admin/faults", json={"mode": "5xx", "worker_id": "W-1001", "times": 2})
+    assert created.status_code == 201 and created.json()["fault"]["times"] == 2
+    assert [http.get(trainings_path("acme", "W-1001")).status_code for _ in range(3)] == [503, 503, 200]
+    assert http.get("/admin/faults").json()["admin"] == []
+
+
+def test_times_counts_only_matching_lookups() -> None:
+    table = FaultTable()
+    table.set(Fault(FaultMode.HTTP_5XX, times=1), worker_id="W-1")
+    assert table.lookup("acme", "W-2") is None
+    assert table.lookup("acme", "W-1") == Fault(FaultMode.HTTP_5XX, times=1)
+    assert table.lookup("acme", "W-1") is None
+    table.set(Fault(FaultMode.HTTP_5XX, times=1), worker_id="W-1")
+    table.set(Fault(FaultMode.HTTP_5XX), worker_id="W-1")  # replaced by one without times: stays
+    assert [table.lookup("acme", "W-1") is not None for _ in range(3)] == [True, True, True]
+
+
 @pytest.mark.parametrize(
     "payload",
     [
+        {"mode": "5xx", "times": -1},
         {"mode": "explode"},
         {"mode": "latency", "latency_ms": -1},
         {"mode": "latency", "latency_ms": "fast"},

@@ -222,6 +222,10 @@ _ALLOWED_BY_OPERATION: dict[OperationKind, dict[str, Any]] = {
         "capability": "", "resource_type": "AgentVersion", "resource_id": "training-agent@1.1.0",
         "roles": ("agent-approver",), "subject_requester_id": "olga",
     },
+    OperationKind.USE_FALLBACK_AGENT: {
+        "capability": "", "resource_type": "AgentVersion", "resource_id": "risk-rules-agent@1.0.0",
+        "agent_id": "risk-rules-agent", "roles": ("analyst",),
+    },
 }
 
 

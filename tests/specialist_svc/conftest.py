@@ -51,6 +51,7 @@ PURPOSE = {
     "work-permit-agent": "permit.assess",
     "training-agent": "training.verify",
     "risk-agent": "risk.assess",
+    "risk-rules-agent": "risk.assess",
     "compliance-agent": "compliance.check",
 }
 

@@ -236,6 +236,23 @@ def test_a_bad_fixed_delay_stops_with_one_line(capsys, tmp_path) -> None:
     assert len(err) == 1 and "--fixed-delay-ms" in err[0]
 
 
+def test_a_bad_instance_name_stops_with_one_line(capsys, tmp_path) -> None:
+    assert main(["--agent", AGENT, "--home", str(tmp_path), "--instance", "Canary Two"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--instance" in err[0] and "'Canary Two'" in err[0]
+
+
+def test_a_second_process_of_an_agent_takes_its_own_name_and_keeps_its_identity() -> None:
+    import argparse
+
+    from specialist_svc.__main__ import spec
+
+    named = spec(argparse.Namespace(agent=AGENT, instance="training-agent-canary", fixed_delay_ms=None))
+    assert (named.name, str(named.identity)) == ("training-agent-canary", "spiffe://agentmesh.local/agent/" + AGENT)
+    plain = spec(argparse.Namespace(agent=AGENT, instance=None, fixed_delay_ms=None))
+    assert plain.name == AGENT
+
+
 @pytest.mark.integration
 def test_the_process_serves_describe_agent_over_mtls(mesh_config) -> None:
     addr = address_file(mesh_config, AGENT)

@@ -53,7 +53,7 @@ class Specialists:
         self.assignable: bool | None = True
         self.requests: list[spec_pb2.RunTaskRequest] = []
 
-    def start(self, agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float) -> Call:
+    def start(self, agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float, endpoint: Any = None) -> Call:
         self.requests.append(request)
         task = request.task
         worker = "worker:W-1001"

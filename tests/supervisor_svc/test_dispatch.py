@@ -33,7 +33,7 @@ class Specialists:
     def __init__(self) -> None:
         self.requests: list[spec_pb2.RunTaskRequest] = []
 
-    def start(self, agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float) -> Call:
+    def start(self, agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float, endpoint: Any = None) -> Call:
         self.requests.append(request)
         result = common_pb2.AgentResult(task_id=request.task.task_id, agent_id=agent_id,
                                         status=common_pb2.RESULT_STATUS_SUCCESS)
@@ -135,3 +135,63 @@ def test_a_system_actors_execution_has_the_system_actor_as_its_requester(parts: 
     bob = assertion.UserIdentity("acme", "bob", ("reviewer",), "s", "c", "digest-b")
     ExecutionGuard(authorize=allow, audit=audit).require(bob, ex.execution_id, store.get(ex.execution_id), READ)
     assert asked[0].context.subject_requester_id == "TrainingExpirationScanner"
+
+
+def test_a_task_is_stored_before_its_delegation_is_on_the_record(parts: Any) -> None:
+    # A process killed right after the delegation became durable leaves a task its successor can close.
+    dispatcher, _, audit, store, _ = parts
+    ex = pb.Execution(execution_id="exe-3", tenant_id="acme", user_id="alice")
+    store.save(ex)
+    seen: list[list[tuple[int, bool]]] = []
+    record = audit.record
+
+    def delegation_sees_the_store(event_type: int, **fields: Any) -> Any:
+        if event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED:
+            stored = store.get("exe-3")
+            assert stored is not None
+            seen.append([(n.status, n.HasField("started_at")) for n in stored.graph.nodes])
+        return record(event_type, **fields)
+
+    audit.record = delegation_sees_the_store  # type: ignore[method-assign]
+    dispatcher.run(ex, agent_id="work-permit-agent", objective="Release permit WP-10231",
+                   input={"operation": "release", "permit_id": "WP-10231", "reason": "ok", "idempotency_key": "a-3"},
+                   capabilities=["workPermit.release"], actor=ALICE)
+    assert seen == [[(common_pb2.TASK_STATUS_CREATED, True)]]
+    from supervisor_svc.dispatch import delegated_unfinished
+
+    assert delegated_unfinished(common_pb2.AgentTask(status=common_pb2.TASK_STATUS_CREATED,
+                                                     started_at=ex.graph.nodes[0].started_at))
+    (attempt,) = ex.attempts
+    assert (attempt.kind, attempt.outcome, attempt.agent_version) == (
+        pb.ATTEMPT_KIND_FIRST, pb.ATTEMPT_OUTCOME_ANSWERED, "1.0.0")
+    assert ex.graph.nodes[0].status == common_pb2.TASK_STATUS_COMPLETED
+
+
+def test_a_release_is_never_retried(tmp_path: Path) -> None:
+    from supervisor_svc.routing import RetryConfig, RoutingConfig
+    from supervisor_svc.traffic import Traffic
+
+    class Down(Specialists):
+        def start(self, agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float,
+                  endpoint: Any = None) -> Call:
+            self.requests.append(request)
+            return Call(None, errors.Unavailable("connection reset", reason="UNAVAILABLE"))
+
+    registry, store, specialists = AgentRegistry(tmp_path / "a.db"), ExecutionStore(tmp_path / "s.db"), Down()
+    traffic = Traffic.build(RoutingConfig(retry=RetryConfig(initial_backoff_ms=1)),
+                            mutating={"workPermit.release": True, "training.getStatus": False})
+    dispatcher = TaskDispatcher(identity=spiffe.service("supervisor"), registry=registry,
+                                signer=grants.GrantSigner(Ed25519PrivateKey.generate()), specialists=specialists,
+                                audit=Audit(), store=store, task_timeout_s=5,
+                                resources=ProjectionConfig.load().resources, traffic=traffic)
+    ex = pb.Execution(execution_id="exe-4", tenant_id="acme", user_id="alice")
+    dispatcher.run(ex, agent_id="work-permit-agent", objective="Release permit WP-10231",
+                   input={"operation": "release", "permit_id": "WP-10231", "reason": "ok", "idempotency_key": "a-4"},
+                   capabilities=["workPermit.release"], actor=ALICE)
+    assert len(specialists.requests) == 1 and [a.outcome for a in ex.attempts] == [pb.ATTEMPT_OUTCOME_UNAVAILABLE]
+    read = dispatcher.run(ex, agent_id="training-agent", objective="Training of W-1003",
+                          input={"worker_id": "W-1003"}, capabilities=["training.getStatus"], actor=ALICE)
+    assert read.result is None and len(specialists.requests) == 4  # a read: tried max_attempts times
+    assert [a.kind for a in ex.attempts[1:]] == [pb.ATTEMPT_KIND_FIRST, pb.ATTEMPT_KIND_RETRY, pb.ATTEMPT_KIND_RETRY]
+    registry.close()
+    store.close()

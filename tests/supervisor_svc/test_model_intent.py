@@ -206,7 +206,7 @@ def test_an_exhausted_model_budget_stops_or_goes_to_review(orch: Any) -> None:
     orchestrator, specialists, _, _, token, _ = orch
     original = specialists.start
 
-    def start(agent_id: str, request: Any, timeout_s: float) -> Any:
+    def start(agent_id: str, request: Any, timeout_s: float, endpoint: Any = None) -> Any:
         call = original(agent_id, request, timeout_s)
         if agent_id == "risk-agent" and call._result is not None:
             call._result.model_usage.CopyFrom(common_pb2.ModelUsage(calls=1, prompt_tokens=10,

@@ -77,7 +77,7 @@ class Specialists:
         self.delay_s = 0.0
         self.lock = threading.Lock()
 
-    def start(self, agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float) -> Call:
+    def start(self, agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float, endpoint: Any = None) -> Call:
         with self.lock:
             self.requests.append(request)
         time.sleep(self.delay_s)
@@ -354,7 +354,8 @@ def test_a_finished_result_asking_for_a_handoff_runs_none(world: Any) -> None:
     orch, specialists, audit, token, _ = world
     start = specialists.start
 
-    def finished_but_asking(agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float) -> Call:
+    def finished_but_asking(agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float,
+            endpoint: Any = None) -> Call:
         call = start(agent_id, request, timeout_s)
         if agent_id == "risk-agent":
             call.result().requested_actions.append(handoff_to("training-agent"))
@@ -799,7 +800,8 @@ def test_each_task_is_delegated_on_the_record_before_it_runs(world: Any) -> None
     seen: list[int] = []
     start = specialists.start
 
-    def start_after_record(agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float) -> Call:
+    def start_after_record(agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float,
+            endpoint: Any = None) -> Call:
         delegated = [r for r in audit.records if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED
                      and r.task_id == request.task.task_id]
         seen.append(len(delegated))
@@ -816,7 +818,8 @@ def test_a_task_that_fails_inside_the_supervisor_after_its_delegation_is_closed_
     orch, specialists, audit, token, _ = world
     start = specialists.start
 
-    def broken_for_risk(agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float) -> Call:
+    def broken_for_risk(agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float,
+            endpoint: Any = None) -> Call:
         if agent_id == "risk-agent":
             raise RuntimeError("channel closed")
         return start(agent_id, request, timeout_s)
@@ -993,7 +996,8 @@ def test_a_task_waiting_for_its_handoff_when_the_process_dies_runs_again_and_lea
     crash: dict[str, Any] = {}
     start = specialists.start
 
-    def dies_while_the_handoff_runs(agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float) -> Call:
+    def dies_while_the_handoff_runs(agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float,
+            endpoint: Any = None) -> Call:
         if request.task.parent_task_id and not crash:
             # What is stored and recorded at this moment is all a process killed now leaves behind.
             crash["stored"], crash["records"] = orch._store.get(execution_id), len(audit.records)

@@ -25,7 +25,8 @@ from supervisor_svc.registry import (
     status_from_proto,
 )
 
-AGENTS = ["compliance-agent", "employee-agent", "medical-agent", "risk-agent", "training-agent", "work-permit-agent"]
+AGENTS = ["compliance-agent", "employee-agent", "medical-agent", "risk-agent", "risk-rules-agent", "training-agent",
+          "work-permit-agent"]
 
 
 def _copy_agents(tmp_path: Path) -> Path:
@@ -152,6 +153,8 @@ def test_lifecycle_from_proto() -> None:
         ({"agent_id": "other-agent"}, "agent_id"),
         ({"allowed_delegations": ["training-agent"]}, "allowed_delegations[0]"),  # itself
         ({"allowed_delegations": ["ghost-agent"]}, "allowed_delegations[0]"),
+        ({"fallback": "ghost-agent"}, "fallback"),
+        ({"fallback": "training-agent"}, "fallback"),  # itself
         ({"capabilities": ["training.getStatus", "training.getStatus"]}, "capabilities[1]"),
         ({"input_schema": {"type": "array"}}, "input_schema"),
         ({"input_schema": {"type": "object", "properties": {"a": {"type": 5}}}}, "input_schema.properties.a.type"),
