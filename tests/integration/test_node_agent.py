@@ -1,0 +1,320 @@
+"""training-agent 2.0.0, the training specialist written in Node.js (agents/node-training), on a real mesh.
+
+The mesh runs every role but the Python training agent (config ``agents`` without it); the Node.js
+process gets its own certificate (``agentmesh certs issue``), listens on a free port, and the
+supervisor's ``peers.training-agent`` points at it (written to the home's config, then the supervisor
+is killed and restarted by the supervising loop, so it reads it). Real analyses of the demo permits
+then get their training findings from the Node.js agent over mTLS: the results carry its versions,
+and the capability service's audit records show its calls under the agent identity with its grant.
+It refuses a RunTask from anyone but the supervisor, with the refusal in the audit log under its
+own identity. Then it is onboarded: registered as training-agent@2.0.0 (DRAFT), validated by the
+Release Manager (VALIDATING), moved to EVALUATING — where the lifecycle stops until an evaluation
+of the version has passed (APPROVED is refused EVALUATION_REQUIRED).
+
+``scripts/bootstrap`` installs node and the agent's dependencies (``npm ci`` in agents/node-training);
+without them this test fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import json_format
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from agentmesh import errors, launcher, spiffe, transport
+from agentmesh.config import DEFAULT_AGENTS, MeshConfig
+from agentmesh.identities import OPERATOR
+from agentmesh.v1 import audit_service_pb2 as audit_pb2
+from agentmesh.v1 import common_pb2
+from agentmesh.v1 import specialist_service_pb2 as spec_pb2
+from agentmesh.v1 import specialist_service_pb2_grpc as spec_grpc
+from agentmesh.v1 import supervisor_service_pb2 as pb
+
+from .conftest import (
+    MESH_ON_POSTGRESQL,
+    agentmesh_cli,
+    client_tls,
+    fresh_database,
+    launched_mesh,
+    peer_address,
+    write_config,
+)
+from .test_analysis_e2e import analyze, audit_records, decision, result_of
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENT_DIR = ROOT / "agents" / "node-training"
+AGENT = "training-agent"
+AGENT_ID = spiffe.agent(AGENT)
+SUPERVISOR = spiffe.service("supervisor")
+OLGA = ("--tenant", "acme", "--user", "olga")
+ADAM = ("--tenant", "acme", "--user", "adam")
+
+
+@dataclass
+class NodeMesh:
+    cfg: MeshConfig
+    address: str
+    """Where the Node.js agent listens."""
+    log: Path
+
+
+def _wait(what: str, cond: Any, timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _serving(channel: grpc.Channel) -> bool:
+    try:
+        answer = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=2)
+    except grpc.RpcError:
+        return False
+    return bool(answer.status == health_pb2.HealthCheckResponse.SERVING)
+
+
+def _restart_supervisor(cfg: MeshConfig) -> None:
+    """kill -9 the supervisor: the supervising loop starts it again on its port, and it reads the config anew."""
+    before = next(p for p in launcher.read_state(cfg) if p.name == "supervisor")
+    os.kill(before.pid, signal.SIGKILL)
+
+    def back() -> bool:
+        now = next((p for p in launcher.read_state(cfg) if p.name == "supervisor"), None)
+        return now is not None and now.pid != before.pid and now.state == "running"
+
+    _wait("the supervisor to be restarted", back)
+    channel = transport.secure_channel(before.address, client_tls(cfg, OPERATOR), SUPERVISOR)
+    with channel:
+        _wait("the supervisor to serve", lambda: _serving(channel))
+
+
+@pytest.fixture(scope="module")
+def node_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeMesh]:
+    node = shutil.which("node")
+    assert node, "node is not installed (scripts/bootstrap installs it)"
+    assert (AGENT_DIR / "node_modules" / "@grpc" / "grpc-js").is_dir(), \
+        "run scripts/bootstrap (npm ci in agents/node-training)"
+    home = tmp_path_factory.mktemp("node-agent-mesh")
+    fields: dict[str, object] = {"agents": [a for a in DEFAULT_AGENTS if a != AGENT]}
+    if MESH_ON_POSTGRESQL:
+        fields["database_url"] = fresh_database()
+    write_config(home, **fields)
+    with launched_mesh(home) as cfg:
+        issued = agentmesh_cli(home, "certs", "issue", "--spiffe-id", str(AGENT_ID))
+        assert issued.returncode == 0, issued.stderr
+        address_file = home / "run" / "node-training.addr"
+        log = home / "logs" / "node-training.log"
+        with open(log, "ab") as out:
+            # No terminal for node: from a background job it would reset the terminal's mode (SIGTTOU).
+            proc = subprocess.Popen(
+                [node, str(AGENT_DIR / "server.js"), "--home", str(home), "--listen", "127.0.0.1:0",
+                 "--capability", peer_address(cfg, "capability"), "--audit", peer_address(cfg, "audit"),
+                 "--address-file", str(address_file)],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            def bound() -> str | None:
+                assert proc.poll() is None, f"the Node.js agent exited {proc.returncode}: {log.read_text()[-3000:]}"
+                return str(json.loads(address_file.read_text())["address"]) if address_file.exists() else None
+
+            address = _wait("the Node.js agent to listen", bound)
+            write_config(home, **fields, peers={AGENT: address})
+            _restart_supervisor(cfg)
+            yield NodeMesh(cfg, address, log)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == 0, f"the Node.js agent did not stop cleanly: {log.read_text()[-3000:]}"
+
+
+def _agent_channel(mesh: NodeMesh, identity: spiffe.SpiffeId) -> grpc.Channel:
+    return transport.secure_channel(mesh.address, client_tls(mesh.cfg, identity), AGENT_ID)
+
+
+def _training(ex: pb.Execution) -> tuple[common_pb2.AgentResult, dict[str, Any]]:
+    result = result_of(ex, AGENT)
+    return result, json_format.MessageToDict(result.result)
+
+
+def _codes(result: common_pb2.AgentResult, kind: int) -> list[str]:
+    return [s.code for s in result.statements if s.kind == kind]
+
+
+def test_analyses_get_their_training_findings_from_the_node_agent(node_mesh: NodeMesh) -> None:
+    cfg = node_mesh.cfg
+    valid = analyze(cfg, "Analyze permit WP-10231 and tell me if it can be released")
+    assert decision(valid) == "RECOMMENDED_FOR_RELEASE", valid.summary
+    result, data = _training(valid)
+    assert result.versions.agent_version == "2.0.0"
+    assert result.versions.runtime_version.startswith("agentmesh-node-training/2.0.0 node/v")
+    assert result.versions.capability_version.startswith("training.getStatus@")
+    assert result.versions.policy_version, "the policy version of the decisions that allowed its calls"
+    assert data["subjects"] == {f"worker:{w}/{t}": "PASS" for w in ("W-1001", "W-1002") for t in ("NR-10", "NR-35")}
+    assert set(_codes(result, common_pb2.STATEMENT_KIND_FACT)) == {"TRAINING_VALID"}
+
+    expired = analyze(cfg, "Analyze permit WP-10232 and tell me if it can be released")
+    assert decision(expired) == "NOT_RECOMMENDED", expired.summary
+    result, data = _training(expired)
+    assert result.versions.agent_version == "2.0.0"
+    assert data["subjects"] == {"worker:W-1003/NR-10": "FAIL", "worker:W-1002/NR-10": "PASS"}
+    (fact,) = [s for s in result.statements if s.subject == "worker:W-1003/NR-10"
+               and s.kind == common_pb2.STATEMENT_KIND_FACT]
+    assert fact.code == "TRAINING_EXPIRED" and "2026-08-15" in fact.text
+    (ev,) = [result.evidence[i] for i in fact.evidence_indexes]
+    assert ev.source == "lms" and ev.authority == common_pb2.AUTHORITY_LEVEL_VERIFIED_INTEGRATION
+    assert ev.reference.endswith("/workers/W-1003/trainings#TR-1003-10") and ev.data["valid_until"] == "2026-08-15"
+
+    # In Portuguese: the statements in the user's language, the same codes and subjects.
+    pt = analyze(cfg, "Analise a permissão WP-10232 e me diga se ela pode ser liberada")
+    result_pt, data_pt = _training(pt)
+    assert data_pt["subjects"] == data["subjects"]
+    assert [(s.code, s.subject) for s in result_pt.statements] == [(s.code, s.subject) for s in result.statements]
+    assert any("venceu em 2026-08-15" in s.text for s in result_pt.statements if s.code == "TRAINING_EXPIRED")
+
+    # Every capability call it made is in the audit log under the agent identity, with its version and grant.
+    calls = [r for r in audit_records(cfg, execution_id=expired.execution_id)
+             if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_INVOKED and r.agent_id == AGENT]
+    assert {r.resource for r in calls} == {"worker:W-1003", "worker:W-1002"}
+    for r in calls:
+        assert r.recorded_by == str(spiffe.service("capability"))
+        assert r.capability_id == "training.getStatus" and r.versions.agent_version == "2.0.0"
+        assert r.principal.agent_id == AGENT and r.principal.agent_version == "2.0.0"
+        # user -> supervisor -> this agent -> the capability (the capability service adds the last link)
+        assert list(r.principal.delegation_chain)[-2:] == [f"agent:{AGENT}", "capability:training.getStatus"]
+        assert r.principal.grants
+        assert r.task_id == result.task_id and r.trace_id, "the trace context went on with the call"
+        assert r.policy_decision.effect == common_pb2.POLICY_EFFECT_ALLOW
+    outcomes = [r for r in audit_records(cfg, execution_id=expired.execution_id)
+                if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME and r.agent_id == AGENT]
+    assert len(outcomes) == 2 and all(r.outcome == audit_pb2.AUDIT_OUTCOME_SUCCESS for r in outcomes)
+
+
+@pytest.mark.parametrize(("permit", "subjects", "code"), [
+    ("WP-10235", {"worker:W-1008/NR-10": "PASS"}, "DUPLICATE_CERTIFICATE_RECORDS"),
+    ("WP-10236", {"worker:W-1009/NR-35": "FAIL"}, "TRAINING_NOT_YET_VALID"),
+    ("WP-10237", {"worker:W-1010/NR-10": "UNKNOWN"}, "CONFLICTING_CERTIFICATES"),
+    ("WP-10239", {"worker:W-1012/NR-10": "PASS", "worker:W-1012/NR-35": "FAIL"}, "TRAINING_MISSING"),
+], ids=["duplicate", "future-dated", "conflicting", "missing"])
+def test_the_demo_cases_on_the_real_path(node_mesh: NodeMesh, permit: str, subjects: dict[str, str], code: str) -> None:
+    ex = analyze(node_mesh.cfg, f"Analyze permit {permit} and tell me if it can be released")
+    result, data = _training(ex)
+    assert result.versions.agent_version == "2.0.0"
+    assert data["subjects"] == subjects
+    assert code in {s.code for s in result.statements}
+    if permit == "WP-10237":  # a data conflict, each record's issuer named, for the supervisor to decide
+        (conflict,) = data["data_conflicts"]
+        assert [(s["record_id"], s["verdict"]) for s in conflict["sides"]] == [("TR-1010-10a", "PASS"),
+                                                                             ("TR-1010-10b", "FAIL")]
+
+
+def test_an_unknown_worker_waits_for_the_handoff_the_supervisor_refuses(node_mesh: NodeMesh) -> None:
+    ex = analyze(node_mesh.cfg, "Analyze permit WP-10238 and tell me if it can be released")
+    result, data = _training(ex)
+    assert result.versions.agent_version == "2.0.0"
+    assert data["subjects"] == {"worker:W-1011/NR-10": "UNKNOWN"}
+    assert _codes(result, common_pb2.STATEMENT_KIND_FACT) == ["WORKER_UNKNOWN_TO_LMS"]
+    assert _codes(result, common_pb2.STATEMENT_KIND_UNCERTAINTY) == ["UNKNOWN_WORKER", "WORKER_ASSIGNMENT_UNCONFIRMED"]
+    (why,) = [s for s in result.statements if s.code == "WORKER_ASSIGNMENT_UNCONFIRMED"]
+    assert "HANDOFF_REFUSED: HANDOFF_NOT_ALLOWED" in why.text
+
+
+def test_an_lms_timeout_is_unknown_never_an_invented_status(node_mesh: NodeMesh) -> None:
+    ex = analyze(node_mesh.cfg, "Analyze permit WP-10234 and tell me if it can be released")
+    assert decision(ex) == "INSUFFICIENT_EVIDENCE", ex.summary
+    result, data = _training(ex)
+    assert result.status == common_pb2.RESULT_STATUS_PARTIAL and result.versions.agent_version == "2.0.0"
+    assert set(data["subjects"].values()) == {"UNKNOWN"}
+    assert set(_codes(result, common_pb2.STATEMENT_KIND_UNCERTAINTY)) == {"LMS_TIMEOUT"}
+    assert not _codes(result, common_pb2.STATEMENT_KIND_FACT) and not result.evidence
+    assert result.error_reason.startswith("LMS_TIMEOUT: training.getStatus")
+
+
+def _run_task(mesh: NodeMesh, identity: spiffe.SpiffeId, request: spec_pb2.RunTaskRequest) -> grpc.RpcError:
+    with _agent_channel(mesh, identity) as channel, pytest.raises(grpc.RpcError) as info:
+        spec_grpc.SpecialistServiceStub(channel).RunTask(request, timeout=10)
+    return info.value
+
+
+def _refusals(cfg: MeshConfig, reason: str) -> list[audit_pb2.AuditRecord]:
+    return [r for r in audit_records(cfg, agent_id=AGENT) if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED
+            and r.reason_codes and r.reason_codes[0] == reason]
+
+
+def test_only_the_supervisor_may_run_a_task_and_each_refusal_is_audited_under_the_agent(node_mesh: NodeMesh) -> None:
+    cfg = node_mesh.cfg
+    task = common_pb2.AgentTask(task_id="task-x", target_agent_id=AGENT, tenant_id="acme")
+    err = _run_task(node_mesh, OPERATOR, spec_pb2.RunTaskRequest(task=task))
+    assert err.code() == grpc.StatusCode.PERMISSION_DENIED
+    info = errors.error_info(err)
+    assert info is not None and (info.reason, info.domain) == ("CALLER_NOT_ALLOWED", "agentmesh.local")
+    assert info.metadata["caller"] == str(OPERATOR)
+    # Another agent of the mesh is not the supervisor either.
+    other = _run_task(node_mesh, spiffe.agent("risk-agent"), spec_pb2.RunTaskRequest(task=task))
+    assert other.code() == grpc.StatusCode.PERMISSION_DENIED
+    # The supervisor's own certificate, a task without a grant: refused before anything runs.
+    no_grant = _run_task(node_mesh, SUPERVISOR, spec_pb2.RunTaskRequest(task=task))
+    assert no_grant.code() == grpc.StatusCode.INVALID_ARGUMENT
+    detail = errors.error_info(no_grant)
+    assert detail is not None and (detail.reason, detail.metadata["field"]) == ("GRANT_MISSING", "grant")
+    wrong = _run_task(node_mesh, SUPERVISOR, spec_pb2.RunTaskRequest(
+        task=common_pb2.AgentTask(task_id="task-y", target_agent_id="risk-agent", tenant_id="acme")))
+    assert errors.error_info(wrong).reason == "TASK_AGENT_MISMATCH"  # type: ignore[union-attr]
+
+    denied = _wait("the refusals in the audit log",
+                   lambda: (found := _refusals(cfg, "CALLER_NOT_ALLOWED")) and len(found) >= 2 and found)
+    assert all(r.recorded_by == str(AGENT_ID) and r.outcome == audit_pb2.AUDIT_OUTCOME_DENIED for r in denied)
+    assert {c for r in denied for c in r.reason_codes} >= {
+        f"caller={OPERATOR}", f"caller={spiffe.agent('risk-agent')}", "method=/agentmesh.v1.SpecialistService/RunTask"}
+    (missing,) = _wait("the grant refusal in the audit log", lambda: _refusals(cfg, "GRANT_MISSING"))
+    assert missing.task_id == "task-x" and missing.tenant_id == "acme" and "field=grant" in missing.reason_codes
+
+    # Health answers any mesh identity; DescribeAgent the supervisor: version 2.0.0 from its manifest.
+    with _agent_channel(node_mesh, OPERATOR) as channel:
+        assert _serving(channel)
+    with _agent_channel(node_mesh, SUPERVISOR) as channel:
+        stub = spec_grpc.SpecialistServiceStub(channel)
+        agent = stub.DescribeAgent(spec_pb2.DescribeAgentRequest(), timeout=10).agent
+    assert (agent.agent_id, agent.version, agent.spiffe_id) == (AGENT, "2.0.0", str(AGENT_ID))
+    assert agent.capabilities == ["training.getStatus"]
+
+
+def test_onboarded_register_validate_evaluating(node_mesh: NodeMesh) -> None:
+    home = node_mesh.cfg.home
+    manifest = str(AGENT_DIR / "manifest.yaml")
+    done = agentmesh_cli(home, "agents", "register", manifest, "--endpoint", node_mesh.address, *OLGA)
+    assert done.returncode == 0, done.stderr
+    assert "training-agent@2.0.0  DRAFT" in done.stdout
+    for status in ("VALIDATING", "EVALUATING"):
+        moved = agentmesh_cli(home, "agents", "transition", "training-agent@2.0.0", status, "--reason",
+                              "the Node.js training agent", *OLGA)
+        assert moved.returncode == 0, moved.stderr  # VALIDATING: the Release Manager finds no problem
+    listed = json.loads(agentmesh_cli(home, "agents", "versions", AGENT, "--json").stdout)
+    (ours,) = [v for v in listed if v["version"] == "2.0.0"]
+    assert ours["status"] == "LIFECYCLE_STATUS_EVALUATING" and ours["endpoint"] == node_mesh.address
+    assert not ours.get("problems")
+    # The lifecycle stops here until an evaluation of 2.0.0 has passed; then an approver other than olga.
+    waiting = agentmesh_cli(home, "agents", "transition", "training-agent@2.0.0", "APPROVED", "--reason", "ok", *ADAM)
+    assert waiting.returncode == 1 and "EVALUATION_REQUIRED" in waiting.stderr
+    records = [r for r in audit_records(node_mesh.cfg, agent_id=AGENT)
+               if r.resource == "agent-version:training-agent@2.0.0" and r.outcome == audit_pb2.AUDIT_OUTCOME_SUCCESS]
+    assert [next(c for c in r.reason_codes if c.startswith("status=")) for r in records] == [
+        "status=DRAFT", "status=VALIDATING", "status=EVALUATING"]
+
