@@ -1,15 +1,20 @@
 """training-agent 2.0.0, the training specialist written in Node.js (agents/node-training), on a real mesh.
 
-The mesh runs every role but the Python training agent (config ``agents`` without it); the Node.js
-process gets its own certificate (``agentmesh certs issue``), listens on a free port, and the
-supervisor's ``peers.training-agent`` points at it (written to the home's config, then the supervisor
-is killed and restarted by the supervising loop, so it reads it). Real analyses of the demo permits
-then get their training findings from the Node.js agent over mTLS: the results carry its versions,
-and the capability service's audit records show its calls under the agent identity with its grant.
-It refuses a RunTask from anyone but the supervisor, with the refusal in the audit log under its
-own identity. Then it is onboarded: registered as training-agent@2.0.0 (DRAFT), validated by the
-Release Manager (VALIDATING), moved to EVALUATING — where the lifecycle stops until an evaluation
-of the version has passed (APPROVED is refused EVALUATION_REQUIRED).
+The mesh is the whole mesh as ``agentmesh up`` starts it, the Python training agent (1.0.0) included.
+The Node.js process gets the agent's certificate (``agentmesh certs issue``) and listens on a free port.
+It is onboarded through the lifecycle as far as it goes: the Python 1.0.0 is evaluated first (the
+baseline); 2.0.0 is registered at the Node.js endpoint (DRAFT), validated by the Release Manager
+(VALIDATING), refused approval before it is evaluated, evaluated in the sandbox against its own process
+(EVALUATING: the training dataset, mocked capability answers, the regression gate against 1.0.0),
+approved by another person than its registrant (APPROVED), CANARY, then ACTIVE (1.0.0 DEPRECATED).
+
+The supervisor sends tasks to an agent's configured address (the canary traffic split, which routes to
+a version's registered endpoint, is not built yet), so the test points ``peers.training-agent`` at the
+Node.js process (in the home's config; the supervisor is killed and restarted by the supervising loop,
+so it reads it). Real analyses of the demo permits then get their training findings from the Node.js
+agent over mTLS: the results carry its versions, and the capability service's audit records show its
+calls under the agent identity, with its grant and the execution's trace. It refuses a RunTask from
+anyone but the supervisor, each refusal in the audit log under its own identity.
 
 ``scripts/bootstrap`` installs node and the agent's dependencies (``npm ci`` in agents/node-training);
 without them this test fails.
@@ -22,6 +27,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -58,6 +64,7 @@ AGENT_DIR = ROOT / "agents" / "node-training"
 AGENT = "training-agent"
 AGENT_ID = spiffe.agent(AGENT)
 SUPERVISOR = spiffe.service("supervisor")
+VERSION = "training-agent@2.0.0"
 OLGA = ("--tenant", "acme", "--user", "olga")
 ADAM = ("--tenant", "acme", "--user", "adam")
 
@@ -68,6 +75,8 @@ class NodeMesh:
     address: str
     """Where the Node.js agent listens."""
     log: Path
+    fields: dict[str, object]
+    """The home's config."""
 
 
 def _wait(what: str, cond: Any, timeout: float = 60.0) -> Any:
@@ -103,8 +112,46 @@ def _restart_supervisor(cfg: MeshConfig) -> None:
         _wait("the supervisor to serve", lambda: _serving(channel))
 
 
+def _start(cmd: list[str], log: Path, address_file: Path, what: str) -> tuple[subprocess.Popen[bytes], str]:
+    """Starts a process that writes its bound address to ``address_file``; returns it and the address."""
+    with open(log, "ab") as out:
+        # No terminal for node: from a background job it would reset the terminal's mode (SIGTTOU).
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+
+    def bound() -> str | None:
+        assert proc.poll() is None, f"{what} exited {proc.returncode}: {log.read_text()[-3000:]}"
+        try:
+            return str(json.loads(address_file.read_text())["address"])
+        except (OSError, ValueError, KeyError):  # not written yet, or not whole yet
+            return None
+
+    try:
+        return proc, _wait(f"{what} to listen", bound)
+    except BaseException:
+        _stop(proc)
+        raise
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _route(mesh: NodeMesh, address: str) -> None:
+    """The supervisor sends training tasks to ``address``: ``peers.training-agent`` in the home's config, read
+    by the supervisor when the supervising loop restarts it."""
+    write_config(mesh.cfg.home, **mesh.fields, peers={AGENT: address})
+    _restart_supervisor(mesh.cfg)
+
+
 @pytest.fixture(scope="module")
 def node_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeMesh]:
+    """The mesh with the training agent's two processes outside the launcher, each on a free port: the Python
+    one (1.0.0, where the supervisor sends training tasks at first) and the Node.js one (2.0.0, no task yet)."""
     node = shutil.which("node")
     assert node, "node is not installed (scripts/bootstrap installs it)"
     assert (AGENT_DIR / "node_modules" / "@grpc" / "grpc-js").is_dir(), \
@@ -117,32 +164,65 @@ def node_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeMesh]:
     with launched_mesh(home) as cfg:
         issued = agentmesh_cli(home, "certs", "issue", "--spiffe-id", str(AGENT_ID))
         assert issued.returncode == 0, issued.stderr
-        address_file = home / "run" / "node-training.addr"
-        log = home / "logs" / "node-training.log"
-        with open(log, "ab") as out:
-            # No terminal for node: from a background job it would reset the terminal's mode (SIGTTOU).
-            proc = subprocess.Popen(
+        peers = [f"--peer={name}={peer_address(cfg, name)}" for name in ("capability", "audit")]
+        # The Python process runs in a home of its own for its run files, sharing the mesh's identities.
+        own = home / "python-training-agent"
+        own.mkdir()
+        for name in ("ca", "trust", "workloads"):
+            (own / name).symlink_to(home / name)
+        python, python_address = _start(
+            [sys.executable, "-m", "specialist_svc", "--agent", AGENT, "--home", str(own), "--port", "0", *peers],
+            home / "logs" / "python-training-agent.log", own / "run" / f"{AGENT}.addr", "the Python training agent")
+        try:
+            log = home / "logs" / "node-training.log"
+            node_proc, address = _start(
                 [node, str(AGENT_DIR / "server.js"), "--home", str(home), "--listen", "127.0.0.1:0",
                  "--capability", peer_address(cfg, "capability"), "--audit", peer_address(cfg, "audit"),
-                 "--address-file", str(address_file)],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            def bound() -> str | None:
-                assert proc.poll() is None, f"the Node.js agent exited {proc.returncode}: {log.read_text()[-3000:]}"
-                return str(json.loads(address_file.read_text())["address"]) if address_file.exists() else None
-
-            address = _wait("the Node.js agent to listen", bound)
-            write_config(home, **fields, peers={AGENT: address})
-            _restart_supervisor(cfg)
-            yield NodeMesh(cfg, address, log)
-        finally:
-            proc.terminate()
+                 "--address-file", str(home / "run" / "node-training.addr")],
+                log, home / "run" / "node-training.addr", "the Node.js agent")
             try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        assert proc.returncode == 0, f"the Node.js agent did not stop cleanly: {log.read_text()[-3000:]}"
+                mesh = NodeMesh(cfg, address, log, fields)
+                _route(mesh, python_address)
+                yield mesh
+            finally:
+                _stop(node_proc)
+            assert node_proc.returncode == 0, f"the Node.js agent did not stop cleanly: {log.read_text()[-3000:]}"
+        finally:
+            _stop(python)
+
+
+def _cli(mesh: NodeMesh, *args: str) -> subprocess.CompletedProcess[str]:
+    return agentmesh_cli(mesh.cfg.home, *args)
+
+
+@pytest.fixture(scope="module")
+def onboarded(node_mesh: NodeMesh) -> dict[str, subprocess.CompletedProcess[str]]:
+    """training-agent@2.0.0 at the Node.js endpoint taken through the lifecycle; each step's command output."""
+    steps: dict[str, subprocess.CompletedProcess[str]] = {}
+
+    def step(name: str, *args: str, ok: bool = True) -> None:
+        steps[name] = _cli(node_mesh, *args)
+        assert (steps[name].returncode == 0) is ok, f"{name}: {steps[name].stdout}{steps[name].stderr}"
+
+    step("baseline", "agents", "evaluate", "training-agent@1.0.0", *OLGA, "--json")  # the Python agent
+    step("register", "agents", "register", str(AGENT_DIR / "manifest.yaml"), "--endpoint", node_mesh.address, *OLGA)
+    for status in ("VALIDATING", "EVALUATING"):
+        step(status, "agents", "transition", VERSION, status, "--reason", "the Node.js training agent", *OLGA)
+    step("unevaluated", "agents", "transition", VERSION, "APPROVED", "--reason", "not yet", *ADAM, ok=False)
+    step("evaluate", "agents", "evaluate", VERSION, *OLGA, "--json")
+    step("own-approval", "agents", "transition", VERSION, "APPROVED", "--reason", "mine", *OLGA,
+         "--role", "agent-approver", ok=False)
+    step("APPROVED", "agents", "transition", VERSION, "APPROVED", "--reason", "evaluated", *ADAM)
+    for status in ("CANARY", "ACTIVE"):
+        step(status, "agents", "transition", VERSION, status, "--reason", "ship the Node.js agent", *OLGA)
+    return steps
+
+
+@pytest.fixture(scope="module")
+def routed(node_mesh: NodeMesh, onboarded: dict[str, subprocess.CompletedProcess[str]]) -> NodeMesh:
+    """The supervisor sends training tasks to the Node.js process (2.0.0, now ACTIVE)."""
+    _route(node_mesh, node_mesh.address)
+    return node_mesh
 
 
 def _agent_channel(mesh: NodeMesh, identity: spiffe.SpiffeId) -> grpc.Channel:
@@ -158,8 +238,8 @@ def _codes(result: common_pb2.AgentResult, kind: int) -> list[str]:
     return [s.code for s in result.statements if s.kind == kind]
 
 
-def test_analyses_get_their_training_findings_from_the_node_agent(node_mesh: NodeMesh) -> None:
-    cfg = node_mesh.cfg
+def test_analyses_get_their_training_findings_from_the_node_agent(routed: NodeMesh) -> None:
+    cfg = routed.cfg
     valid = analyze(cfg, "Analyze permit WP-10231 and tell me if it can be released")
     assert decision(valid) == "RECOMMENDED_FOR_RELEASE", valid.summary
     result, data = _training(valid)
@@ -213,8 +293,8 @@ def test_analyses_get_their_training_findings_from_the_node_agent(node_mesh: Nod
     ("WP-10237", {"worker:W-1010/NR-10": "UNKNOWN"}, "CONFLICTING_CERTIFICATES"),
     ("WP-10239", {"worker:W-1012/NR-10": "PASS", "worker:W-1012/NR-35": "FAIL"}, "TRAINING_MISSING"),
 ], ids=["duplicate", "future-dated", "conflicting", "missing"])
-def test_the_demo_cases_on_the_real_path(node_mesh: NodeMesh, permit: str, subjects: dict[str, str], code: str) -> None:
-    ex = analyze(node_mesh.cfg, f"Analyze permit {permit} and tell me if it can be released")
+def test_the_demo_cases_on_the_real_path(routed: NodeMesh, permit: str, subjects: dict[str, str], code: str) -> None:
+    ex = analyze(routed.cfg, f"Analyze permit {permit} and tell me if it can be released")
     result, data = _training(ex)
     assert result.versions.agent_version == "2.0.0"
     assert data["subjects"] == subjects
@@ -225,8 +305,8 @@ def test_the_demo_cases_on_the_real_path(node_mesh: NodeMesh, permit: str, subje
                                                                              ("TR-1010-10b", "FAIL")]
 
 
-def test_an_unknown_worker_waits_for_the_handoff_the_supervisor_refuses(node_mesh: NodeMesh) -> None:
-    ex = analyze(node_mesh.cfg, "Analyze permit WP-10238 and tell me if it can be released")
+def test_an_unknown_worker_waits_for_the_handoff_the_supervisor_refuses(routed: NodeMesh) -> None:
+    ex = analyze(routed.cfg, "Analyze permit WP-10238 and tell me if it can be released")
     result, data = _training(ex)
     assert result.versions.agent_version == "2.0.0"
     assert data["subjects"] == {"worker:W-1011/NR-10": "UNKNOWN"}
@@ -236,8 +316,8 @@ def test_an_unknown_worker_waits_for_the_handoff_the_supervisor_refuses(node_mes
     assert "HANDOFF_REFUSED: HANDOFF_NOT_ALLOWED" in why.text
 
 
-def test_an_lms_timeout_is_unknown_never_an_invented_status(node_mesh: NodeMesh) -> None:
-    ex = analyze(node_mesh.cfg, "Analyze permit WP-10234 and tell me if it can be released")
+def test_an_lms_timeout_is_unknown_never_an_invented_status(routed: NodeMesh) -> None:
+    ex = analyze(routed.cfg, "Analyze permit WP-10234 and tell me if it can be released")
     assert decision(ex) == "INSUFFICIENT_EVIDENCE", ex.summary
     result, data = _training(ex)
     assert result.status == common_pb2.RESULT_STATUS_PARTIAL and result.versions.agent_version == "2.0.0"
@@ -296,25 +376,33 @@ def test_only_the_supervisor_may_run_a_task_and_each_refusal_is_audited_under_th
     assert agent.capabilities == ["training.getStatus"]
 
 
-def test_onboarded_register_validate_evaluating(node_mesh: NodeMesh) -> None:
-    home = node_mesh.cfg.home
-    manifest = str(AGENT_DIR / "manifest.yaml")
-    done = agentmesh_cli(home, "agents", "register", manifest, "--endpoint", node_mesh.address, *OLGA)
-    assert done.returncode == 0, done.stderr
-    assert "training-agent@2.0.0  DRAFT" in done.stdout
-    for status in ("VALIDATING", "EVALUATING"):
-        moved = agentmesh_cli(home, "agents", "transition", "training-agent@2.0.0", status, "--reason",
-                              "the Node.js training agent", *OLGA)
-        assert moved.returncode == 0, moved.stderr  # VALIDATING: the Release Manager finds no problem
-    listed = json.loads(agentmesh_cli(home, "agents", "versions", AGENT, "--json").stdout)
-    (ours,) = [v for v in listed if v["version"] == "2.0.0"]
-    assert ours["status"] == "LIFECYCLE_STATUS_EVALUATING" and ours["endpoint"] == node_mesh.address
-    assert not ours.get("problems")
-    # The lifecycle stops here until an evaluation of 2.0.0 has passed; then an approver other than olga.
-    waiting = agentmesh_cli(home, "agents", "transition", "training-agent@2.0.0", "APPROVED", "--reason", "ok", *ADAM)
-    assert waiting.returncode == 1 and "EVALUATION_REQUIRED" in waiting.stderr
+def test_onboarded_through_the_lifecycle_to_active(node_mesh: NodeMesh,
+                                                   onboarded: dict[str, subprocess.CompletedProcess[str]]) -> None:
+    assert "training-agent@2.0.0  DRAFT" in onboarded["register"].stdout
+    assert "EVALUATION_REQUIRED" in onboarded["unevaluated"].stderr
+    own = onboarded["own-approval"].stderr
+    assert "POLICY_DENIED" in own and "agent.own_registration" in own
+    # The sandbox evaluation ran the training dataset (the seven §61 cases among them) against the Node.js process.
+    baseline = json.loads(onboarded["baseline"].stdout)["evaluation"]
+    evaluation = json.loads(onboarded["evaluate"].stdout)["evaluation"]
+    assert baseline["gatePassed"] is True and baseline["score"] == 1.0
+    assert evaluation["gatePassed"] is True and evaluation["score"] == 1.0
+    assert evaluation["baselineVersion"] == "1.0.0"
+    assert evaluation["passedCases"] == evaluation["totalCases"] == baseline["totalCases"] >= 7
+    sandbox = [r for r in audit_records(node_mesh.cfg, agent_id=AGENT) if "SANDBOX" in r.reason_codes
+               and r.principal.agent_version == "2.0.0"]
+    assert sandbox and all("MOCK_ANSWER" in r.reason_codes for r in sandbox), "its calls were answered from mocks"
+    # 2.0.0 is the version in service; 1.0.0 is deprecated.
+    listed = {v["version"]: v for v in json.loads(_cli(node_mesh, "agents", "versions", AGENT, "--json").stdout)}
+    assert listed["2.0.0"]["status"] == "LIFECYCLE_STATUS_ACTIVE" and listed["2.0.0"]["endpoint"] == node_mesh.address
+    assert listed["1.0.0"]["status"] == "LIFECYCLE_STATUS_DEPRECATED"
+    served = json.loads(_cli(node_mesh, "agents", "list", "--json").stdout)
+    assert next(a for a in served if a["agentId"] == AGENT)["version"] == "2.0.0"
     records = [r for r in audit_records(node_mesh.cfg, agent_id=AGENT)
-               if r.resource == "agent-version:training-agent@2.0.0" and r.outcome == audit_pb2.AUDIT_OUTCOME_SUCCESS]
-    assert [next(c for c in r.reason_codes if c.startswith("status=")) for r in records] == [
-        "status=DRAFT", "status=VALIDATING", "status=EVALUATING"]
-
+               if r.resource == f"agent-version:{VERSION}" and r.outcome == audit_pb2.AUDIT_OUTCOME_SUCCESS]
+    (evaluated,) = [r for r in records if "AGENT_VERSION_EVALUATED" in r.reason_codes]
+    assert "gate=PASSED" in evaluated.reason_codes
+    moves = [r for r in records if {"AGENT_VERSION_REGISTERED", "AGENT_VERSION_TRANSITION"} & set(r.reason_codes)]
+    assert [next(c for c in r.reason_codes if c.startswith("status=")) for r in moves] == [
+        "status=DRAFT", "status=VALIDATING", "status=EVALUATING", "status=APPROVED", "status=CANARY",
+        "status=ACTIVE"]
