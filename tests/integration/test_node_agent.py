@@ -270,8 +270,10 @@ def test_analyses_get_their_training_findings_from_the_node_agent(routed: NodeMe
     assert any("venceu em 2026-08-15" in s.text for s in result_pt.statements if s.code == "TRAINING_EXPIRED")
 
     # Every capability call it made is in the audit log under the agent identity, with its version and grant.
-    calls = [r for r in audit_records(cfg, execution_id=expired.execution_id)
-             if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_INVOKED and r.agent_id == AGENT]
+    trail = audit_records(cfg, execution_id=expired.execution_id)
+    (delegated,) = [r for r in trail if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED
+                    and r.task_id == result.task_id]
+    calls = [r for r in trail if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_INVOKED and r.agent_id == AGENT]
     assert {r.resource for r in calls} == {"worker:W-1003", "worker:W-1002"}
     for r in calls:
         assert r.recorded_by == str(spiffe.service("capability"))
@@ -280,7 +282,8 @@ def test_analyses_get_their_training_findings_from_the_node_agent(routed: NodeMe
         # user -> supervisor -> this agent -> the capability (the capability service adds the last link)
         assert list(r.principal.delegation_chain)[-2:] == [f"agent:{AGENT}", "capability:training.getStatus"]
         assert r.principal.grants
-        assert r.task_id == result.task_id and r.trace_id, "the trace context went on with the call"
+        assert r.task_id == result.task_id and r.correlation_id == delegated.correlation_id
+        assert r.trace_id and r.trace_id == delegated.trace_id, "the trace context went on with the call"
         assert r.policy_decision.effect == common_pb2.POLICY_EFFECT_ALLOW
     outcomes = [r for r in audit_records(cfg, execution_id=expired.execution_id)
                 if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME and r.agent_id == AGENT]
@@ -363,8 +366,9 @@ def test_only_the_supervisor_may_run_a_task_and_each_refusal_is_audited_under_th
     assert all(r.recorded_by == str(AGENT_ID) and r.outcome == audit_pb2.AUDIT_OUTCOME_DENIED for r in denied)
     assert {c for r in denied for c in r.reason_codes} >= {
         f"caller={OPERATOR}", f"caller={spiffe.agent('risk-agent')}", "method=/agentmesh.v1.SpecialistService/RunTask"}
-    (missing,) = _wait("the grant refusal in the audit log", lambda: _refusals(cfg, "GRANT_MISSING"))
-    assert missing.task_id == "task-x" and missing.tenant_id == "acme" and "field=grant" in missing.reason_codes
+    missing = _wait("the grant refusal in the audit log", lambda: _refusals(cfg, "GRANT_MISSING"))
+    assert all(r.recorded_by == str(AGENT_ID) for r in missing)
+    assert any(r.task_id == "task-x" and r.tenant_id == "acme" and "field=grant" in r.reason_codes for r in missing)
 
     # Health answers any mesh identity; DescribeAgent the supervisor: version 2.0.0 from its manifest.
     with _agent_channel(node_mesh, OPERATOR) as channel:
