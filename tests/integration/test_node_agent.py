@@ -11,10 +11,11 @@ approved by another person than its registrant (APPROVED), CANARY, then ACTIVE (
 For the analyses on the real path the test also points ``peers.training-agent`` (the shipped version's
 address) at the Node.js process (in the home's config; the supervisor is killed and restarted by the
 supervising loop, so it reads it), so every training task reaches it whichever version is chosen; the
-version-aware dispatch and the canary split themselves are tests/integration/test_agent_traffic.py's. Real analyses of the demo permits then get their training findings from the Node.js
-agent over mTLS: the results carry its versions, and the capability service's audit records show its
-calls under the agent identity, with its grant and the execution's trace. It refuses a RunTask from
-anyone but the supervisor, each refusal in the audit log under its own identity.
+version-aware dispatch and the canary split themselves are tests/integration/test_agent_traffic.py's. Real analyses of
+the demo permits then get their training findings from the Node.js agent over mTLS: the results carry its
+versions, and the capability service's audit records show its calls under the agent identity, with its grant
+and the execution's trace. It refuses a RunTask from anyone but the supervisor, each refusal in the audit log
+under its own identity.
 
 ``scripts/bootstrap`` installs node and the agent's dependencies (``npm ci`` in agents/node-training);
 without them this test fails.
