@@ -10,7 +10,7 @@ import uuid
 
 import grpc
 
-from agentmesh import assertion, config, database, errors, grants, signing, spiffe
+from agentmesh import assertion, database, errors, grants, signing, spiffe
 from agentmesh.service import ServiceContext, ServiceSpec, StartupError, base_parser, knows_peer, run
 from agentmesh.v1 import agent_registry_service_pb2_grpc as registry_grpc
 from agentmesh.v1 import capability_service_pb2 as cap_pb2
@@ -20,7 +20,6 @@ from agentmesh.v1 import decision_center_service_pb2_grpc as dc_grpc
 from agentmesh.v1 import policy_service_pb2 as policy_pb2
 from agentmesh.v1 import policy_service_pb2_grpc as policy_grpc
 from agentmesh.v1 import specialist_service_pb2 as spec_pb2
-from agentmesh.v1 import specialist_service_pb2_grpc as spec_grpc
 from agentmesh.v1 import supervisor_service_pb2_grpc as supervisor_grpc
 from supervisor_svc import evaluation
 from supervisor_svc.actions import ReleaseActions
@@ -36,7 +35,7 @@ from supervisor_svc.onboarding_grpc import audit_adapter, capability_facts, poli
 from supervisor_svc.orchestrator import Orchestrator
 from supervisor_svc.projection import ProjectionConfig, Projector
 from supervisor_svc.registry import AgentRegistry
-from supervisor_svc.routing import load_routing
+from supervisor_svc.routing import Endpoint, load_routing
 from supervisor_svc.selection import AgentSelector
 from supervisor_svc.servicer import (
     AgentRegistryServicer,
@@ -168,7 +167,7 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
     evaluator = evaluation.Evaluator(identity=ctx.identity, signer=signer, timeout_s=ctx.config.task_timeout_s)
 
     def evaluation_runner(user: assertion.UserIdentity) -> EvaluationRunner:
-        return evaluation.runner(evaluator, functools.partial(_reach_version, ctx), tenant_id=user.tenant_id,
+        return evaluation.runner(evaluator, functools.partial(_reach_version, specialists), tenant_id=user.tenant_id,
                                  user_id=user.user_id)
 
     registry_grpc.add_AgentRegistryServiceServicer_to_server(
@@ -176,25 +175,15 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
                               evaluation_runner=evaluation_runner), server)
 
 
-def _reach_version(ctx: ServiceContext, record: AgentVersionRecord) -> evaluation.RunTask:
-    """RunTask on one agent version's process: a registered version at its endpoint, verified as its SPIFFE
-    id; a shipped one at its configured address."""
-    try:
-        channel = ctx.channel(f"{record.agent_id}@{record.version}", spiffe.parse(record.spiffe_id),
-                              address=record.endpoint) if record.endpoint else ctx.channel(record.agent_id)
-    except (config.ConfigError, spiffe.InvalidSpiffeId) as err:
-        raise errors.Unavailable(f"{record.key} cannot be reached: {err}", reason="AGENT_UNAVAILABLE") from err
-    stub = spec_grpc.SpecialistServiceStub(channel)
+def _reach_version(specialists: GrpcSpecialists, record: AgentVersionRecord) -> evaluation.RunTask:
+    """RunTask on one agent version's process, as the dispatcher reaches it: a registered version at its
+    endpoint, verified as its SPIFFE id; a shipped one at its configured address."""
+    endpoint = Endpoint(record.agent_id, record.version, record.endpoint, record.spiffe_id)
 
     def run_task(request: spec_pb2.RunTaskRequest, timeout_s: float) -> common_pb2.AgentResult:
-        try:
-            response: spec_pb2.RunTaskResponse = stub.RunTask(request, timeout=timeout_s)
-        except grpc.RpcError as err:
-            raise errors.from_rpc_error(err) from err
-        return response.result
+        return specialists.start(record.agent_id, request, timeout_s, endpoint=endpoint).result()
 
     return run_task
-
 
 def replica_name(replica: int) -> str:
     """The process name of supervisor replica ``replica`` (1: ``supervisor``, then ``supervisor-2``, …)."""
