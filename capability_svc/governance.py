@@ -406,8 +406,7 @@ class GovernedInvoker:
                 req, grant, principal=principal, details=["SANDBOX"])
         if answer.error_code:
             failure = sandbox_failure(answer)
-            self._record(common, audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME, audit_pb2.AUDIT_OUTCOME_FAILURE,
-                         ["SANDBOX", "MOCK_ANSWER", failure.reason], "")
+            self._record_sandbox(common, audit_pb2.AUDIT_OUTCOME_FAILURE, [failure.reason], "")
             raise errors.recorded(failure)
         output = json_format.MessageToDict(answer.output)
         try:
@@ -418,13 +417,22 @@ class GovernedInvoker:
                 f"the evaluation case's answer for {req.capability_id} breaks its output schema: {err}",
                 reason="SANDBOX_ANSWER_INVALID", metadata={"field": "grant"}),
                 req, grant, principal=principal, details=["SANDBOX"]) from err
-        self._record(common, audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME, audit_pb2.AUDIT_OUTCOME_SUCCESS,
-                     ["SANDBOX", "MOCK_ANSWER"], _digest(output))
+        self._record_sandbox(common, audit_pb2.AUDIT_OUTCOME_SUCCESS, [], _digest(output))
         completed = Timestamp()
         completed.FromDatetime(self._clock())
         return pb.InvokeCapabilityResponse(
             capability_id=m.id, capability_version=str(m.version), output=answer.output,
             evidence=evidence_of(output, m.key), completed_at=completed)
+
+    def _record_sandbox(self, common: dict[str, Any], outcome: int, reasons: list[str], output_digest: str) -> None:
+        """A sandbox answer's record (through the durable outbox); no record, no answer."""
+        try:
+            self._audit.record_durably(audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME, outcome=outcome,
+                                       reason_codes=["SANDBOX", "MOCK_ANSWER", *reasons],
+                                       output_digest=output_digest, **common)
+        except errors.MeshError as err:
+            raise errors.Unavailable(f"audit unavailable; the sandbox answer is withheld: {err.message}",
+                                     reason="AUDIT_UNAVAILABLE") from err
 
     def _decide(self, req: pb.InvokeCapabilityRequest, grant: common_pb2.TaskGrant, call: PreparedCall,
                 principal: common_pb2.AgentPrincipal, resource: str) -> common_pb2.PolicyDecision:

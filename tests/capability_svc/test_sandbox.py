@@ -91,3 +91,10 @@ def test_a_sandbox_grant_still_needs_its_signature_and_its_audience(mesh: Mesh) 
     other = mesh.refusal(mesh.request("workPermit.get", grant=grant, permit_id="WP-10231"),
                          caller="spiffe://agentmesh.local/agent/risk-agent")
     assert error_info(other).reason == "GRANT_AUDIENCE_MISMATCH"
+
+
+def test_a_sandbox_answer_whose_record_cannot_be_kept_is_withheld(mesh: Mesh) -> None:
+    grant = sandbox(mesh, common_pb2.SandboxAnswer(capability_id="workPermit.get", output=_struct(PERMIT)))
+    mesh.audit.outbox_broken = True
+    err = mesh.refusal(mesh.request("workPermit.get", grant=grant, permit_id="WP-10231"))
+    assert (err.code.name, error_info(err).reason) == ("UNAVAILABLE", "AUDIT_UNAVAILABLE")
