@@ -11,6 +11,7 @@ import uuid
 import grpc
 
 from agentmesh import assertion, database, errors, grants, signing, spiffe
+from agentmesh.policy_client import PolicyClient
 from agentmesh.service import ServiceContext, ServiceSpec, StartupError, base_parser, knows_peer, run
 from agentmesh.v1 import agent_registry_service_pb2_grpc as registry_grpc
 from agentmesh.v1 import capability_service_pb2 as cap_pb2
@@ -40,7 +41,6 @@ from supervisor_svc.selection import AgentSelector
 from supervisor_svc.servicer import (
     AgentRegistryServicer,
     DecisionCenterServicer,
-    GrpcAuthorizer,
     GrpcModels,
     GrpcSpecialists,
     PolicyTenants,
@@ -110,7 +110,7 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
                               policies={p: [policies.policy_release] for p in policies.policy_ids
                                         if policies.policy_release})
 
-    authorize = GrpcAuthorizer(ctx.channel("policy"), ctx.config.call_timeout_s)
+    authorize = PolicyClient(ctx.channel("policy"), ctx.config.call_timeout_s)
     onboarding = Onboarding(ctx.data_dir / "supervisor-lifecycle.db", registry, release_manager,
                             authorize=policy_adapter(authorize), audit=audit_adapter(audit))
     ctx.on_stop(onboarding.close)

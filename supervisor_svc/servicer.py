@@ -23,8 +23,6 @@ from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
 from agentmesh.v1 import decision_center_service_pb2_grpc as dc_grpc
 from agentmesh.v1 import model_service_pb2 as model_pb2
 from agentmesh.v1 import model_service_pb2_grpc as model_grpc
-from agentmesh.v1 import policy_service_pb2 as policy_pb2
-from agentmesh.v1 import policy_service_pb2_grpc as policy_grpc
 from agentmesh.v1 import specialist_service_pb2 as spec_pb2
 from agentmesh.v1 import specialist_service_pb2_grpc as spec_grpc
 from agentmesh.v1 import supervisor_service_pb2 as pb
@@ -197,21 +195,6 @@ class GrpcModels:
     def complete(self, request: model_pb2.CompleteRequest) -> model_pb2.CompleteResponse:
         try:
             response: model_pb2.CompleteResponse = self._stub.Complete(request, timeout=self._timeout_s)
-        except grpc.RpcError as err:
-            raise errors.from_rpc_error(err) from err
-        return response
-
-
-class GrpcAuthorizer:
-    """PolicyService.Authorize over the supervisor's mTLS channel; failures are MeshErrors."""
-
-    def __init__(self, channel: grpc.Channel, timeout_s: float) -> None:
-        self._stub = policy_grpc.PolicyServiceStub(channel)
-        self._timeout_s = timeout_s
-
-    def __call__(self, request: policy_pb2.AuthorizeRequest) -> policy_pb2.AuthorizeResponse:
-        try:
-            response: policy_pb2.AuthorizeResponse = self._stub.Authorize(request, timeout=self._timeout_s)
         except grpc.RpcError as err:
             raise errors.from_rpc_error(err) from err
         return response

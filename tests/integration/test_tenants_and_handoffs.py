@@ -252,7 +252,7 @@ def test_tenants_survive_a_restart_of_the_policy_engine(initech: MeshConfig) -> 
     listed = {t.tenant_id: t.revision for t in tenants(initech).ListTenants(tenant_pb2.ListTenantsRequest()).tenants}
     assert {"acme", "globex", "initech"} <= set(listed)
     ex = analyze(initech, ANALYZE.format("WP-10231"))
-    assert decision(ex) == "RECOMMENDED_FOR_RELEASE"
+    assert decision(ex) == "RECOMMENDED_FOR_RELEASE", ex
 
 
 def _reviews(cfg: MeshConfig, tenant: str) -> list[dc_pb2.ReviewItem]:
