@@ -1,0 +1,167 @@
+"""Appends to the audit service carried together: concurrent records go in one ``AppendRecords`` call.
+
+Every process of the mesh appends records from many threads at once (one per
+call it serves). Sent one RPC each, a governed analysis costs two dozen
+round trips to audit, and the gRPC stack, not the log, is what the machine
+spends its time on. :class:`GroupAppender` is the one path every append of
+:class:`~agentmesh.audit_client.AuditRecorder` takes:
+
+* a record waits while an earlier call to audit is in flight (at most
+  :data:`SENDERS` are), then goes with everything else waiting, up to
+  :data:`MAX_RECORDS` records / :data:`MAX_BYTES` bytes, in one
+  ``AppendRecords`` call. A record alone goes as ``AppendRecord``, so an idle
+  mesh sends what it sent before, under the caller's own trace span;
+* each caller gets its own answer once the audit service has made the batch
+  durable (``AppendRecords`` answers after its one durable write, all or
+  nothing), so the promise of each append is unchanged: durable when it
+  returns, an error otherwise;
+* a batch refused because of what is in it is not held against the other
+  records: each is asked again alone, so a caller is only ever refused for
+  its own record (and the error names ``record.<field>``, as an append of
+  one does). A batch that failed for the transport's reasons (UNAVAILABLE,
+  DEADLINE_EXCEEDED) fails each of its records with that error: nothing in
+  the answer says anything about one record, and the callers fall back as
+  they would for a call of their own (the outbox, or not acting);
+* a batch is sent in the context of its first record (trace and mesh ids of
+  the RPC); each record carries its own ids in its body regardless.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Final
+
+import grpc
+
+from agentmesh import errors
+from agentmesh.v1 import audit_service_pb2 as audit_pb2
+from agentmesh.v1 import audit_service_pb2_grpc as audit_grpc
+
+__all__ = ["MAX_BYTES", "MAX_RECORDS", "SENDERS", "GroupAppender"]
+
+MAX_RECORDS: Final = 200
+"""Most records in one ``AppendRecords`` call (the service takes up to 1,000)."""
+MAX_BYTES: Final = 1 << 20
+"""Most encoded bytes of records in one call, well under gRPC's 4 MiB message limit."""
+SENDERS: Final = 2
+"""Calls to audit in flight at once; what arrives meanwhile waits and goes together."""
+_TRANSPORT_FAILURES: Final = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                                        grpc.StatusCode.CANCELLED})
+
+
+@dataclass(slots=True)
+class _Append:
+    record: audit_pb2.AuditRecord
+    deadline: float
+    context: contextvars.Context
+    size: int
+    answer: Future[audit_pb2.AppendRecordResponse] = field(default_factory=Future)
+
+
+class GroupAppender:
+    """Appends records to audit, concurrent ones together; :meth:`append` returns the caller's own answer.
+
+    The sender threads start on the first append and are daemons: a process that
+    exits with appends in flight leaves their callers without an answer, as a
+    call of their own would.
+    """
+
+    def __init__(self, stub: Callable[[], audit_grpc.AuditServiceStub], *, senders: int = SENDERS) -> None:
+        self._stub = stub
+        self._senders = senders
+        self._queue: deque[_Append] = deque()
+        self._ready = threading.Condition()
+        self._threads: list[threading.Thread] = []
+        self.batches = 0
+        """Batches taken from the queue so far (each one call to audit, unless it was refused)."""
+
+    def submit(self, record: audit_pb2.AuditRecord, timeout_s: float) -> Future[audit_pb2.AppendRecordResponse]:
+        """Queues one record; the future holds its answer, or the :class:`~agentmesh.errors.MeshError`."""
+        item = _Append(record, time.monotonic() + timeout_s, contextvars.copy_context(), record.ByteSize())
+        with self._ready:
+            if len(self._threads) < self._senders:
+                thread = threading.Thread(target=self._send_forever, name=f"audit-append-{len(self._threads)}",
+                                          daemon=True)
+                self._threads.append(thread)
+                thread.start()
+            self._queue.append(item)
+            self._ready.notify()
+        return item.answer
+
+    def append(self, record: audit_pb2.AuditRecord, timeout_s: float) -> audit_pb2.AppendRecordResponse:
+        """Appends one record and returns once it is durable; raises a MeshError otherwise."""
+        answer = self.submit(record, timeout_s)
+        try:
+            return answer.result(timeout=timeout_s + 1.0)
+        except TimeoutError as err:
+            raise errors.DeadlineExceeded("audit did not answer in time", reason="AUDIT_TIMEOUT") from err
+
+    def _take(self) -> list[_Append]:
+        with self._ready:
+            while not self._queue:
+                self._ready.wait()
+            self.batches += 1
+            batch = [self._queue.popleft()]
+            size = batch[0].size
+            while self._queue and len(batch) < MAX_RECORDS and size + self._queue[0].size <= MAX_BYTES:
+                size += self._queue[0].size
+                batch.append(self._queue.popleft())
+            return batch
+
+    def _send_forever(self) -> None:
+        while True:
+            batch = self._take()
+            try:
+                self._send(batch)
+            except BaseException as err:  # noqa: BLE001 - no caller may be left without an answer
+                for item in batch:
+                    if not item.answer.done():
+                        item.answer.set_exception(errors.Internal(f"audit append failed: {err!r}"))
+
+    def _send(self, batch: list[_Append]) -> None:
+        now = time.monotonic()
+        live = []
+        for item in batch:
+            if item.deadline <= now:
+                item.answer.set_exception(errors.DeadlineExceeded("audit append waited past its deadline",
+                                                                  reason="AUDIT_TIMEOUT"))
+            else:
+                live.append(item)
+        if len(live) == 1:
+            self._send_one(live[0])
+        elif live:
+            self._send_together(live)
+
+    def _send_one(self, item: _Append) -> None:
+        request = audit_pb2.AppendRecordRequest(record=item.record)
+        timeout = max(0.01, item.deadline - time.monotonic())
+        try:
+            answer = item.context.run(self._stub().AppendRecord, request, timeout=timeout)
+        except grpc.RpcError as err:
+            item.answer.set_exception(errors.from_rpc_error(err))
+            return
+        item.answer.set_result(answer)
+
+    def _send_together(self, batch: list[_Append]) -> None:
+        request = audit_pb2.AppendRecordsRequest(records=[item.record for item in batch])
+        timeout = max(0.01, min(item.deadline for item in batch) - time.monotonic())
+        try:
+            answer = batch[0].context.run(self._stub().AppendRecords, request, timeout=timeout)
+        except grpc.RpcError as err:
+            failure = errors.from_rpc_error(err)
+            if err.code() in _TRANSPORT_FAILURES:  # type: ignore[attr-defined]
+                for item in batch:
+                    item.answer.set_exception(failure)
+                return
+            # Refused for what one of them holds: each is asked alone and gets its own answer.
+            for item in batch:
+                self._send_one(item)
+            return
+        for item, result in zip(batch, answer.results, strict=True):
+            item.answer.set_result(result)

@@ -1,0 +1,144 @@
+"""Concurrent appends go to audit together, and each caller still gets its own answer.
+
+A fake AuditService runs in-process on a loopback port. Its first call can be
+held, so that the appends made meanwhile are waiting when it is released.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from concurrent import futures
+from typing import Any
+
+import grpc
+import pytest
+
+from agentmesh import errors
+from agentmesh.audit_appends import GroupAppender
+from agentmesh.unimplemented import unimplemented_servicer
+from agentmesh.v1 import audit_service_pb2 as pb
+from agentmesh.v1 import audit_service_pb2_grpc as pb_grpc
+
+KILL = pb.AUDIT_EVENT_TYPE_KILL_SWITCH_CHANGED
+
+
+class HeldAudit(unimplemented_servicer(pb_grpc.AuditServiceServicer)):  # type: ignore[misc]
+    """Numbers records in the order it takes them; ``hold`` keeps the first call waiting until set."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+        self.taken = 0
+        self.hold = threading.Event()
+        self.held = threading.Event()
+        self.down = False
+        self.refused_code = "bad"
+        self.lock = threading.Lock()
+
+    def _take(self, records: list[pb.AuditRecord], context: grpc.ServicerContext, method: str) -> list[int]:
+        with self.lock:
+            self.calls.append((method, len(records)))
+            first = len(self.calls) == 1
+        if first:
+            self.held.set()
+            self.hold.wait(10)
+        if self.down:
+            errors.abort(context, errors.Unavailable("audit is down", reason="LOG_CLOSED"))
+        for i, rec in enumerate(records):
+            if self.refused_code in rec.reason_codes:
+                field = f"records[{i}].reason_codes" if method == "AppendRecords" else "record.reason_codes"
+                errors.abort(context, errors.InvalidArgument("refused", reason="INVALID_FIELD", field=field))
+        with self.lock:
+            start = self.taken
+            self.taken += len(records)
+        return list(range(start, start + len(records)))
+
+    def AppendRecord(self, request: pb.AppendRecordRequest, context: grpc.ServicerContext) -> Any:
+        (index,) = self._take([request.record], context, "AppendRecord")
+        return pb.AppendRecordResponse(index=index)
+
+    def AppendRecords(self, request: pb.AppendRecordsRequest, context: grpc.ServicerContext) -> Any:
+        indexes = self._take(list(request.records), context, "AppendRecords")
+        return pb.AppendRecordsResponse(results=[pb.AppendRecordResponse(index=i) for i in indexes])
+
+
+@pytest.fixture()
+def audit() -> Iterator[tuple[HeldAudit, GroupAppender]]:
+    fake = HeldAudit()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    pb_grpc.add_AuditServiceServicer_to_server(fake, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    stub = pb_grpc.AuditServiceStub(channel)
+    try:
+        yield fake, GroupAppender(lambda: stub, senders=1)
+    finally:
+        fake.hold.set()
+        channel.close()
+        server.stop(None)
+
+
+def _record(code: str) -> pb.AuditRecord:
+    return pb.AuditRecord(event_type=KILL, reason_codes=[code])
+
+
+def _held_then(fake: HeldAudit, appender: GroupAppender, codes: list[str]) -> list[futures.Future[Any]]:
+    """The first append held at audit; ``codes`` appended while it is; then released."""
+    first = appender.submit(_record("first"), timeout_s=10)
+    assert fake.held.wait(5)
+    waiting = [appender.submit(_record(c), timeout_s=10) for c in codes]
+    fake.hold.set()
+    return [first, *waiting]
+
+
+def test_a_lone_append_is_one_append_record_call(audit: tuple[HeldAudit, GroupAppender]) -> None:
+    fake, appender = audit
+    fake.hold.set()
+    assert appender.append(_record("alone"), timeout_s=5).index == 0
+    assert fake.calls == [("AppendRecord", 1)]
+
+
+def test_appends_made_while_a_call_is_in_flight_go_in_one_call(audit: tuple[HeldAudit, GroupAppender]) -> None:
+    fake, appender = audit
+    answers = _held_then(fake, appender, [f"r{i}" for i in range(10)])
+    assert [a.result(5).index for a in answers] == list(range(11))
+    assert fake.calls == [("AppendRecord", 1), ("AppendRecords", 10)]
+    assert appender.batches == 2
+
+
+def test_a_refused_record_fails_only_its_own_caller(audit: tuple[HeldAudit, GroupAppender]) -> None:
+    fake, appender = audit
+    first, good1, bad, good2 = _held_then(fake, appender, ["good1", "bad", "good2"])
+    assert first.result(5).index == 0
+    # The batch was refused as a whole; each was then asked alone.
+    assert (good1.result(5).index, good2.result(5).index) == (1, 2)
+    err = bad.exception(5)
+    assert isinstance(err, errors.InvalidArgument) and err.field == "record.reason_codes"
+    assert fake.calls == [("AppendRecord", 1), ("AppendRecords", 3), ("AppendRecord", 1), ("AppendRecord", 1),
+                          ("AppendRecord", 1)]
+
+
+def test_a_batch_audit_could_not_take_fails_every_caller_as_unavailable(
+        audit: tuple[HeldAudit, GroupAppender]) -> None:
+    fake, appender = audit
+    fake.down = True
+    answers = _held_then(fake, appender, ["a", "b"])
+    assert all(isinstance(a.exception(5), errors.Unavailable) for a in answers)
+    assert fake.calls == [("AppendRecord", 1), ("AppendRecords", 2)]
+
+
+def test_an_append_that_waited_past_its_deadline_is_not_sent(audit: tuple[HeldAudit, GroupAppender]) -> None:
+    fake, appender = audit
+    first = appender.submit(_record("first"), timeout_s=10)
+    assert fake.held.wait(5)
+    late = appender.submit(_record("late"), timeout_s=0.05)
+    time.sleep(0.2)
+    fake.hold.set()
+    assert first.result(5).index == 0
+    err = late.exception(5)
+    assert isinstance(err, errors.DeadlineExceeded) and err.reason == "AUDIT_TIMEOUT"
+    assert fake.calls == [("AppendRecord", 1)]
+    with pytest.raises(errors.DeadlineExceeded):
+        appender.append(_record("never"), timeout_s=-1)
