@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import jsonschema
+import jsonschema_rs
 import pydantic
 
 from capability_svc._yaml_lines import LinedDocument, format_path
@@ -50,6 +51,37 @@ def pydantic_violations(
         line = doc.line_of(loc) if doc is not None else None
         out.append(FieldViolation(format_path(loc), _clip(message), line))
     return _sorted(out)
+
+
+class SchemaCheck:
+    """One schema prepared once: a compiled check for the common case, the precise one for the errors.
+
+    ``jsonschema_rs`` (compiled, formats checked) answers "valid" in microseconds; only when
+    it finds a problem does :func:`schema_violations` (the Python ``jsonschema`` validator,
+    which names each field) run. The Python validator is the authority: where the compiled
+    one is stricter than it (a ``$`` before a trailing newline), the Python answer stands.
+    """
+
+    def __init__(self, schema: Mapping[str, Any]) -> None:
+        self.precise = jsonschema.Draft202012Validator(
+            schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+        try:
+            self._fast: jsonschema_rs.Draft202012Validator | None = jsonschema_rs.Draft202012Validator(
+                schema, validate_formats=True)
+        except Exception:  # noqa: BLE001 - a schema it cannot compile (a regex it lacks): the precise check only
+            self._fast = None
+
+    def is_valid(self, instance: Any) -> bool:
+        """Whether ``instance`` holds to the schema."""
+        if self._fast is not None and self._fast.is_valid(instance):
+            return True
+        return bool(self.precise.is_valid(instance))
+
+    def violations(self, instance: Any) -> tuple[FieldViolation, ...]:
+        """Every violation of ``instance`` (empty: valid), as :func:`schema_violations` reports them."""
+        if self._fast is not None and self._fast.is_valid(instance):
+            return ()
+        return schema_violations(self.precise, instance)
 
 
 def schema_violations(

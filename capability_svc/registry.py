@@ -47,7 +47,7 @@ import pydantic
 from jsonschema import Draft202012Validator
 
 from agentmesh.vocabulary import LifecycleStatus, RiskLevel
-from capability_svc._validation import pydantic_violations, schema_violations
+from capability_svc._validation import SchemaCheck, pydantic_violations
 from capability_svc._yaml_lines import DocumentError, LinedDocument, format_path, load_document
 from capability_svc.errors import (
     CapabilityNotExecutable,
@@ -379,7 +379,7 @@ class CapabilityRegistry:
                     reason="MANIFEST_DUPLICATE",
                 )
             versions[manifest.version] = manifest
-        self._validators: dict[tuple[str, Version, str], Draft202012Validator] = {}
+        self._validators: dict[tuple[str, Version, str], SchemaCheck] = {}
         self._clock = clock
         self._lock = threading.Lock()
         state_db.parent.mkdir(parents=True, exist_ok=True)
@@ -605,14 +605,12 @@ class CapabilityRegistry:
 
     # -- validation --
 
-    def _validator(self, manifest: CapabilityManifest, which: str) -> Draft202012Validator:
+    def _validator(self, manifest: CapabilityManifest, which: str) -> SchemaCheck:
         key = (manifest.id, manifest.version, which)
         validator = self._validators.get(key)
         if validator is None:
             schema = manifest.input_schema if which == "input" else manifest.output_schema
-            validator = Draft202012Validator(
-                schema, format_checker=Draft202012Validator.FORMAT_CHECKER
-            )
+            validator = SchemaCheck(schema)
             self._validators[key] = validator
         return validator
 
@@ -626,7 +624,7 @@ class CapabilityRegistry:
             InputInvalid: naming the field path of the first violation.
         """
         manifest = self.get(capability_id, version).manifest
-        violations = schema_violations(self._validator(manifest, "input"), arguments)
+        violations = self._validator(manifest, "input").violations(arguments)
         if violations:
             first = violations[0]
             raise InputInvalid(
@@ -643,7 +641,7 @@ class CapabilityRegistry:
         Raises:
             OutputInvalid: the backend broke its contract; the output must be withheld.
         """
-        violations = schema_violations(self._validator(manifest, "output"), output)
+        violations = self._validator(manifest, "output").violations(output)
         if violations:
             first = violations[0]
             raise OutputInvalid(
