@@ -10,13 +10,15 @@ so Jaeger (which ingests OTLP) shows one trace across all processes.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Iterable, Iterator
 
-from opentelemetry import baggage, context, trace
+from opentelemetry import baggage, context, propagate, trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider, sampling
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
 EXECUTION_ID = "agentmesh.execution_id"
 CORRELATION_ID = "agentmesh.correlation_id"
@@ -72,8 +74,9 @@ def shutdown_tracing() -> None:
         _provider.shutdown()
 
 
+@functools.cache
 def tracer(name: str = "agentmesh") -> trace.Tracer:
-    """A tracer from the installed provider."""
+    """A tracer from the installed provider (one per name: a proxy until the provider is set, then it)."""
     return trace.get_tracer(name)
 
 
@@ -121,6 +124,25 @@ def current_ids() -> dict[str, str]:
     if span_ctx.is_valid:
         ids["trace_id"] = format(span_ctx.trace_id, "032x")
     return ids
+
+
+_IDS = RandomIdGenerator()
+
+
+def incoming_context(metadata: Iterable[tuple[str, str | bytes]]) -> context.Context:
+    """The context a call arrived with (``traceparent``, ``baggage``), for a server that records no spans.
+
+    What OpenTelemetry's server interceptor would make current, minus its server span:
+    the caller's trace (a call without one starts a trace of its own, so every record
+    still has a trace id) and the caller's baggage (the mesh ids).
+    """
+    carrier = {key: value for key, value in metadata if isinstance(value, str)}
+    ctx = propagate.extract(carrier)
+    if not trace.get_current_span(ctx).get_span_context().is_valid:
+        ctx = trace.set_span_in_context(trace.NonRecordingSpan(trace.SpanContext(
+            trace_id=_IDS.generate_trace_id(), span_id=_IDS.generate_span_id(), is_remote=False,
+            trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED))), ctx)
+    return ctx
 
 
 def annotate_current_span(caller: str | None = None) -> None:

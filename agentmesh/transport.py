@@ -43,6 +43,7 @@ import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
+from opentelemetry import context as otel_context
 from opentelemetry import propagate
 from opentelemetry.instrumentation.grpc import client_interceptor, grpcext, server_interceptor
 
@@ -204,9 +205,12 @@ def server_credentials(files: TlsFiles, *, recheck_s: float = 1.0) -> grpc.Serve
 class MeshServerInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
     """Authenticates the caller, applies the caller table, maps errors to statuses."""
 
-    def __init__(self, access: AccessTable, on_denied: DenialHook | None = None) -> None:
+    def __init__(self, access: AccessTable, on_denied: DenialHook | None = None, *,
+                 propagate: bool = False) -> None:
+        """``propagate``: make each call's incoming trace and baggage current (no tracing interceptor before it)."""
         self._access = access
         self._on_denied = on_denied
+        self._propagate = propagate
         # Both are pure functions of their keys; caching them keeps the per-call
         # cost of the checks to two dictionary lookups on the hot path.
         self._wrapped: dict[tuple[str, int], Any] = {}
@@ -337,6 +341,21 @@ class MeshServerInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
             yield request
 
     def _unary(self, method: str, behavior: Callable[..., Any], *, streaming: bool) -> Callable[..., Any]:
+        inner = self._unary_admitted(method, behavior, streaming=streaming)
+        if not self._propagate:
+            return inner
+
+        def in_context(request: Any, context: grpc.ServicerContext) -> Any:
+            token = otel_context.attach(telemetry.incoming_context(context.invocation_metadata() or ()))
+            try:
+                return inner(request, context)
+            finally:
+                otel_context.detach(token)
+
+        return in_context
+
+    def _unary_admitted(self, method: str, behavior: Callable[..., Any], *,
+                        streaming: bool) -> Callable[..., Any]:
         def wrapped(request: Any, context: grpc.ServicerContext) -> Any:
             caller = self._enter(method, context)
             call = _Call()
@@ -360,6 +379,31 @@ class MeshServerInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
 
     def _stream(self, method: str, behavior: Callable[..., Iterator[Any]], *,
                 streaming: bool) -> Callable[..., Any]:
+        inner = self._stream_admitted(method, behavior, streaming=streaming)
+        if not self._propagate:
+            return inner
+
+        def in_context(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            # A generator runs a step at a time: the context is current during each step only.
+            incoming = telemetry.incoming_context(context.invocation_metadata() or ())
+            responses = inner(request, context)
+            try:
+                while True:
+                    token = otel_context.attach(incoming)
+                    try:
+                        response = next(responses)
+                    except StopIteration:
+                        return
+                    finally:
+                        otel_context.detach(token)
+                    yield response
+            finally:
+                responses.close()
+
+        return in_context
+
+    def _stream_admitted(self, method: str, behavior: Callable[..., Iterator[Any]], *,
+                         streaming: bool) -> Callable[..., Any]:
         def wrapped(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
             caller = self._enter(method, context)
             call = _Call()
@@ -427,14 +471,18 @@ def create_server(
     on_denied: DenialHook | None = None,
     max_workers: int = 32,
 ) -> grpc.Server:
-    """A gRPC server with tracing and the mesh interceptor (in that order)."""
+    """A gRPC server with tracing and the mesh interceptor (in that order).
+
+    When nothing exports spans, OpenTelemetry's server interceptor (a server span per
+    call that nobody reads) is left out: the mesh interceptor makes the caller's trace
+    and baggage current itself (:func:`telemetry.incoming_context`).
+    """
     provider = telemetry.setup_tracing(os.environ.get("OTEL_SERVICE_NAME", "agentmesh"))
+    exporting = telemetry.exporting()
+    tracing = [server_interceptor(tracer_provider=provider)] if exporting else []  # type: ignore[no-untyped-call]
     return grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
-        interceptors=[
-            server_interceptor(tracer_provider=provider),  # type: ignore[no-untyped-call]
-            MeshServerInterceptor(access, on_denied),
-        ],
+        interceptors=[*tracing, MeshServerInterceptor(access, on_denied, propagate=not exporting)],
         options=[("grpc.so_reuseport", 0)],
     )
 

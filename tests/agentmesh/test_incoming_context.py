@@ -1,0 +1,92 @@
+"""A server that exports no spans still runs each call in the caller's trace and baggage.
+
+Without an OTLP endpoint the mesh leaves OpenTelemetry's server interceptor out
+(its server spans would be made for nobody); the mesh interceptor makes the
+incoming ``traceparent`` and ``baggage`` current itself, for unary and streamed
+calls, and a call that brought no trace gets one of its own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from opentelemetry import trace
+
+from agentmesh import telemetry, transport
+from agentmesh.access import AccessTable
+from agentmesh.config import MeshConfig
+from agentmesh.pki import CertificateAuthority, CertPaths
+from agentmesh.v1 import policy_service_pb2 as policy_pb2
+
+from .test_refusal_audit import CAPABILITY, POLICY, _files
+
+SERVICE = "test.Ids"
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+
+def _ids(request: policy_pb2.AuthorizeRequest, context: grpc.ServicerContext) -> policy_pb2.AuthorizeResponse:
+    return policy_pb2.AuthorizeResponse(explanation=json.dumps(telemetry.current_ids(), sort_keys=True))
+
+
+def _ids_streamed(request: policy_pb2.AuthorizeRequest,
+                  context: grpc.ServicerContext) -> Iterator[policy_pb2.AuthorizeResponse]:
+    yield _ids(request, context)
+    yield _ids(request, context)
+
+
+@pytest.fixture()
+def channel(mesh_config: MeshConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[grpc.Channel]:
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
+    ca = CertificateAuthority.load(mesh_config.mesh_home.ca, mesh_config.mesh_home.trust_bundle)
+    paths = ca.issue(POLICY, CertPaths(tmp_path / "policy.pem", tmp_path / "policy.key"))
+    srv = transport.create_server(AccessTable.parse({"rules": [{"methods": [f"/{SERVICE}/*"],
+                                                                "callers": [str(CAPABILITY)]}]}))
+    de, ser = policy_pb2.AuthorizeRequest.FromString, policy_pb2.AuthorizeResponse.SerializeToString
+    srv.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {
+        "Unary": grpc.unary_unary_rpc_method_handler(_ids, request_deserializer=de, response_serializer=ser),
+        "Stream": grpc.unary_stream_rpc_method_handler(_ids_streamed, request_deserializer=de,
+                                                       response_serializer=ser)}),))
+    port = transport.bind(srv, "127.0.0.1", 0, transport.TlsFiles.of(paths, ca.bundle_path))
+    srv.start()
+    ch = transport.secure_channel(f"127.0.0.1:{port}", _files(mesh_config, CAPABILITY), POLICY)
+    try:
+        yield ch
+    finally:
+        ch.close()
+        srv.stop(None)
+
+
+def _unary(channel: grpc.Channel) -> dict[str, str]:
+    call = channel.unary_unary(f"/{SERVICE}/Unary", request_serializer=policy_pb2.AuthorizeRequest.SerializeToString,
+                               response_deserializer=policy_pb2.AuthorizeResponse.FromString)
+    return dict(json.loads(call(policy_pb2.AuthorizeRequest(), timeout=5).explanation))
+
+
+def _in_trace() -> trace.Span:
+    return trace.NonRecordingSpan(trace.SpanContext(int(TRACE, 16), 0x00F067AA0BA902B7, is_remote=True,
+                                                    trace_flags=trace.TraceFlags(1)))
+
+
+def test_a_unary_call_runs_in_the_callers_trace_and_baggage(channel: grpc.Channel) -> None:
+    with trace.use_span(_in_trace()), telemetry.mesh_ids(execution_id="exe-1", correlation_id="corr-1"):
+        ids = _unary(channel)
+    assert ids == {"trace_id": TRACE, telemetry.EXECUTION_ID: "exe-1", telemetry.CORRELATION_ID: "corr-1"}
+
+
+def test_a_streamed_call_has_them_at_every_step(channel: grpc.Channel) -> None:
+    call = channel.unary_stream(f"/{SERVICE}/Stream",
+                                request_serializer=policy_pb2.AuthorizeRequest.SerializeToString,
+                                response_deserializer=policy_pb2.AuthorizeResponse.FromString)
+    with trace.use_span(_in_trace()), telemetry.mesh_ids(execution_id="exe-2"):
+        answers = [json.loads(r.explanation) for r in call(policy_pb2.AuthorizeRequest(), timeout=5)]
+    assert answers == [{"trace_id": TRACE, telemetry.EXECUTION_ID: "exe-2"}] * 2
+
+
+def test_a_call_without_a_trace_gets_one_of_its_own(channel: grpc.Channel) -> None:
+    first, second = _unary(channel)["trace_id"], _unary(channel)["trace_id"]
+    assert len(first) == 32 and int(first, 16) != 0 and first != second
