@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -120,6 +122,12 @@ def _print_cpu(before: dict[str, float], after: dict[str, float], analyses: int)
         print(f"    {name:<24} {ms:7.2f} ms")
 
 
+def _audit_records(cfg: config.MeshConfig) -> int:
+    """Records in the audit log so far (read from its file, next to the running service)."""
+    with sqlite3.connect(f"file:{cfg.mesh_home.data / 'audit.db'}?mode=ro", uri=True) as db:
+        return int(db.execute("SELECT COUNT(*) FROM entries").fetchone()[0])
+
+
 def throughput(concurrency: int, seconds: float) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = _mesh(Path(tmp), 0)
@@ -142,6 +150,7 @@ def throughput(concurrency: int, seconds: float) -> None:
                     failed[0] += bad
 
             threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+            records_before = _audit_records(cfg)
             cpu_before = _cpu_by_process(cfg)
             t0 = time.monotonic()
             for t in threads:
@@ -153,6 +162,11 @@ def throughput(concurrency: int, seconds: float) -> None:
             print(f"throughput, no delay, {concurrency} concurrent callers for {seconds:.0f} s")
             print(f"  {rate:.1f} analyses/s ({done[0]} analyses, {failed[0]} not SUCCEEDED)")
             _print_cpu(cpu_before, cpu_after, done[0])
+            records = _audit_records(cfg) - records_before
+            print(f"  audit records per analysis: {records / max(1, done[0]):.1f}")
+            verify = subprocess.run([sys.executable, "-m", "agentmesh.cli", "--home", str(cfg.home), "audit", "verify"],
+                                    capture_output=True, text=True, check=False)
+            print(f"  audit verify: exit {verify.returncode}: {(verify.stdout or verify.stderr).strip()[:200]}")
         finally:
             launcher.down(cfg)
 
