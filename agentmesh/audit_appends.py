@@ -23,7 +23,10 @@ spends its time on. :class:`GroupAppender` is the one path every append of
   the answer says anything about one record, and the callers fall back as
   they would for a call of their own (the outbox, or not acting);
 * a batch is sent in the context of its first record (trace and mesh ids of
-  the RPC); each record carries its own ids in its body regardless.
+  the RPC); each record carries its own ids in its body regardless;
+* :meth:`GroupAppender.submit_all` appends several records as one unit: they
+  go in the same call, at consecutive indexes, all or none (a governed read's
+  decision and outcome).
 """
 
 from __future__ import annotations
@@ -57,11 +60,13 @@ _TRANSPORT_FAILURES: Final = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.Status
 
 @dataclass(slots=True)
 class _Append:
-    record: audit_pb2.AuditRecord
+    """One caller's unit: its records go in one call, and its answer is theirs, in order."""
+
+    records: list[audit_pb2.AuditRecord]
     deadline: float
     context: contextvars.Context
     size: int
-    answer: Future[audit_pb2.AppendRecordResponse] = field(default_factory=Future)
+    answer: Future[list[audit_pb2.AppendRecordResponse]] = field(default_factory=Future)
 
 
 class GroupAppender:
@@ -83,7 +88,23 @@ class GroupAppender:
 
     def submit(self, record: audit_pb2.AuditRecord, timeout_s: float) -> Future[audit_pb2.AppendRecordResponse]:
         """Queues one record; the future holds its answer, or the :class:`~agentmesh.errors.MeshError`."""
-        item = _Append(record, time.monotonic() + timeout_s, contextvars.copy_context(), record.ByteSize())
+        one: Future[audit_pb2.AppendRecordResponse] = Future()
+
+        def settle(answers: Future[list[audit_pb2.AppendRecordResponse]]) -> None:
+            failure = answers.exception()
+            if failure is not None:
+                one.set_exception(failure)
+            else:
+                one.set_result(answers.result()[0])
+
+        self.submit_all([record], timeout_s).add_done_callback(settle)
+        return one
+
+    def submit_all(self, records: list[audit_pb2.AuditRecord],
+                   timeout_s: float) -> Future[list[audit_pb2.AppendRecordResponse]]:
+        """Queues records that go together (one call, consecutive indexes, all or none); one answer each."""
+        item = _Append(list(records), time.monotonic() + timeout_s, contextvars.copy_context(),
+                       sum(r.ByteSize() for r in records))
         with self._ready:
             if len(self._threads) < self._senders:
                 thread = threading.Thread(target=self._send_forever, name=f"audit-append-{len(self._threads)}",
@@ -96,7 +117,12 @@ class GroupAppender:
 
     def append(self, record: audit_pb2.AuditRecord, timeout_s: float) -> audit_pb2.AppendRecordResponse:
         """Appends one record and returns once it is durable; raises a MeshError otherwise."""
-        answer = self.submit(record, timeout_s)
+        return self.append_all([record], timeout_s)[0]
+
+    def append_all(self, records: list[audit_pb2.AuditRecord],
+                   timeout_s: float) -> list[audit_pb2.AppendRecordResponse]:
+        """Appends records together (all or none) and returns once they are durable; raises a MeshError otherwise."""
+        answer = self.submit_all(records, timeout_s)
         try:
             return answer.result(timeout=timeout_s + 1.0)
         except TimeoutError as err:
@@ -109,8 +135,11 @@ class GroupAppender:
             self.batches += 1
             batch = [self._queue.popleft()]
             size = batch[0].size
-            while self._queue and len(batch) < MAX_RECORDS and size + self._queue[0].size <= MAX_BYTES:
+            count = len(batch[0].records)
+            while (self._queue and count + len(self._queue[0].records) <= MAX_RECORDS
+                   and size + self._queue[0].size <= MAX_BYTES):
                 size += self._queue[0].size
+                count += len(self._queue[0].records)
                 batch.append(self._queue.popleft())
             return batch
 
@@ -139,17 +168,20 @@ class GroupAppender:
             self._send_together(live)
 
     def _send_one(self, item: _Append) -> None:
-        request = audit_pb2.AppendRecordRequest(record=item.record)
+        if len(item.records) > 1:
+            self._send_together([item])
+            return
+        request = audit_pb2.AppendRecordRequest(record=item.records[0])
         timeout = max(0.01, item.deadline - time.monotonic())
         try:
             answer = item.context.run(self._stub().AppendRecord, request, timeout=timeout)
         except grpc.RpcError as err:
             item.answer.set_exception(errors.from_rpc_error(err))
             return
-        item.answer.set_result(answer)
+        item.answer.set_result([answer])
 
     def _send_together(self, batch: list[_Append]) -> None:
-        request = audit_pb2.AppendRecordsRequest(records=[item.record for item in batch])
+        request = audit_pb2.AppendRecordsRequest(records=[r for item in batch for r in item.records])
         timeout = max(0.01, min(item.deadline for item in batch) - time.monotonic())
         try:
             answer = batch[0].context.run(self._stub().AppendRecords, request, timeout=timeout)
@@ -159,9 +191,17 @@ class GroupAppender:
                 for item in batch:
                     item.answer.set_exception(failure)
                 return
+            if len(batch) == 1:
+                batch[0].answer.set_exception(failure)  # a unit refused: its own answer
+                return
             # Refused for what one of them holds: each is asked alone and gets its own answer.
             for item in batch:
                 self._send_one(item)
             return
-        for item, result in zip(batch, answer.results, strict=True):
-            item.answer.set_result(result)
+        results = list(answer.results)
+        if len(results) != len(request.records):
+            raise errors.Internal(f"audit answered {len(results)} results for {len(request.records)} records")
+        start = 0
+        for item in batch:
+            item.answer.set_result(results[start:start + len(item.records)])
+            start += len(item.records)

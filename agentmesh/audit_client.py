@@ -346,6 +346,14 @@ class AuditRecorder:
         """
         return self._appender.append(self.build(event_type, **fields), self._timeout)
 
+    def record_all(self, records: Iterable[tuple[int, dict[str, Any]]]) -> list[audit_pb2.AppendRecordResponse]:
+        """Appends records together (one call, consecutive indexes, all or none); returns once all are durable.
+
+        Raises a MeshError on failure, and then none of them is in the log.
+        """
+        return self._appender.append_all([self.build(event_type, **fields) for event_type, fields in records],
+                                         self._timeout)
+
     def record_later(self, event_type: int, **fields: Any) -> Future[audit_pb2.AppendRecordResponse]:
         """Sends one record without waiting for it; pass the returned future to :meth:`wait`."""
         return self._appender.submit(self.build(event_type, **fields), self._timeout)

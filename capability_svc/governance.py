@@ -100,9 +100,9 @@ class Recorder(Protocol):
         """Appended now, or kept in a local outbox until audit takes it; raises only if the outbox cannot write."""
         ...
 
-    def record_later(self, event_type: int, **fields: Any) -> Any: ...
-
-    def wait(self, sent: Any) -> bool: ...
+    def record_all(self, records: Sequence[tuple[int, dict[str, Any]]]) -> list[audit_pb2.AppendRecordResponse]:
+        """Durable together, in order, before it returns (all or none); raises a MeshError otherwise."""
+        ...
 
 
 _RISK = {"LOW": common_pb2.RISK_LEVEL_LOW, "MEDIUM": common_pb2.RISK_LEVEL_MEDIUM,
@@ -614,24 +614,20 @@ class GovernedInvoker:
                  decision: common_pb2.PolicyDecision, deadline_s: float | None) -> pb.InvokeCapabilityResponse:
         m = call.manifest
         # 6. Audit the decision. A mutation waits until it is durable before any
-        # effect; a read sends it alongside the execution and waits before answering.
+        # effect; a read's goes with its outcome, in one durable append before any data leaves.
         common = self._common(grant, principal, call, decision, resource, payload)
         knowledge = self._rt.executor.knowledge
         if m.backend == "knowledge" and knowledge is not None:
             # Every record of a knowledge read names the store version it reads (stores never change
             # while the process runs, so the decision record can say it before the read).
             common["versions"].knowledge_version = knowledge.version_of(call.resource_id or "")
-        sent: list[Any] = []
-        try:
-            if call.mutates:
+        if call.mutates:
+            try:
                 self._audit.record(audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_INVOKED,
                                    outcome=audit_pb2.AUDIT_OUTCOME_PENDING, **common)
-            else:
-                sent.append(self._audit.record_later(audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_INVOKED,
-                                                     outcome=audit_pb2.AUDIT_OUTCOME_PENDING, **common))
-        except errors.MeshError as err:
-            raise errors.Unavailable(f"audit unavailable, nothing executed: {err.message}",
-                                     reason="AUDIT_UNAVAILABLE") from err
+            except errors.MeshError as err:
+                raise errors.Unavailable(f"audit unavailable, nothing executed: {err.message}",
+                                         reason="AUDIT_UNAVAILABLE") from err
 
         # 7–8. Execute within the deadline; verify mutations by reading back,
         # and compensate one whose effect is not (wholly) visible.
@@ -661,7 +657,10 @@ class GovernedInvoker:
                 self._idem.fail(grant.tenant_id, m.id, req.idempotency_key, err.reason)
             outcome = (audit_pb2.AUDIT_OUTCOME_TIMEOUT if isinstance(failure, errors.DeadlineExceeded)
                        else audit_pb2.AUDIT_OUTCOME_FAILURE)
-            self._audit.wait(sent)
+            if not call.mutates:
+                # The decision of a read that failed, before its outcome (both kept, never blocking).
+                self._record(common, audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_INVOKED, audit_pb2.AUDIT_OUTCOME_PENDING,
+                             [], "")
             self._record_outcome(common, outcome, reasons, "")
             raise errors.recorded(failure) from err
 
@@ -669,13 +668,14 @@ class GovernedInvoker:
         if call.mutates:
             self._record_outcome(common, audit_pb2.AUDIT_OUTCOME_SUCCESS, ["VERIFIED"], output_digest)
         else:
-            # The decision record (sent before execution, usually durable by now)
-            # precedes the outcome in the log; no data leaves without both (fail closed).
+            # The decision record and the outcome, at consecutive indexes in one durable
+            # append: no data leaves without both (fail closed).
             try:
-                if not self._audit.wait(sent):
-                    raise errors.Unavailable("decision record not written")
-                self._audit.record(audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME,
-                                   outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS, output_digest=output_digest, **common)
+                self._audit.record_all([
+                    (audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_INVOKED, {"outcome": audit_pb2.AUDIT_OUTCOME_PENDING,
+                                                                     **common}),
+                    (audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME, {"outcome": audit_pb2.AUDIT_OUTCOME_SUCCESS,
+                                                                     "output_digest": output_digest, **common})])
             except errors.MeshError as err:
                 raise errors.Unavailable(f"audit unavailable; the result is withheld: {err.message}",
                                          reason="AUDIT_UNAVAILABLE") from err

@@ -58,7 +58,7 @@ class Record:
     event_type: int
     fields: dict[str, Any]
     how: str
-    """``record``, ``record_durably`` (appended or queued in the outbox) or ``record_later``."""
+    """``record``, ``record_durably`` (appended or queued in the outbox), ``record_all`` or ``record_later``."""
 
 
 class Recorder:
@@ -88,6 +88,12 @@ class Recorder:
         if self.outbox_broken:
             raise errors.Unavailable("audit down and the outbox cannot write", reason="AUDIT_UNAVAILABLE")
         self.kept.append(Record(event_type, fields, "record_durably"))
+
+    def record_all(self, records: list[tuple[int, dict[str, Any]]]) -> list[audit_pb2.AppendRecordResponse]:
+        if any(event_type in self.failing for event_type, _ in records):
+            raise errors.Unavailable("audit down", reason="AUDIT_UNAVAILABLE")
+        self.kept.extend(Record(event_type, fields, "record_all") for event_type, fields in records)
+        return [audit_pb2.AppendRecordResponse() for _ in records]
 
     def record_later(self, event_type: int, **fields: Any) -> Any:
         if event_type in self.failing:

@@ -13,6 +13,7 @@ import grpc
 import pytest
 
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
+from capability_svc import errors as cap_errors
 
 from .governed import INVOKED, NOT_VISIBLE, VERIFIED, Mesh, error_info, outcome
 
@@ -126,6 +127,29 @@ def test_compensation_runs_even_when_audit_of_the_failed_check_is_lost(mesh: Mes
     assert error_info(err).metadata["compensated"] == "true"
     assert mesh.permit("WP-10244").status == "PENDING_RELEASE"
     assert [t for t, _, _ in mesh.audit.trail()] == [audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_INVOKED]
+
+
+def test_a_reads_decision_and_outcome_are_appended_together(mesh: Mesh) -> None:
+    assert mesh.invoke("workPermit.get", permit_id="WP-10231").output["permit_id"] == "WP-10231"
+    assert mesh.audit.how() == [(audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_INVOKED, "record_all"),
+                                (audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME, "record_all")]
+    invoked, outcome = mesh.audit.kept
+    assert (invoked.fields["outcome"], outcome.fields["outcome"]) == (
+        audit_pb2.AUDIT_OUTCOME_PENDING, audit_pb2.AUDIT_OUTCOME_SUCCESS)
+    assert outcome.fields["output_digest"] and invoked.fields["policy_decision"] == outcome.fields["policy_decision"]
+
+
+def test_a_read_that_times_out_keeps_its_decision_and_its_outcome(mesh: Mesh,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    def too_slow(call: Any, *, deadline_s: float | None) -> Any:
+        raise cap_errors.DeadlineExceeded("the backend did not answer in time")
+
+    monkeypatch.setattr(mesh.invoker._rt.executor, "run", too_slow)
+    err = mesh.refused("workPermit.get", permit_id="WP-10231")
+    assert err.code == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert [(r.event_type, r.how, r.fields["outcome"]) for r in mesh.audit.kept] == [
+        (audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_INVOKED, "record_durably", audit_pb2.AUDIT_OUTCOME_PENDING),
+        (audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME, "record_durably", audit_pb2.AUDIT_OUTCOME_TIMEOUT)]
 
 
 def test_records_after_an_effect_go_through_the_outbox(mesh: Mesh) -> None:
