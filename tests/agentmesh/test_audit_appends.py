@@ -142,3 +142,25 @@ def test_an_append_that_waited_past_its_deadline_is_not_sent(audit: tuple[HeldAu
     assert fake.calls == [("AppendRecord", 1)]
     with pytest.raises(errors.DeadlineExceeded):
         appender.append(_record("never"), timeout_s=-1)
+
+
+def test_records_appended_as_a_unit_go_together_at_consecutive_indexes(
+        audit: tuple[HeldAudit, GroupAppender]) -> None:
+    fake, appender = audit
+    first = appender.submit(_record("first"), timeout_s=10)
+    assert fake.held.wait(5)
+    single = appender.submit(_record("single"), timeout_s=10)
+    unit = appender.submit_all([_record("decision"), _record("outcome")], timeout_s=10)
+    fake.hold.set()
+    assert first.result(5).index == 0 and single.result(5).index == 1
+    assert [r.index for r in unit.result(5)] == [2, 3]
+    assert fake.calls == [("AppendRecord", 1), ("AppendRecords", 3)]
+
+
+def test_a_unit_with_a_refused_record_is_refused_whole(audit: tuple[HeldAudit, GroupAppender]) -> None:
+    fake, appender = audit
+    fake.hold.set()
+    with pytest.raises(errors.InvalidArgument):
+        appender.append_all([_record("fine"), _record("bad")], timeout_s=5)
+    assert fake.taken == 0
+    assert [r.index for r in appender.append_all([_record("a"), _record("b")], timeout_s=5)] == [0, 1]
