@@ -36,6 +36,7 @@ import contextvars
 import datetime as dt
 import math
 import re
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -328,17 +329,30 @@ def plain(value: Any) -> Any:
     return value
 
 
+_POOL = ThreadPoolExecutor(max_workers=64, thread_name_prefix="rules")
+"""The threads every :func:`parallel_map` of this process shares (made as needed, then kept)."""
+
+
 def parallel_map(fn: Callable[[_T], _R], items: Sequence[_T], *, max_workers: int = 8) -> list[_R]:
-    """``[fn(x) for x in items]``, run concurrently, results in input order.
+    """``[fn(x) for x in items]``, run concurrently (at most ``max_workers`` at once), results in input order.
 
     Each call runs in a copy of the caller's context, so tracing and the mesh
-    ids in baggage follow the outgoing capability calls.
+    ids in baggage follow the outgoing capability calls. The threads are the
+    process's shared pool, not made per call; ``fn`` must not call
+    :func:`parallel_map` itself (it could wait for a thread its caller holds).
     """
     if len(items) <= 1:
         return [fn(x) for x in items]
-    with ThreadPoolExecutor(max_workers=min(max_workers, len(items)), thread_name_prefix="rules") as pool:
-        futures = [pool.submit(contextvars.copy_context().run, fn, x) for x in items]
-        return [f.result() for f in futures]
+    slots = threading.BoundedSemaphore(min(max_workers, len(items)))
+
+    def one(x: _T) -> _R:
+        with slots:
+            return fn(x)
+
+    futures = []
+    for x in items:
+        futures.append(_POOL.submit(contextvars.copy_context().run, one, x))
+    return [f.result() for f in futures]
 
 
 # --- results --------------------------------------------------------------------------------------
