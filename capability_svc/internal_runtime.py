@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import sqlite3
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -212,7 +213,7 @@ def _migrate(conn: sqlite3.Connection) -> None:
 
 
 class InternalStore:
-    """The SQLite file of the internal systems. Thread-safe (a connection per operation)."""
+    """The SQLite file of the internal systems. Thread-safe (a connection per thread, kept)."""
 
     def __init__(self, path: Path, *, clock: Clock = _utc_now):
         """Open (creating if needed) the database at ``path``.
@@ -223,6 +224,7 @@ class InternalStore:
         """
         self.path = path
         self.clock = clock
+        self._local = threading.local()
         path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as conn:
             conn.execute("PRAGMA journal_mode=WAL")
@@ -232,13 +234,21 @@ class InternalStore:
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        conn = sqlite3.connect(str(self.path), isolation_level=None, timeout=5.0)
-        conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA foreign_keys = ON")
+        """This thread's connection (opened on its first use, then kept: no connect per query)."""
+        local = self._local
+        conn: sqlite3.Connection | None = getattr(local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(str(self.path), isolation_level=None, timeout=5.0)
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA foreign_keys = ON")
+            local.conn, local.depth = conn, 0
+        local.depth += 1
         try:
             yield conn
         finally:
-            conn.close()
+            local.depth -= 1
+            if local.depth == 0 and conn.in_transaction:
+                conn.execute("ROLLBACK")  # the outermost use never leaves a transaction open
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
