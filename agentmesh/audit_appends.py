@@ -6,8 +6,10 @@ round trips to audit, and the gRPC stack, not the log, is what the machine
 spends its time on. :class:`GroupAppender` is the one path every append of
 :class:`~agentmesh.audit_client.AuditRecorder` takes:
 
-* a record waits while an earlier call to audit is in flight (at most
-  :data:`SENDERS` are), then goes with everything else waiting, up to
+* a caller that finds no call to audit in flight sends its record from its
+  own thread, at once. Otherwise the record waits while the earlier calls are
+  in flight (a sender thread is free: at most :data:`SENDERS` of them), then
+  goes with everything else waiting, up to
   :data:`MAX_RECORDS` records / :data:`MAX_BYTES` bytes, in one
   ``AppendRecords`` call. A record alone goes as ``AppendRecord``, so an idle
   mesh sends what it sent before, under the caller's own trace span;
@@ -83,6 +85,7 @@ class GroupAppender:
         self._queue: deque[_Append] = deque()
         self._ready = threading.Condition()
         self._threads: list[threading.Thread] = []
+        self._in_flight = 0
         self.batches = 0
         """Batches taken from the queue so far (each one call to audit, unless it was refused)."""
 
@@ -121,8 +124,27 @@ class GroupAppender:
 
     def append_all(self, records: list[audit_pb2.AuditRecord],
                    timeout_s: float) -> list[audit_pb2.AppendRecordResponse]:
-        """Appends records together (all or none) and returns once they are durable; raises a MeshError otherwise."""
-        answer = self.submit_all(records, timeout_s)
+        """Appends records together (all or none) and returns once they are durable; raises a MeshError otherwise.
+
+        When no call to audit is in flight and nothing waits, the caller's own thread sends
+        them (no hand-off to a sender thread); otherwise they wait and go with the others.
+        """
+        with self._ready:
+            direct = not self._queue and self._in_flight == 0
+            if direct:
+                self._in_flight += 1
+                self.batches += 1
+        if direct:
+            item = _Append(list(records), time.monotonic() + timeout_s, contextvars.copy_context(),
+                           sum(r.ByteSize() for r in records))
+            try:
+                self._send([item])
+            finally:
+                with self._ready:
+                    self._in_flight -= 1
+            answer = item.answer
+        else:
+            answer = self.submit_all(records, timeout_s)
         try:
             return answer.result(timeout=timeout_s + 1.0)
         except TimeoutError as err:
@@ -133,6 +155,7 @@ class GroupAppender:
             while not self._queue:
                 self._ready.wait()
             self.batches += 1
+            self._in_flight += 1
             batch = [self._queue.popleft()]
             size = batch[0].size
             count = len(batch[0].records)
@@ -152,6 +175,9 @@ class GroupAppender:
                 for item in batch:
                     if not item.answer.done():
                         item.answer.set_exception(errors.Internal(f"audit append failed: {err!r}"))
+            finally:
+                with self._ready:
+                    self._in_flight -= 1
 
     def _send(self, batch: list[_Append]) -> None:
         now = time.monotonic()

@@ -1532,9 +1532,11 @@ class Orchestrator:
         return out
 
     def _notify(self, live: _Live, event: pb.ExecutionEvent, **fields: Any) -> None:
-        message = pb.WatchExecutionResponse(event=event, execution=self._snapshot(live), **fields)
         with live.lock:
             watchers = list(live.watchers)
+        if not watchers:
+            return  # nobody watches: no copy of the execution is made
+        message = pb.WatchExecutionResponse(event=event, execution=self._snapshot(live), **fields)
         for q in watchers:
             q.put(message)
 

@@ -164,3 +164,23 @@ def test_a_unit_with_a_refused_record_is_refused_whole(audit: tuple[HeldAudit, G
         appender.append_all([_record("fine"), _record("bad")], timeout_s=5)
     assert fake.taken == 0
     assert [r.index for r in appender.append_all([_record("a"), _record("b")], timeout_s=5)] == [0, 1]
+
+
+def test_with_nothing_in_flight_the_caller_sends_from_its_own_thread(
+        audit: tuple[HeldAudit, GroupAppender]) -> None:
+    fake, appender = audit
+    fake.hold.set()
+    stub = appender._stub()
+    threads: list[str] = []
+
+    class Watching:
+        def __getattr__(self, name: str) -> Any:
+            threads.append(threading.current_thread().name)
+            return getattr(stub, name)
+
+    watching = GroupAppender(lambda: Watching())  # type: ignore[arg-type, return-value]
+    assert watching.append(_record("alone"), timeout_s=5).index == 0
+    assert threads == [threading.current_thread().name]
+    # Not waited for: always through a sender thread.
+    assert watching.submit(_record("later"), timeout_s=5).result(5).index == 1
+    assert threads[1].startswith("audit-append-")
