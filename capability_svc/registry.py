@@ -388,6 +388,8 @@ class CapabilityRegistry:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA busy_timeout=5000")
         self._db.executescript(_STATE_SCHEMA)
+        self._status_cache: dict[str | None, dict[tuple[str, str], sqlite3.Row]] = {}
+        self._status_version: int | None = None
 
     @classmethod
     def load(
@@ -422,14 +424,28 @@ class CapabilityRegistry:
     # -- lookup --
 
     def _status_rows(self, capability_id: str | None = None) -> dict[tuple[str, str], sqlite3.Row]:
+        """The stored statuses (of one capability), read again only when the file changed.
+
+        ``PRAGMA data_version`` moves when another connection (another process, the
+        operator's CLI) commits; this connection's own changes clear the cache.
+        """
         with self._lock:
+            version = self._db.execute("PRAGMA data_version").fetchone()[0]
+            if version != self._status_version:
+                self._status_cache.clear()
+                self._status_version = version
+            cached = self._status_cache.get(capability_id)
+            if cached is not None:
+                return cached
             if capability_id is None:
                 rows = self._db.execute("SELECT * FROM capability_status").fetchall()
             else:
                 rows = self._db.execute(
                     "SELECT * FROM capability_status WHERE capability_id = ?", (capability_id,)
                 ).fetchall()
-        return {(r["capability_id"], r["version"]): r for r in rows}
+            found = {(r["capability_id"], r["version"]): r for r in rows}
+            self._status_cache[capability_id] = found
+            return found
 
     def _entry(
         self, manifest: CapabilityManifest, rows: Mapping[tuple[str, str], sqlite3.Row]
@@ -595,13 +611,16 @@ class CapabilityRegistry:
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
+        self._status_cache.clear()  # this connection's own commits do not move data_version
         self._db.execute("BEGIN IMMEDIATE")
         try:
             yield
         except BaseException:
             self._db.execute("ROLLBACK")
+            self._status_cache.clear()
             raise
         self._db.execute("COMMIT")
+        self._status_cache.clear()
 
     # -- validation --
 

@@ -226,6 +226,27 @@ def test_disabled_capability_fails_closed_and_survives_restart(tmp_path: Path) -
         again.close()
 
 
+def test_a_status_changed_by_another_process_holds_at_the_next_lookup(tmp_path: Path) -> None:
+    """Statuses are remembered between lookups, and read again once the file changed."""
+    state = tmp_path / "capability.db"
+    serving = CapabilityRegistry.load(default_capabilities_dir(), state)
+    operator = CapabilityRegistry.load(default_capabilities_dir(), state)
+    try:
+        assert serving.ensure_executable("training.getStatus").executable  # read, then remembered
+        operator.set_status("training.getStatus", "DISABLED", changed_by="op", reason="LMS outage")
+        with pytest.raises(CapabilityNotExecutable):
+            serving.ensure_executable("training.getStatus")
+        operator.set_status("training.getStatus", "ACTIVE")
+        assert serving.ensure_executable("training.getStatus").executable
+        # Its own change holds at once too.
+        serving.set_status("training.getStatus", "DISABLED")
+        with pytest.raises(CapabilityNotExecutable):
+            serving.ensure_executable("training.getStatus")
+    finally:
+        serving.close()
+        operator.close()
+
+
 @pytest.mark.parametrize(
     ("status", "executable"),
     [
