@@ -213,7 +213,7 @@ class GroupAppender:
             answer = batch[0].context.run(self._stub().AppendRecords, request, timeout=timeout)
         except grpc.RpcError as err:
             failure = errors.from_rpc_error(err)
-            if err.code() in _TRANSPORT_FAILURES:  # type: ignore[attr-defined]
+            if err.code() in _TRANSPORT_FAILURES:
                 for item in batch:
                     item.answer.set_exception(failure)
                 return

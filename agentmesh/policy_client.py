@@ -34,15 +34,15 @@ class PolicyClient:
         try:
             resp: policy_pb2.AuthorizeResponse = self._stub.Authorize(request, timeout=self._timeout)
         except grpc.RpcError as err:
-            if err.code() != grpc.StatusCode.UNAVAILABLE:  # type: ignore[attr-defined]
+            if err.code() != grpc.StatusCode.UNAVAILABLE:
                 raise errors.from_rpc_error(err) from err
             try:
                 resp = self._stub.Authorize(request, timeout=min(self._timeout, RECONNECT_WAIT_S),
                                             wait_for_ready=True)
             except grpc.RpcError as again:
-                if again.code() == grpc.StatusCode.DEADLINE_EXCEEDED:  # type: ignore[attr-defined]
+                if again.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                     raise errors.Unavailable(
-                        f"the policy engine could not be reached within {RECONNECT_WAIT_S:g} s: {err.details()}",  # type: ignore[attr-defined]
+                        f"the policy engine could not be reached within {RECONNECT_WAIT_S:g} s: {err.details()}",
                         reason="POLICY_UNAVAILABLE") from again
                 raise errors.from_rpc_error(again) from again
         return resp

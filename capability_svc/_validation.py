@@ -62,7 +62,7 @@ class SchemaCheck:
     one is stricter than it (a ``$`` before a trailing newline), the Python answer stands.
     """
 
-    def __init__(self, schema: Mapping[str, Any]) -> None:
+    def __init__(self, schema: dict[str, Any]) -> None:
         self.precise = jsonschema.Draft202012Validator(
             schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
         try:

@@ -629,7 +629,7 @@ class CapabilityRegistry:
         validator = self._validators.get(key)
         if validator is None:
             schema = manifest.input_schema if which == "input" else manifest.output_schema
-            validator = SchemaCheck(schema)
+            validator = SchemaCheck(dict(schema))
             self._validators[key] = validator
         return validator
 
