@@ -70,6 +70,12 @@ class _Append:
     size: int
     answer: Future[list[audit_pb2.AppendRecordResponse]] = field(default_factory=Future)
 
+    @classmethod
+    def of(cls, records: list[audit_pb2.AuditRecord], timeout_s: float) -> _Append:
+        """The unit of ``records``, due within ``timeout_s``, in the caller's context."""
+        return cls(list(records), time.monotonic() + timeout_s, contextvars.copy_context(),
+                   sum(r.ByteSize() for r in records))
+
 
 class GroupAppender:
     """Appends records to audit, concurrent ones together; :meth:`append` returns the caller's own answer.
@@ -106,8 +112,7 @@ class GroupAppender:
     def submit_all(self, records: list[audit_pb2.AuditRecord],
                    timeout_s: float) -> Future[list[audit_pb2.AppendRecordResponse]]:
         """Queues records that go together (one call, consecutive indexes, all or none); one answer each."""
-        item = _Append(list(records), time.monotonic() + timeout_s, contextvars.copy_context(),
-                       sum(r.ByteSize() for r in records))
+        item = _Append.of(records, timeout_s)
         with self._ready:
             if len(self._threads) < self._senders:
                 thread = threading.Thread(target=self._send_forever, name=f"audit-append-{len(self._threads)}",
@@ -135,8 +140,7 @@ class GroupAppender:
                 self._in_flight += 1
                 self.batches += 1
         if direct:
-            item = _Append(list(records), time.monotonic() + timeout_s, contextvars.copy_context(),
-                           sum(r.ByteSize() for r in records))
+            item = _Append.of(records, timeout_s)
             try:
                 self._send([item])
             finally:

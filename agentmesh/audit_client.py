@@ -372,11 +372,6 @@ class AuditRecorder:
                 ok = False
         return ok
 
-    @property
-    def appends(self) -> GroupAppender:
-        """The path every append takes (its ``batches`` count is what the benchmarks read)."""
-        return self._appender
-
     # -- records that must never be lost -------------------------------------------
 
     def record_durably(self, event_type: int, **fields: Any) -> None:

@@ -71,12 +71,6 @@ class SchemaCheck:
         except Exception:  # noqa: BLE001 - a schema it cannot compile (a regex it lacks): the precise check only
             self._fast = None
 
-    def is_valid(self, instance: Any) -> bool:
-        """Whether ``instance`` holds to the schema."""
-        if self._fast is not None and self._fast.is_valid(instance):
-            return True
-        return bool(self.precise.is_valid(instance))
-
     def violations(self, instance: Any) -> tuple[FieldViolation, ...]:
         """Every violation of ``instance`` (empty: valid), as :func:`schema_violations` reports them."""
         if self._fast is not None and self._fast.is_valid(instance):

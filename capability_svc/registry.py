@@ -611,7 +611,6 @@ class CapabilityRegistry:
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
-        self._status_cache.clear()  # this connection's own commits do not move data_version
         self._db.execute("BEGIN IMMEDIATE")
         try:
             yield
@@ -620,7 +619,7 @@ class CapabilityRegistry:
             self._status_cache.clear()
             raise
         self._db.execute("COMMIT")
-        self._status_cache.clear()
+        self._status_cache.clear()  # this connection's own commits do not move data_version
 
     # -- validation --
 

@@ -21,6 +21,8 @@ from agentmesh.unimplemented import unimplemented_servicer
 from agentmesh.v1 import audit_service_pb2 as pb
 from agentmesh.v1 import audit_service_pb2_grpc as pb_grpc
 
+from .test_audit_client import serving
+
 KILL = pb.AUDIT_EVENT_TYPE_KILL_SWITCH_CHANGED
 
 
@@ -66,18 +68,12 @@ class HeldAudit(unimplemented_servicer(pb_grpc.AuditServiceServicer)):  # type: 
 @pytest.fixture()
 def audit() -> Iterator[tuple[HeldAudit, GroupAppender]]:
     fake = HeldAudit()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    pb_grpc.add_AuditServiceServicer_to_server(fake, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-    stub = pb_grpc.AuditServiceStub(channel)
-    try:
-        yield fake, GroupAppender(lambda: stub, senders=1)
-    finally:
-        fake.hold.set()
-        channel.close()
-        server.stop(None)
+    with serving(fake) as channel:
+        stub = pb_grpc.AuditServiceStub(channel)
+        try:
+            yield fake, GroupAppender(lambda: stub, senders=1)
+        finally:
+            fake.hold.set()
 
 
 def _record(code: str) -> pb.AuditRecord:

@@ -7,6 +7,7 @@ naming the record, as the real service does).
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 import time
@@ -65,19 +66,26 @@ class FakeAudit(unimplemented_servicer(pb_grpc.AuditServiceServicer)):  # type: 
             return [r.reason_codes[0] if r.reason_codes else "" for r in self.records]
 
 
-@pytest.fixture()
-def audit() -> Iterator[tuple[FakeAudit, grpc.Channel]]:
-    fake = FakeAudit()
+@contextlib.contextmanager
+def serving(servicer: pb_grpc.AuditServiceServicer) -> Iterator[grpc.Channel]:
+    """``servicer`` as an AuditService on a loopback port, and a channel to it (both closed after)."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    pb_grpc.add_AuditServiceServicer_to_server(fake, server)
+    pb_grpc.add_AuditServiceServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     try:
-        yield fake, channel
+        yield channel
     finally:
         channel.close()
         server.stop(None)
+
+
+@pytest.fixture()
+def audit() -> Iterator[tuple[FakeAudit, grpc.Channel]]:
+    fake = FakeAudit()
+    with serving(fake) as channel:
+        yield fake, channel
 
 
 def _recorder(channel: grpc.Channel, path: Path, *, start: bool = True) -> AuditRecorder:
