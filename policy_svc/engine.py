@@ -24,6 +24,11 @@ with no evaluation error is an ALLOW. Obligations: a forbid annotated
 Deny into CONFIRMATION_REQUIRED or HUMAN_APPROVAL_REQUIRED when (a) only
 obligation policies denied and (b) the same request is allowed by the set
 without the obligation policies. Human approval wins when both apply.
+
+Remembering: an evaluation depends only on the request, the policies, the state's
+entities and the kill-switch board, so a request already evaluated against the same
+state and switches is answered from memory (a new decision id, the same effect,
+reasons and explanation). A change of tenants, data or switches starts afresh.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import marshal
 import math
 import re
 import threading
@@ -39,6 +45,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 import cedarpy
 import yaml
@@ -181,6 +188,16 @@ class _State:
     version: str
 
 
+_Evaluation = tuple[Effect, tuple[str, ...], tuple[str, ...]]
+"""What an evaluation found: the effect, its reason codes and details."""
+
+_Remembered = tuple[Effect, tuple[str, ...], str]
+"""A decision as remembered: its effect, reason codes and explanation (each answer gets its own id)."""
+
+MEMO_SIZE: Final = 4096
+"""Most distinct requests remembered per state and kill-switch board (then the memo starts again)."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Outcome:
     decision: cedarpy.Decision
@@ -227,6 +244,8 @@ class PolicyEngine:
         self._state = self._build_state({})
         # (state, active switches, static entities + their board); see _entities_with.
         self._board: tuple[_State, _KillSwitches, cedarpy.Entities] | None = None
+        # (state, active switches, Cedar request -> its decision); see _memo_for.
+        self._memo: tuple[_State, _KillSwitches, dict[bytes, _Remembered]] | None = None
         self._policies = policies
         self._budget_s = evaluation_budget_s
         self._clock = clock
@@ -414,7 +433,15 @@ class PolicyEngine:
         except ValueError as exc:
             return self._decide(Effect.DENY, (INVALID_KILL_SWITCH,), details=(str(exc),), version=state.version)
         try:
-            effect, reasons, details = self._evaluate(_cedar_request(request), self._entities_with(state, switches))
+            cedar_request = _cedar_request(request)
+            memo = self._memo_for(state, switches)
+            # Format 0 shares no objects, so equal requests (built in the same key order) give equal bytes.
+            key = marshal.dumps(cedar_request, 0)
+            known = memo.get(key)
+            if known is not None:
+                return Decision(decision_id=self._new_decision_id(), effect=known[0], reason_codes=known[1],
+                                policy_version=state.version, explanation=known[2])
+            effect, reasons, details = self._evaluate(cedar_request, self._entities_with(state, switches))
         except Exception as exc:  # fail closed on anything, including bugs
             _log.exception("policy evaluation failed; denying")
             return self._decide(Effect.DENY, (ENGINE_ERROR,), details=(repr(exc),), version=state.version)
@@ -426,7 +453,27 @@ class PolicyEngine:
                 details=(f"took {elapsed * 1e3:.1f} ms, budget {self._budget_s * 1e3:.1f} ms",),
                 version=state.version,
             )
-        return self._decide(effect, reasons, details=details, version=state.version)
+        decision = self._decide(effect, reasons, details=details, version=state.version)
+        if len(memo) >= MEMO_SIZE:
+            memo.clear()
+        memo[key] = (decision.effect, decision.reason_codes, decision.explanation)
+        return decision
+
+    def _memo_for(self, state: _State, switches: _KillSwitches) -> dict[bytes, _Remembered]:
+        """The evaluations already made against this state and these kill switches.
+
+        A Cedar evaluation is a pure function of the request, the policies (loaded once), the
+        entities of ``state`` and the switches' board: Cedar reads no clock and nothing else. So
+        the same request against the same state and switches has the same answer, and it is
+        answered from here; any change of tenants, policy data or switches starts an empty memo.
+        Only evaluations that completed within the budget are kept; a failure is never kept.
+        """
+        cached = self._memo  # one read: another thread may replace it
+        if cached is not None and cached[0] is state and cached[1] == switches:
+            return cached[2]
+        memo: dict[bytes, _Remembered] = {}
+        self._memo = (state, switches, memo)
+        return memo
 
     def authorize_tenant_administration(self, caller: str, tenant_id: str, *, operators: Iterable[str]) -> Decision:
         """Whether ``caller`` (a SPIFFE id from mTLS) may create or change tenant ``tenant_id``
@@ -462,9 +509,7 @@ class PolicyEngine:
 
     # -- evaluation -------------------------------------------------------
 
-    def _evaluate(
-        self, cedar_request: JsonObject, entities: cedarpy.Entities
-    ) -> tuple[Effect, tuple[str, ...], tuple[str, ...]]:
+    def _evaluate(self, cedar_request: JsonObject, entities: cedarpy.Entities) -> _Evaluation:
         first = self._run(cedar_request, self._policy_set, entities)
         if first.decision not in (cedarpy.Decision.Allow, cedarpy.Decision.Deny):
             # The request could not even be built (cedarpy reports why in errors).
