@@ -95,7 +95,7 @@ from supervisor_svc.planner import (
 )
 from supervisor_svc.privacy import CANCEL, READ, Authorizer, ExecutionGuard, not_found
 from supervisor_svc.projection import Projector, to_struct
-from supervisor_svc.recording import PipelinedRecorder, governing, narrative, narrative_batch
+from supervisor_svc.recording import Recorder, governing, governing_all, narrative
 from supervisor_svc.registry import AgentRegistry
 from supervisor_svc.routing import Endpoint, Route
 from supervisor_svc.selection import AgentSelector
@@ -273,7 +273,7 @@ class Orchestrator:
         store: ExecutionStore,
         signer: grants.GrantSigner,
         specialists: SpecialistPort,
-        audit: PipelinedRecorder,
+        audit: Recorder,
         verify_assertion: Callable[[str], assertion.UserIdentity],
         authorize: Authorizer,
         task_timeout_s: float = DEFAULT_TASK_TIMEOUT_S,
@@ -582,14 +582,14 @@ class Orchestrator:
                          release_requested=(intent.action_requested or request.request_release)
                          and intent.action is not None,
                          confirmation_ttl_s=max(0, request.confirmation_ttl_seconds))
-            governing(self._audit, audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_STARTED,
-                      outcome=audit_pb2.AUDIT_OUTCOME_PENDING, execution_id=execution_id,
-                      correlation_id=correlation_id, tenant_id=user.tenant_id, user_id=user.user_id,
-                      reason_codes=[f"intent={intent.kind}", f"rule={intent.rule}", f"caller={caller}",
-                                    f"domain={intent.domain_id}",
-                                    *([f"model={classification.model_id}", f"model_call={classification.model_call_id}"]
-                                      if classification.source == "MODEL" else [])],
-                      resource=_first_resource(intent))
+            started = (audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_STARTED, dict(
+                outcome=audit_pb2.AUDIT_OUTCOME_PENDING, execution_id=execution_id,
+                correlation_id=correlation_id, tenant_id=user.tenant_id, user_id=user.user_id,
+                reason_codes=[f"intent={intent.kind}", f"rule={intent.rule}", f"caller={caller}",
+                              f"domain={intent.domain_id}",
+                              *([f"model={classification.model_id}", f"model_call={classification.model_call_id}"]
+                                if classification.source == "MODEL" else [])],
+                resource=_first_resource(intent)))
             with telemetry.tracer().start_as_current_span("AgentSelection") as span:
                 try:
                     # Admitted against the limits below, once the plan is stored: a plan that exceeds
@@ -597,6 +597,7 @@ class Orchestrator:
                     plan = build_plan(intent, execution_id=execution_id, user=user_ctx,
                                       correlation_id=correlation_id, selector=self._selector)
                 except sup_errors.NoAgentAvailable as err:
+                    governing(self._audit, started[0], **started[1])
                     execution.status = pb.EXECUTION_STATUS_FAILED
                     execution.decision = common_pb2.ANALYSIS_DECISION_INSUFFICIENT_EVIDENCE
                     execution.reason = f"{err.reason}: {err.message}"
@@ -612,14 +613,15 @@ class Orchestrator:
             for node in plan.graph.nodes:
                 node.status = common_pb2.TASK_STATUS_CREATED
             execution.graph.CopyFrom(plan.graph)
-            narrative_batch(self._audit, [
+            # The execution's start and its agents' selection: one append, durable before it is accepted.
+            governing_all(self._audit, [started, *(
                 (audit_pb2.AUDIT_EVENT_TYPE_AGENT_SELECTED, dict(
                     outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS, execution_id=execution_id, correlation_id=correlation_id,
                     tenant_id=user.tenant_id, user_id=user.user_id, task_id=node.task_id,
                     agent_id=node.target_agent_id,
                     reason_codes=[f"score={s.final_score:.3f}" for s in plan.selection_scores()
                                   if s.agent_id == node.target_agent_id][:1]))
-                for node in plan.graph.nodes])
+                for node in plan.graph.nodes)])
         # What a restarted supervisor needs to resume it, then the execution: both before any task runs.
         self._store.save_resume(execution_id, ResumeInfo(
             user_ctx, request.budget if request.HasField("budget") else None, live.release_requested,

@@ -45,13 +45,10 @@ class Recorder(Protocol):
         """Appends now, or keeps the record in the outbox until audit takes it; raises only if it cannot."""
         ...
 
-
-class PipelinedRecorder(Recorder, Protocol):
-    """A recorder that can also send records without waiting for each."""
-
-    def record_later(self, event_type: int, **fields: Any) -> Any: ...
-
-    def wait(self, sent: Any) -> bool: ...
+    def record_all(self, records: Sequence[tuple[int, dict[str, Any]]]) -> Any:
+        """Appends records in one call (consecutive indexes, all or none), once all are durable; raises a
+        MeshError otherwise (and then none of them is in the log)."""
+        ...
 
 
 def _name(event_type: int) -> str:
@@ -95,14 +92,16 @@ def narrative(audit: Recorder, event_type: int, **fields: Any) -> None:
                   _name(event_type), err.code.name, err.reason, err.message)
 
 
-def narrative_batch(audit: PipelinedRecorder, records: Sequence[tuple[int, dict[str, Any]]]) -> None:
-    """Several narrative records at once: sent together, each kept in the outbox if audit did not take it."""
-    sent: list[tuple[Any, int, dict[str, Any]]] = []
-    for event_type, fields in records:
-        try:
-            sent.append((audit.record_later(event_type, **fields), event_type, fields))
-        except Exception:  # noqa: BLE001 - the channel is gone: keep it durably instead
-            narrative(audit, event_type, **fields)
-    for future, event_type, fields in sent:
-        if not audit.wait([future]):
-            narrative(audit, event_type, **fields)
+def governing_all(audit: Recorder, records: Sequence[tuple[int, dict[str, Any]]]) -> None:
+    """Records that together let an action take effect: one append, at consecutive indexes, all durable
+    first or none in the log and :func:`audit_unavailable` (named after the first) is raised.
+
+    Raises:
+        agentmesh.errors.Unavailable: ``AUDIT_UNAVAILABLE``; the caller must not go on with the action.
+    """
+    try:
+        audit.record_all(records)
+    except errors.MeshError as err:
+        log.error("audit records %s not written (%s %s: %s): the action they govern does not happen",
+                  ", ".join(_name(t) for t, _ in records), err.code.name, err.reason, err.message)
+        raise audit_unavailable(records[0][0], err) from err

@@ -125,16 +125,10 @@ class Audit:
         else:
             self.record(event_type, **fields)
 
-    def record_later(self, event_type: int, **fields: Any) -> Any:
-        return (event_type, fields)
-
-    def wait(self, sent: Any) -> bool:
-        for event_type, fields in sent:
-            try:
-                self.record(event_type, **fields)
-            except errors.MeshError:
-                return False
-        return True
+    def record_all(self, records: Any) -> list[audit_pb2.AppendRecordResponse]:
+        if self.down:  # all or none, as the real log
+            raise errors.Unavailable("connection refused", reason="UNAVAILABLE")
+        return [self.record(event_type, **fields) for event_type, fields in records]
 
 
 READERS = {"reviewer", "admin", "operator"}
@@ -771,6 +765,39 @@ def test_audit_down_means_no_analysis_at_all(world: Any) -> None:
     with pytest.raises(errors.Unavailable) as err:
         _analyze(orch, token)
     assert err.value.reason == "AUDIT_UNAVAILABLE"
+    assert not specialists.requests and not orch._live and orch._store.running() == []
+
+
+def test_the_start_and_the_selections_are_one_append_before_anything_runs(world: Any) -> None:
+    orch, specialists, audit, token, _ = world
+    units: list[list[int]] = []
+    record_all = audit.record_all
+
+    def counted(records: Any) -> Any:
+        units.append([event_type for event_type, _ in records])
+        return record_all(records)
+
+    audit.record_all = counted
+    ex = _analyze(orch, token)
+    assert units[0] == [audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_STARTED] + [
+        audit_pb2.AUDIT_EVENT_TYPE_AGENT_SELECTED] * len(ex.graph.nodes)
+    # In the log at consecutive places, first of the execution, each selection naming its task.
+    assert [r.event_type for r in audit.records[:len(units[0])]] == units[0]
+    assert [r.task_id for r in audit.records[1:len(units[0])]] == [n.task_id for n in ex.graph.nodes]
+
+
+def test_a_start_audit_refuses_leaves_no_record_and_no_execution(world: Any) -> None:
+    orch, specialists, audit, token, _ = world
+
+    def refused(records: Any) -> Any:
+        raise errors.InvalidArgument("record too large", reason="FIELD_TOO_LONG", metadata={"field": "records"})
+
+    audit.record_all = refused
+    with pytest.raises(errors.Unavailable) as err:
+        _analyze(orch, token)
+    assert err.value.reason == "AUDIT_UNAVAILABLE"
+    assert "EXECUTION_STARTED" in err.value.message
+    assert audit.records == [] and audit.outbox == []
     assert not specialists.requests and not orch._live and orch._store.running() == []
 
 
