@@ -11,7 +11,9 @@ mesh home, then, as the capability service's identity:
   * concurrent  --threads callers sharing one channel: decisions per second
 
 and, for the ratio, the bare gRPC mTLS round trip of ``bench_transport.py`` (no
-interceptors, a servicer that does nothing) measured in the same run.
+interceptors, a servicer that does nothing) measured in the same run, in alternating
+rounds, two ways: client and server in one process (as ``bench_transport.py`` runs it),
+and the server in a process of its own (as the policy engine is).
 
 Targets on the 2-core machine class: round trip <= 1.5 ms p50, and <= 1.5 x the bare round trip.
 """
@@ -85,6 +87,11 @@ def main() -> int:
         audit, audit_addr = _start(home, "audit_svc", "audit", {})
         policy, policy_addr = _start(home, "policy_svc", "policy", {"audit": audit_addr})
         launcher.seed_tenants(cfg, policy_addr)  # the demo tenants, as `agentmesh up` applies them
+        # The bare server of bench_transport.py in a process of its own, as the policy engine is.
+        bare_server = subprocess.Popen([sys.executable, str(Path(__file__).resolve().parent / "bench_transport.py"),
+                                        "--serve-bare", str(home)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert bare_server.stdout is not None
+        bare_channel = bench_transport.bare_channel(cfg, int(bare_server.stdout.readline()))
         try:
             tls = transport.TlsFiles.of(leaf_paths(cfg.mesh_home.workloads, spiffe.service("capability")),
                                         cfg.mesh_home.trust_bundle)
@@ -95,19 +102,23 @@ def main() -> int:
             requests = [_request(i) for i in range(250)]
             for i in range(200):  # warm-up: connection, caches
                 stub.Authorize(requests[i % 250])
-            # Rounds alternate Authorize and the bare round trip, so a noisy neighbour slows both.
+            # Rounds alternate Authorize and the bare round trips, so a noisy neighbour slows all of them.
             lat: list[float] = []
-            ratios, bares = [], []
+            ratios: dict[str, list[float]] = {"in one process": [], "across two processes": []}
+            bares: dict[str, list[float]] = {k: [] for k in ratios}
+            per_round = args.calls // args.rounds
             for _ in range(args.rounds):
                 round_lat = []
-                for i in range(args.calls // args.rounds):
+                for i in range(per_round):
                     t0 = time.perf_counter()
                     stub.Authorize(requests[i % 250])
                     round_lat.append((time.perf_counter() - t0) * 1000)
-                bare, _ = bench_transport._measure(bench_transport._bare, cfg, args.calls // args.rounds)
-                bares.append(bare)
-                ratios.append(statistics.median(round_lat) / bare)
                 lat += round_lat
+                alone, _ = bench_transport._measure(bench_transport._bare, cfg, per_round)
+                across, _ = bench_transport.measure_channel(bare_channel, per_round)
+                for key, bare in (("in one process", alone), ("across two processes", across)):
+                    bares[key].append(bare)
+                    ratios[key].append(statistics.median(round_lat) / bare)
             lat.sort()
             count = [0]
             stop = time.monotonic() + args.seconds
@@ -134,11 +145,14 @@ def main() -> int:
             print(f"  round trip p50     {statistics.median(lat):.3f} ms")
             print(f"  round trip p99     {lat[int(len(lat) * 0.99) - 1]:.3f} ms")
             print(f"  decisions/s        {rate:.0f}  ({args.threads} concurrent callers, one channel)")
-            print(f"  bare mTLS p50      {statistics.median(bares):.3f} ms (bench_transport.py's bare round trip, "
-                  f"median of {args.rounds} rounds)")
-            print(f"  Authorize / bare   {statistics.median(ratios):.2f} x, median of the rounds' ratios "
-                  f"({min(ratios):.2f}-{max(ratios):.2f}; target <= 1.5)")
+            for key in ratios:
+                print(f"  bare mTLS p50      {statistics.median(bares[key]):.3f} ms, client and no-op server "
+                      f"{key} (median of {args.rounds} rounds)")
+                print(f"  Authorize / bare   {statistics.median(ratios[key]):.2f} x, median of the rounds' ratios "
+                      f"({min(ratios[key]):.2f}-{max(ratios[key]):.2f}; target <= 1.5)")
         finally:
+            bare_channel.close()
+            bare_server.communicate(timeout=10)  # closes its stdin: it stops
             for proc in (policy, audit):
                 proc.terminate()
                 proc.wait(timeout=10)

@@ -67,19 +67,14 @@ def _handlers() -> grpc.GenericRpcHandler:
 
 
 def _bare(cfg: config.MeshConfig) -> tuple[grpc.Server, grpc.Channel]:
-    srv_paths, cli_paths = (leaf_paths(cfg.mesh_home.workloads, i) for i in (SERVER, CLIENT))
-    ca = cfg.mesh_home.trust_bundle.read_bytes()
+    srv_paths = leaf_paths(cfg.mesh_home.workloads, SERVER)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
     server.add_generic_rpc_handlers((_handlers(),))
     port = server.add_secure_port("127.0.0.1:0", grpc.ssl_server_credentials(
-        [(srv_paths.key.read_bytes(), srv_paths.cert.read_bytes())], root_certificates=ca,
-        require_client_auth=True))
+        [(srv_paths.key.read_bytes(), srv_paths.cert.read_bytes())],
+        root_certificates=cfg.mesh_home.trust_bundle.read_bytes(), require_client_auth=True))
     server.start()
-    channel = grpc.secure_channel(f"127.0.0.1:{port}", grpc.ssl_channel_credentials(
-        root_certificates=ca, private_key=cli_paths.key.read_bytes(),
-        certificate_chain=cli_paths.cert.read_bytes()), options=[
-        ("grpc.ssl_target_name_override", SERVER.dns_name), ("grpc.default_authority", SERVER.dns_name)])
-    return server, channel
+    return server, bare_channel(cfg, port)
 
 
 def _mesh(cfg: config.MeshConfig) -> tuple[grpc.Server, grpc.Channel]:
@@ -99,29 +94,62 @@ def _measure(make: Callable[[config.MeshConfig], tuple[grpc.Server, grpc.Channel
     """(round trip p50 ms, CPU ms per call) of ``calls`` sequential calls after a warm-up."""
     server, channel = make(cfg)
     try:
-        call: Any = channel.unary_unary(METHOD, request_serializer=pb.AuthorizeRequest.SerializeToString,
-                                        response_deserializer=pb.AuthorizeResponse.FromString)
-        for _ in range(200):
-            call(REQUEST, timeout=10)
-        walls = []
-        cpu0 = os.times()
-        for _ in range(calls):
-            t0 = time.perf_counter()
-            call(REQUEST, timeout=10)
-            walls.append(time.perf_counter() - t0)
-        cpu1 = os.times()
+        return measure_channel(channel, calls)
     finally:
         channel.close()
         server.stop(None)
+
+
+def measure_channel(channel: grpc.Channel, calls: int) -> tuple[float, float]:
+    """(round trip p50 ms, CPU ms per call of this process) of ``calls`` no-op calls on ``channel``."""
+    call: Any = channel.unary_unary(METHOD, request_serializer=pb.AuthorizeRequest.SerializeToString,
+                                    response_deserializer=pb.AuthorizeResponse.FromString)
+    for _ in range(200):
+        call(REQUEST, timeout=10)
+    walls = []
+    cpu0 = os.times()
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        call(REQUEST, timeout=10)
+        walls.append(time.perf_counter() - t0)
+    cpu1 = os.times()
     cpu = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
     return statistics.median(walls) * 1000, cpu * 1000 / calls
+
+
+def serve_bare(home: str) -> None:
+    """The bare server alone, for a client in another process: prints its port, serves until stdin closes."""
+    cfg = config.load(home=home, environ={})
+    srv_paths = leaf_paths(cfg.mesh_home.workloads, SERVER)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    server.add_generic_rpc_handlers((_handlers(),))
+    port = server.add_secure_port("127.0.0.1:0", grpc.ssl_server_credentials(
+        [(srv_paths.key.read_bytes(), srv_paths.cert.read_bytes())],
+        root_certificates=cfg.mesh_home.trust_bundle.read_bytes(), require_client_auth=True))
+    server.start()
+    print(port, flush=True)
+    sys.stdin.read()
+    server.stop(None)
+
+
+def bare_channel(cfg: config.MeshConfig, port: int) -> grpc.Channel:
+    """A bare mTLS channel (no interceptors) to a bare server on ``port``."""
+    cli_paths = leaf_paths(cfg.mesh_home.workloads, CLIENT)
+    return grpc.secure_channel(f"127.0.0.1:{port}", grpc.ssl_channel_credentials(
+        root_certificates=cfg.mesh_home.trust_bundle.read_bytes(), private_key=cli_paths.key.read_bytes(),
+        certificate_chain=cli_paths.cert.read_bytes()), options=[
+        ("grpc.ssl_target_name_override", SERVER.dns_name), ("grpc.default_authority", SERVER.dns_name)])
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=3000, help="sequential calls per measurement (default 3000)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    parser.add_argument("--serve-bare", metavar="HOME", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve_bare:
+        serve_bare(args.serve_bare)
+        return 0
     for var in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
         os.environ.pop(var, None)  # what the mesh costs when nothing exports
     with tempfile.TemporaryDirectory() as tmp:
