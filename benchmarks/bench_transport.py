@@ -66,7 +66,8 @@ def _handlers() -> grpc.GenericRpcHandler:
         response_serializer=pb.AuthorizeResponse.SerializeToString)})
 
 
-def _bare(cfg: config.MeshConfig) -> tuple[grpc.Server, grpc.Channel]:
+def bare_server(cfg: config.MeshConfig) -> tuple[grpc.Server, int]:
+    """A started bare mTLS server (no interceptors) of the no-op method, and its port."""
     srv_paths = leaf_paths(cfg.mesh_home.workloads, SERVER)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
     server.add_generic_rpc_handlers((_handlers(),))
@@ -74,6 +75,11 @@ def _bare(cfg: config.MeshConfig) -> tuple[grpc.Server, grpc.Channel]:
         [(srv_paths.key.read_bytes(), srv_paths.cert.read_bytes())],
         root_certificates=cfg.mesh_home.trust_bundle.read_bytes(), require_client_auth=True))
     server.start()
+    return server, port
+
+
+def _bare(cfg: config.MeshConfig) -> tuple[grpc.Server, grpc.Channel]:
+    server, port = bare_server(cfg)
     return server, bare_channel(cfg, port)
 
 
@@ -119,14 +125,7 @@ def measure_channel(channel: grpc.Channel, calls: int) -> tuple[float, float]:
 
 def serve_bare(home: str) -> None:
     """The bare server alone, for a client in another process: prints its port, serves until stdin closes."""
-    cfg = config.load(home=home, environ={})
-    srv_paths = leaf_paths(cfg.mesh_home.workloads, SERVER)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-    server.add_generic_rpc_handlers((_handlers(),))
-    port = server.add_secure_port("127.0.0.1:0", grpc.ssl_server_credentials(
-        [(srv_paths.key.read_bytes(), srv_paths.cert.read_bytes())],
-        root_certificates=cfg.mesh_home.trust_bundle.read_bytes(), require_client_auth=True))
-    server.start()
+    server, port = bare_server(config.load(home=home, environ={}))
     print(port, flush=True)
     sys.stdin.read()
     server.stop(None)
