@@ -71,6 +71,12 @@ class SchemaCheck:
         except Exception:  # noqa: BLE001 - a schema it cannot compile (a regex it lacks): the precise check only
             self._fast = None
 
+    def errors(self, instance: Any) -> list[jsonschema.ValidationError]:
+        """The precise validator's errors for ``instance`` (empty: valid); it runs only if the compiled check fails."""
+        if self._fast is not None and self._fast.is_valid(instance):
+            return []
+        return list(self.precise.iter_errors(instance))
+
     def violations(self, instance: Any) -> tuple[FieldViolation, ...]:
         """Every violation of ``instance`` (empty: valid), as :func:`schema_violations` reports them."""
         if self._fast is not None and self._fast.is_valid(instance):

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from jsonschema import Draft202012Validator
 
 from agentmesh.external import BreakerState, CircuitBreaker, DuplicateJsonKey, strict_json_loads
+from capability_svc._validation import SchemaCheck
 from capability_svc.errors import (
     CapabilityNotFound,
     ExternalError,
@@ -176,7 +176,7 @@ class ExternalGateway:
     def get_json(
         self,
         path: str,
-        schemas: Mapping[int, Draft202012Validator],
+        schemas: Mapping[int, SchemaCheck],
         *,
         budget_s: float | None = None,
     ) -> ExternalResponse:
@@ -264,7 +264,7 @@ class ExternalGateway:
         path: str,
         url: str,
         timeout: float,
-        schemas: Mapping[int, Draft202012Validator],
+        schemas: Mapping[int, SchemaCheck],
         attempt: int,
     ) -> ExternalResponse:
         started = self._clock()
@@ -315,7 +315,7 @@ class ExternalGateway:
                 url=url,
                 attempts=attempt,
             ) from None
-        errors = sorted(schemas[status].iter_errors(data), key=lambda e: list(e.absolute_path))
+        errors = sorted(schemas[status].errors(data), key=lambda e: list(e.absolute_path))
         if errors:
             first = errors[0]
             path_text = "/".join(str(p) for p in first.absolute_path) or "<root>"
@@ -470,8 +470,8 @@ class LmsClient:
     """Training records from an LMS through an :class:`ExternalGateway`."""
 
     CAPABILITY_ID = "training.getStatus"
-    _OK = Draft202012Validator(LMS_TRAININGS_SCHEMA)
-    _NOT_FOUND = Draft202012Validator(LMS_NOT_FOUND_SCHEMA)
+    _OK = SchemaCheck(LMS_TRAININGS_SCHEMA)
+    _NOT_FOUND = SchemaCheck(LMS_NOT_FOUND_SCHEMA)
 
     def __init__(self, gateway: ExternalGateway):
         """Wrap a gateway whose ``base_url`` is the LMS root."""

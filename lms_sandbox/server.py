@@ -27,10 +27,10 @@ import json
 import logging
 import secrets
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from agentmesh.background_http import BackgroundHttpServer
+from agentmesh.background_http import BackgroundHttpServer, KeptAliveHttpServer
 from lms_sandbox.data import LmsData
 from lms_sandbox.faults import HOSTILE_ISSUER, HOSTILE_TITLE, Fault, FaultMode, FaultTable
 
@@ -41,25 +41,40 @@ _MAX_ADMIN_BODY = 64 * 1024
 _CHUNK = 64 * 1024
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    # Quick restarts in tests must not fail on a socket in TIME_WAIT.
-    allow_reuse_address = True
+class _Server(KeptAliveHttpServer):
     sandbox: LmsSandbox
 
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     server_version = "lms-sandbox/1"
+    # Keep-alive, as an LMS behind a load balancer does: every answer has a Content-Length
+    # (or says Connection: close), so a client reuses its connection instead of connecting per lookup.
+    protocol_version = "HTTP/1.1"
+    # Headers and body go out in separate writes: with Nagle on, a kept-alive connection waits
+    # for a delayed ACK (about 40 ms) before each body.
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         _log.info("%s %s", self.address_string(), format % args)
 
     # -- plumbing --
 
+    def parse_request(self) -> bool:
+        self._consumed = False
+        return super().parse_request()
+
+    def _start_response(self, status: int) -> None:
+        """The status line, and ``Connection: close`` when this connection cannot serve another request."""
+        if not self._consumed and (self.headers.get("Content-Length") or "0") != "0":
+            self.close_connection = True  # the request's body was not read: what follows it is not a request
+        self.send_response(status)
+        if self.close_connection:
+            self.send_header("Connection", "close")
+
     def _send_json(self, status: int, payload: Any) -> None:
         body = json.dumps(payload).encode("utf-8")
-        self.send_response(status)
+        self._start_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -82,7 +97,7 @@ class _Handler(BaseHTTPRequestHandler):
         if hmac.compare_digest(given, expected):
             return False
         body = json.dumps({"error": {"code": "UNAUTHENTICATED", "message": "admin token required"}}).encode()
-        self.send_response(401)
+        self._start_response(401)
         self.send_header("WWW-Authenticate", 'Bearer realm="lms-sandbox admin"')
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -118,7 +133,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(400, "INVALID_FAULT", "a JSON body up to 64 KiB with Content-Length")
             return
         try:
-            body = json.loads(self.rfile.read(int(length)) or b"null")
+            raw = self.rfile.read(int(length))
+            self._consumed = True
+            body = json.loads(raw or b"null")
             if not isinstance(body, dict):
                 raise ValueError("body must be a JSON object")
             scope = {k: body.pop(k, None) for k in ("tenant_id", "worker_id")}
@@ -178,8 +195,11 @@ class _Handler(BaseHTTPRequestHandler):
         """Apply ``fault``; ``True`` if the request is fully handled by it."""
         stopping = self.server.sandbox.stopping
         if fault.mode is FaultMode.LATENCY:
-            # A stop during the wait ends the request without an answer.
-            return stopping.wait(fault.latency_ms / 1000.0)
+            # A stop during the wait ends the request, and its connection, without an answer.
+            if stopping.wait(fault.latency_ms / 1000.0):
+                self.close_connection = True
+                return True
+            return False
         if fault.mode is FaultMode.TIMEOUT:
             # Hang without answering, then drop the connection: a client must
             # give up on its own timeout and never receive a status.
@@ -206,7 +226,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             prefix = json.dumps({"tenant_id": tenant_id, "worker_id": worker_id})[:-1]
             body = (prefix + ', "trainings": [{"record_id": "TR-1", "status": ').encode()
-        self.send_response(200)
+        self._start_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -217,12 +237,13 @@ class _Handler(BaseHTTPRequestHandler):
         head = head[:-1] + ', "padding": "'
         tail = '"}'
         remaining = max(0, fault.bytes - len(head) - len(tail))
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
         # No Content-Length: the client cannot reject early and must enforce
-        # its limit while streaming, which is the behaviour under test.
-        self.end_headers()
+        # its limit while streaming, which is the behaviour under test. The body
+        # ends when the connection closes.
         self.close_connection = True
+        self._start_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
         try:
             self.wfile.write(head.encode())
             filler = b"x" * _CHUNK

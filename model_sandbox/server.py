@@ -34,10 +34,10 @@ import urllib.parse
 import uuid
 from collections import Counter
 from collections.abc import Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from agentmesh.background_http import BackgroundHttpServer
+from agentmesh.background_http import BackgroundHttpServer, KeptAliveHttpServer
 from model_sandbox.faults import HOSTILE_TEXT, Fault, FaultMode, FaultTable
 from model_sandbox.skills import ParsedPrompt, answer, count_tokens, parse_messages
 
@@ -50,9 +50,7 @@ MODEL_BUILD = "2026.11-sandbox"
 """What ``system_fingerprint`` says: the model's version is ``<model>@<build>``."""
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
+class _Server(KeptAliveHttpServer):
     sandbox: ModelSandbox
 
 

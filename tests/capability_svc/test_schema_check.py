@@ -34,12 +34,14 @@ SCHEMA: dict[str, Any] = {
 def test_the_same_answer_as_the_precise_validator(instance: Any) -> None:
     check = SchemaCheck(SCHEMA)
     assert check.violations(instance) == schema_violations(check.precise, instance)
+    assert [e.message for e in check.errors(instance)] == [e.message for e in check.precise.iter_errors(instance)]
 
 
 def test_where_the_compiled_check_is_stricter_the_precise_answer_stands() -> None:
     # Python's "$" matches before a trailing newline; the compiled check's does not.
     check = SchemaCheck(SCHEMA)
     assert check.violations({"permit_id": "WP-10231\n"}) == ()
+    assert check.errors({"permit_id": "WP-10231\n"}) == []
 
 
 def test_an_error_names_the_field() -> None:

@@ -280,3 +280,54 @@ def test_data_file_errors(tmp_path: Path) -> None:
         load_lms_data(bad)
     with pytest.raises(LmsDataError):
         parse_lms_data(["not", "a", "world"])
+
+
+def _raw_get(conn: Any, path: str) -> tuple[int, bytes, str | None]:
+    conn.request("GET", path)
+    response = conn.getresponse()
+    return response.status, response.read(), response.getheader("Connection")
+
+
+def test_a_connection_is_kept_alive_across_lookups(sandbox: LmsSandbox) -> None:
+    import http.client
+
+    conn = http.client.HTTPConnection(*sandbox.address, timeout=5)
+    try:
+        status, body, _ = _raw_get(conn, trainings_path("acme", "W-1008"))
+        assert status == 200 and json.loads(body)["worker_id"] == "W-1008"
+        first = conn.sock
+        status, body, _ = _raw_get(conn, trainings_path("acme", "W-1011"))
+        assert status == 404 and json.loads(body)["error"]["code"] == "WORKER_NOT_FOUND"
+        assert conn.sock is first  # the same TCP connection answered both
+    finally:
+        conn.close()
+
+
+def test_a_request_whose_body_is_not_read_closes_its_connection(sandbox: LmsSandbox) -> None:
+    import http.client
+
+    conn = http.client.HTTPConnection(*sandbox.address, timeout=5)
+    try:
+        # Refused before its body is read (no admin token): what follows the headers is not a request.
+        conn.request("POST", "/admin/faults", body=b'{"mode": "timeout"}',
+                     headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        assert response.status == 401 and response.getheader("Connection") == "close"
+        response.read()
+    finally:
+        conn.close()
+
+
+def test_a_stopped_sandbox_answers_no_kept_alive_connection() -> None:
+    import http.client
+
+    server = LmsSandbox(load_lms_data(DEMO_WORLD)).start()
+    conn = http.client.HTTPConnection(*server.address, timeout=5)
+    try:
+        assert _raw_get(conn, trainings_path("acme", "W-1008"))[0] == 200
+        server.stop()
+        with pytest.raises((http.client.HTTPException, OSError)):
+            _raw_get(conn, trainings_path("acme", "W-1008"))
+    finally:
+        conn.close()
+        server.stop()
