@@ -127,6 +127,18 @@ def current_ids() -> dict[str, str]:
 
 
 _IDS = RandomIdGenerator()
+_INCOMING_MAX = 4096
+_incoming: dict[tuple[str | None, ...], context.Context] = {}
+_fields: tuple[object, tuple[str, ...]] = (None, ())
+
+
+def _propagator_fields() -> tuple[str, ...]:
+    """The headers the installed propagators read (``traceparent``, ``tracestate``, ``baggage``)."""
+    global _fields
+    textmap = propagate.get_global_textmap()
+    if _fields[0] is not textmap:
+        _fields = (textmap, tuple(sorted(textmap.fields)))
+    return _fields[1]
 
 
 def incoming_context(metadata: Iterable[tuple[str, str | bytes]]) -> context.Context:
@@ -134,14 +146,23 @@ def incoming_context(metadata: Iterable[tuple[str, str | bytes]]) -> context.Con
 
     What OpenTelemetry's server interceptor would make current, minus its server span:
     the caller's trace (a call without one starts a trace of its own, so every record
-    still has a trace id) and the caller's baggage (the mesh ids).
+    still has a trace id) and the caller's baggage (the mesh ids). The context is a pure
+    function of the propagators' headers, so one made for a caller's trace is kept (up to
+    4,096) and reused by its later calls with the same headers; a new trace is never kept.
     """
     carrier = {key: value for key, value in metadata if isinstance(value, str)}
+    key = tuple(carrier.get(name) for name in _propagator_fields())
+    ctx = _incoming.get(key)
+    if ctx is not None:
+        return ctx
     ctx = propagate.extract(carrier)
     if not trace.get_current_span(ctx).get_span_context().is_valid:
-        ctx = trace.set_span_in_context(trace.NonRecordingSpan(trace.SpanContext(
+        return trace.set_span_in_context(trace.NonRecordingSpan(trace.SpanContext(
             trace_id=_IDS.generate_trace_id(), span_id=_IDS.generate_span_id(), is_remote=False,
             trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED))), ctx)
+    if len(_incoming) >= _INCOMING_MAX:
+        _incoming.clear()
+    _incoming[key] = ctx
     return ctx
 
 

@@ -27,6 +27,7 @@ valid (a process refuses to start with one).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -139,8 +140,14 @@ def peer_identity(context: grpc.ServicerContext) -> str | None:
     values = auth.get(PEER_SPIFFE_ID) or []
     if len(values) != 1 or peer_chain_problem(auth) is not None:
         return None
+    return _mesh_id(values[0])
+
+
+@functools.lru_cache(maxsize=1024)
+def _mesh_id(raw: bytes) -> str | None:
+    """A peer's SPIFFE URI SAN as a mesh id, or None (a pure function of the bytes: remembered)."""
     try:
-        return str(spiffe.parse(values[0].decode()))
+        return str(spiffe.parse(raw.decode()))
     except (spiffe.InvalidSpiffeId, UnicodeDecodeError):
         return None
 
@@ -585,21 +592,15 @@ class _DefaultDeadline(
     grpc.UnaryUnaryClientInterceptor,  # type: ignore[misc]
     grpc.UnaryStreamClientInterceptor,  # type: ignore[misc]
 ):
-    """Gives every outgoing call a deadline unless the caller set one; optionally injects the
-    trace context (``traceparent``, ``baggage``) into its metadata."""
+    """Gives every outgoing call a deadline unless the caller set one (before OpenTelemetry's
+    client interceptor, which then records the effective timeout and injects the trace context)."""
 
-    def __init__(self, timeout_s: float, *, propagate_only: bool = False) -> None:
+    def __init__(self, timeout_s: float) -> None:
         self._timeout = timeout_s
-        self._propagate = propagate_only
 
     def _details(self, details: Any) -> Any:
         if details.timeout is None:
             details = details._replace(timeout=self._timeout)
-        if self._propagate:
-            carrier: dict[str, str] = {}
-            propagate.inject(carrier)
-            if carrier:
-                details = details._replace(metadata=[*(details.metadata or ()), *carrier.items()])
         return details
 
     def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
@@ -607,6 +608,49 @@ class _DefaultDeadline(
 
     def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
         return continuation(self._details(details), request)
+
+
+_CALL_ARGS = ("timeout", "metadata")
+"""The positional parameters of a multi-callable after the request, as far as :class:`CallDefaults` reads them."""
+
+
+class CallDefaults:
+    """What every outgoing call carries when nothing records client spans: a deadline unless
+    the caller set one, and the current trace context (``traceparent``, ``baggage``) in its metadata.
+
+    Applied by :class:`ReloadingChannel` to each call's arguments, without an interceptor
+    layer in between. The injected headers are a pure function of the (immutable) current
+    context, so they are made once per context and reused by the calls made under it.
+    """
+
+    def __init__(self, timeout_s: float) -> None:
+        self._timeout = timeout_s
+        self._headers: dict[int, tuple[otel_context.Context, tuple[tuple[str, str], ...]]] = {}
+
+    def _trace_headers(self) -> tuple[tuple[str, str], ...]:
+        ctx = otel_context.get_current()
+        kept = self._headers.get(id(ctx))
+        if kept is not None and kept[0] is ctx:
+            return kept[1]
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier, context=ctx)
+        headers = tuple(carrier.items())
+        if len(self._headers) >= 1024:
+            self._headers.clear()  # bounded; a context in use is simply made again
+        self._headers[id(ctx)] = (ctx, headers)  # the context is held, so its id is not reused meanwhile
+        return headers
+
+    def apply(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """``(request, ...)`` and keyword arguments of one call, with the deadline and trace headers added."""
+        if len(args) > 1:  # timeout or metadata given by position: as keywords from here on
+            kwargs = {**dict(zip(_CALL_ARGS, args[1:], strict=False)), **kwargs}
+            args = args[:1]
+        if kwargs.get("timeout") is None:
+            kwargs = {**kwargs, "timeout": self._timeout}
+        headers = self._trace_headers()
+        if headers:
+            kwargs = {**kwargs, "metadata": (*(kwargs.get("metadata") or ()), *headers)}
+        return args, kwargs
 
 
 RELOAD_CHECK_S = 1.0
@@ -640,9 +684,11 @@ class ReloadingChannel(grpc.Channel):  # type: ignore[misc]
     """
 
     def __init__(self, files: TlsFiles, build: Callable[[bytes, bytes, bytes], grpc.Channel], *,
-                 check_every_s: float | None = None) -> None:
+                 check_every_s: float | None = None, defaults: CallDefaults | None = None) -> None:
+        """``defaults``: applied to every call's arguments (deadline, trace headers), if given."""
         self._files = files
         self._build = build
+        self.defaults = defaults
         self._every = RELOAD_CHECK_S if check_every_s is None else check_every_s
         self._lock = threading.Lock()
         try:
@@ -828,14 +874,23 @@ class _ReloadingCallable:
         return result
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        defaults = self._owner.defaults
+        if defaults is not None:
+            args, kwargs = defaults.apply(args, kwargs)
         if self._kind in ("unary_stream", "stream_stream"):
             return self._tracked(None, args, kwargs)
         return self._blocking(None, args, kwargs)
 
     def with_call(self, *args: Any, **kwargs: Any) -> Any:
+        defaults = self._owner.defaults
+        if defaults is not None:
+            args, kwargs = defaults.apply(args, kwargs)
         return self._blocking("with_call", args, kwargs)
 
     def future(self, *args: Any, **kwargs: Any) -> Any:
+        defaults = self._owner.defaults
+        if defaults is not None:
+            args, kwargs = defaults.apply(args, kwargs)
         return self._tracked("future", args, kwargs)
 
 
@@ -859,6 +914,7 @@ def secure_channel(
     by new calls within about a second, without a restart.
     """
     provider = telemetry.setup_tracing(os.environ.get("OTEL_SERVICE_NAME", "agentmesh"))
+    exporting = telemetry.exporting()
 
     def build(cert: bytes, key: bytes, ca: bytes) -> grpc.Channel:
         creds = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
@@ -875,14 +931,14 @@ def secure_channel(
                 *RECONNECT_OPTIONS,
             ],
         )
-        if not telemetry.exporting():
-            # Nobody reads client spans: carry the context (trace id, mesh ids)
-            # without OpenTelemetry's span machinery on every call.
-            return grpc.intercept_channel(channel, _DefaultDeadline(default_timeout_s, propagate_only=True))
+        if not exporting:
+            return channel  # the call defaults are applied by the ReloadingChannel
         # Deadline first, so the tracing layer (grpcext, OpenTelemetry's own
         # interceptor API) sees and records the effective timeout.
         with_deadline = grpc.intercept_channel(channel, _DefaultDeadline(default_timeout_s))
         tracing = client_interceptor(tracer_provider=provider)  # type: ignore[no-untyped-call]
         return grpcext.intercept_channel(with_deadline, tracing)  # type: ignore[no-untyped-call]
 
-    return ReloadingChannel(files, build)
+    # Nobody reads client spans: the context (trace id, mesh ids) and the deadline are
+    # added to each call's arguments, without OpenTelemetry's span machinery or an interceptor layer.
+    return ReloadingChannel(files, build, defaults=None if exporting else CallDefaults(default_timeout_s))

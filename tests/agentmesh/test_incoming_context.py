@@ -90,3 +90,44 @@ def test_a_streamed_call_has_them_at_every_step(channel: grpc.Channel) -> None:
 def test_a_call_without_a_trace_gets_one_of_its_own(channel: grpc.Channel) -> None:
     first, second = _unary(channel)["trace_id"], _unary(channel)["trace_id"]
     assert len(first) == 32 and int(first, 16) != 0 and first != second
+
+
+def test_calls_in_one_trace_reuse_its_context_and_another_baggage_is_its_own(channel: grpc.Channel) -> None:
+    with trace.use_span(_in_trace()):
+        with telemetry.mesh_ids(execution_id="exe-3"):
+            first, again = _unary(channel), _unary(channel)
+        with telemetry.mesh_ids(execution_id="exe-4"):
+            other = _unary(channel)
+    assert first == again == {"trace_id": TRACE, telemetry.EXECUTION_ID: "exe-3"}
+    assert other == {"trace_id": TRACE, telemetry.EXECUTION_ID: "exe-4"}
+
+
+def test_the_incoming_context_is_a_function_of_the_trace_headers_only() -> None:
+    headers = [("traceparent", f"00-{TRACE}-00f067aa0ba902b7-01"), ("baggage", "agentmesh.execution_id=exe-5")]
+    first = telemetry.incoming_context([*headers, ("user-agent", "a")])
+    assert telemetry.incoming_context([("user-agent", "b"), *headers]) is first  # remembered
+    changed = telemetry.incoming_context([headers[0], ("baggage", "agentmesh.execution_id=exe-6")])
+    assert changed is not first
+    from opentelemetry import baggage
+    assert baggage.get_baggage(telemetry.EXECUTION_ID, changed) == "exe-6"
+    # Without a trace each call starts its own, and none is remembered.
+    a, b = telemetry.incoming_context([]), telemetry.incoming_context([])
+    trace_ids = {trace.get_current_span(c).get_span_context().trace_id for c in (a, b)}
+    assert len(trace_ids) == 2
+
+
+def test_a_call_gets_the_default_deadline_and_the_current_trace_headers() -> None:
+    defaults = transport.CallDefaults(7.0)
+    request = object()
+    assert defaults.apply((request,), {}) == ((request,), {"timeout": 7.0})  # no trace: no headers
+    with trace.use_span(_in_trace()), telemetry.mesh_ids(execution_id="exe-7"):
+        args, kwargs = defaults.apply((request, 2.5, (("x-a", "1"),)), {})
+        again = defaults.apply((request,), {"timeout": None})[1]
+    assert args == (request,) and kwargs["timeout"] == 2.5
+    metadata = dict(kwargs["metadata"])
+    assert metadata["x-a"] == "1" and metadata["traceparent"].split("-")[1] == TRACE
+    assert metadata["baggage"] == "agentmesh.execution_id=exe-7"
+    assert again["timeout"] == 7.0 and dict(again["metadata"]) == {k: v for k, v in metadata.items() if k != "x-a"}
+    with trace.use_span(_in_trace()), telemetry.mesh_ids(execution_id="exe-8"):
+        moved = dict(defaults.apply((request,), {})[1]["metadata"])
+    assert moved["baggage"] == "agentmesh.execution_id=exe-8"  # a new context, new headers
