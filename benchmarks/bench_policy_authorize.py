@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 import grpc
+from opentelemetry import context as otel_context
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -99,6 +100,8 @@ def main() -> int:
             tls = transport.TlsFiles.of(leaf_paths(cfg.mesh_home.workloads, spiffe.service("capability")),
                                         cfg.mesh_home.trust_bundle)
             channel = transport.secure_channel(policy_addr, tls, spiffe.service("policy"))
+            # Every call in a trace with the mesh's ids in baggage, as the capability service's are.
+            otel_context.attach(bench_transport.in_a_trace())
             stub = pb_grpc.PolicyServiceStub(channel)
             # The requests, built before the clock runs: the figure is the round trip, not the client
             # building its messages. They repeat (the resource is the capability; the resource tenant is

@@ -8,6 +8,7 @@ durably, with the delegation chain — but every kill-switch and tenant change i
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -49,7 +50,9 @@ def _risk(profile: common_pb2.RiskProfile) -> model.RiskProfile:
                              profile.can_mutate, profile.can_external_write, profile.can_bulk_operate)
 
 
+@functools.cache
 def _enum(enum_cls: type[Any], proto_enum: Any, value: int, prefix: str) -> Any:
+    """The engine's member for a wire enum value (a pure function of its arguments: remembered)."""
     name = proto_enum.Name(value).removeprefix(prefix)
     return enum_cls[name]
 
