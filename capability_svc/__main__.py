@@ -9,6 +9,7 @@ from pathlib import Path
 import grpc
 
 from agentmesh import database, signing, spiffe
+from agentmesh.clock import mesh_today
 from agentmesh.service import ServiceContext, ServiceSpec, StartupError, base_parser, run
 from agentmesh.v1 import capability_service_pb2_grpc as capability_grpc
 from capability_svc.errors import CapabilityError
@@ -31,7 +32,8 @@ def register(server: grpc.Server, ctx: ServiceContext) -> None:
     except signing.SigningKeyError as err:
         raise StartupError(f"{err} (the supervisor's grant-signing key; run 'agentmesh certs init')") from err
     try:
-        runtime = open_runtime(ctx.data_dir, lms_url, knowledge_dir=ctx.config.knowledge_dir)
+        runtime = open_runtime(ctx.data_dir, lms_url, knowledge_dir=ctx.config.knowledge_dir,
+                               today=mesh_today(ctx.config))
         if ctx.args.world:
             runtime.load_world_if_empty(Path(ctx.args.world))
     except CapabilityError as err:

@@ -946,9 +946,15 @@ def _restore(
 class InternalBackend:
     """Handlers of the internal capabilities over an :class:`InternalStore`."""
 
-    def __init__(self, store: InternalStore):
-        """Bind the handlers to ``store`` (and its clock)."""
+    def __init__(self, store: InternalStore, *, today: Callable[[], _dt.date] | None = None):
+        """Bind the handlers to ``store`` (and its clock).
+
+        ``today``: the mesh's date (``agentmesh.clock.mesh_today``), by which a release or a
+        validity change is judged inside or outside a permit's window, as the specialists judge
+        the window; the date of the store's clock when not given.
+        """
         self._store = store
+        self._today = today if today is not None else lambda: store.clock().date()
         self._handlers: dict[str, Handler] = {
             "workPermit.get": self._permit_get,
             "workPermit.search": self._permit_search,
@@ -1265,7 +1271,7 @@ class InternalBackend:
         at = format_timestamp(now)
         permit_id = str(args["permit_id"])
         before, _applied = scope.release_permit(
-            permit_id, actor=ctx.actor, reason=str(args["reason"]), today=now.date(), at=at
+            permit_id, actor=ctx.actor, reason=str(args["reason"]), today=self._today(), at=at
         )
         # The output reports what was *requested and acknowledged*; whether it
         # actually took effect is the verifier's job, never assumed here.
@@ -1287,7 +1293,7 @@ class InternalBackend:
         permit_id = str(args["permit_id"])
         valid_until = str(args["valid_until"])
         before, _applied = scope.update_validity(
-            permit_id, valid_until=valid_until, actor=ctx.actor, today=now.date(), at=at
+            permit_id, valid_until=valid_until, actor=ctx.actor, today=self._today(), at=at
         )
         output = {
             "permit_id": permit_id,

@@ -61,6 +61,7 @@ def open_runtime(
     capabilities_dir: Path | None = None,
     knowledge_dir: Path | None = None,
     clock: Callable[[], _dt.datetime] = _utc_now,
+    today: Callable[[], _dt.date] | None = None,
 ) -> CapabilityRuntime:
     """Build and check the runtime.
 
@@ -71,6 +72,8 @@ def open_runtime(
         capabilities_dir: Manifest directory; the shipped one by default.
         knowledge_dir: The knowledge stores, one sub-directory per scope; the shipped ones by default.
         clock: Wall clock for records and status changes.
+        today: The mesh's date, by which releases and validity changes are judged against a
+            permit's window (``agentmesh.clock.mesh_today``); the clock's date when not given.
 
     Raises:
         ManifestError: a manifest is invalid or has no backend.
@@ -83,7 +86,7 @@ def open_runtime(
     )
     try:
         store = InternalStore(data_dir / INTERNAL_DB, clock=clock)
-        internal = InternalBackend(store)
+        internal = InternalBackend(store, today=today)
         lms_client = LmsClient(ExternalGateway(config, name="lms", wall_clock=clock))
         executor = CapabilityExecutor(registry, internal, {"lms": lms_client}, knowledge)
         try:

@@ -248,6 +248,25 @@ def test_release_preconditions(
     assert store.scope("acme").get_permit(permit_id) == before
 
 
+def test_a_release_is_judged_by_the_mesh_date_not_the_host_clock(
+    store: InternalStore, acme: InvocationContext, clock: Any
+) -> None:
+    # The host's clock is past WP-10231's window (it ends 2026-12-12); the mesh's date is inside it,
+    # as the specialists judged it: the release is judged on that same day, and stamped with the clock.
+    clock.now = dt.datetime(2027, 1, 15, 9, 0, tzinfo=dt.UTC)
+    out = InternalBackend(store, today=lambda: dt.date(2026, 11, 30)).execute("workPermit.release", acme, RELEASE)
+    assert out["status"] == "RELEASED" and out["released_at"].startswith("2027-01-15")
+    # And the other way round: a validity ending before the mesh's date is refused, whatever the clock says.
+    clock.now = dt.datetime(2026, 11, 30, 9, 0, tzinfo=dt.UTC)
+    late = InternalBackend(store, today=lambda: dt.date(2027, 1, 10))
+    args = {"permit_id": "WP-10232", "valid_until": "2026-12-31", "reason": "scope extended"}
+    before = store.scope("acme").get_permit("WP-10232")
+    with pytest.raises(PreconditionFailed) as info:
+        late.execute("workPermit.updateValidity", acme, args)
+    assert (info.value.reason, info.value.field) == ("VALIDITY_IN_PAST", "valid_until")
+    assert store.scope("acme").get_permit("WP-10232") == before
+
+
 def test_update_validity_then_verify(backend: InternalBackend, store: InternalStore,
                                      acme: InvocationContext) -> None:
     args = {"permit_id": "WP-10232", "valid_until": "2026-12-31", "reason": "scope extended"}
