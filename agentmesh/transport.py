@@ -873,25 +873,21 @@ class _ReloadingCallable:
         release()
         return result
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def _with_defaults(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
         defaults = self._owner.defaults
-        if defaults is not None:
-            args, kwargs = defaults.apply(args, kwargs)
+        return (args, kwargs) if defaults is None else defaults.apply(args, kwargs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        args, kwargs = self._with_defaults(args, kwargs)
         if self._kind in ("unary_stream", "stream_stream"):
             return self._tracked(None, args, kwargs)
         return self._blocking(None, args, kwargs)
 
     def with_call(self, *args: Any, **kwargs: Any) -> Any:
-        defaults = self._owner.defaults
-        if defaults is not None:
-            args, kwargs = defaults.apply(args, kwargs)
-        return self._blocking("with_call", args, kwargs)
+        return self._blocking("with_call", *self._with_defaults(args, kwargs))
 
     def future(self, *args: Any, **kwargs: Any) -> Any:
-        defaults = self._owner.defaults
-        if defaults is not None:
-            args, kwargs = defaults.apply(args, kwargs)
-        return self._tracked("future", args, kwargs)
+        return self._tracked("future", *self._with_defaults(args, kwargs))
 
 
 def _released_after(stream: Iterator[Any], release: Callable[[], None]) -> Iterator[Any]:
