@@ -610,8 +610,8 @@ class _DefaultDeadline(
         return continuation(self._details(details), request)
 
 
-_CALL_ARGS = ("timeout", "metadata")
-"""The positional parameters of a multi-callable after the request, as far as :class:`CallDefaults` reads them."""
+_CALL_ARGS = ("timeout", "metadata", "credentials", "wait_for_ready", "compression")
+"""A multi-callable's parameters after the request, in order (``grpc.UnaryUnaryMultiCallable.__call__``)."""
 
 
 class CallDefaults:
@@ -641,15 +641,25 @@ class CallDefaults:
         return headers
 
     def apply(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        """``(request, ...)`` and keyword arguments of one call, with the deadline and trace headers added."""
-        if len(args) > 1:  # timeout or metadata given by position: as keywords from here on
-            kwargs = {**dict(zip(_CALL_ARGS, args[1:], strict=False)), **kwargs}
+        """``(request, ...)`` and the keyword arguments of one call (a dict of this call's own,
+        changed in place), with the deadline and the trace headers added.
+
+        Raises:
+            TypeError: more positional arguments than a multi-callable takes.
+        """
+        if len(args) > 1:  # given by position: as keywords from here on
+            if len(args) > 1 + len(_CALL_ARGS):
+                raise TypeError(f"a call takes at most {1 + len(_CALL_ARGS)} positional arguments")
+            given = dict(zip(_CALL_ARGS, args[1:], strict=False))
+            if given.keys() & kwargs.keys():
+                raise TypeError(f"a call got multiple values for {sorted(given.keys() & kwargs.keys())}")
+            kwargs.update(given)
             args = args[:1]
         if kwargs.get("timeout") is None:
-            kwargs = {**kwargs, "timeout": self._timeout}
+            kwargs["timeout"] = self._timeout
         headers = self._trace_headers()
         if headers:
-            kwargs = {**kwargs, "metadata": (*(kwargs.get("metadata") or ()), *headers)}
+            kwargs["metadata"] = (*(kwargs.get("metadata") or ()), *headers)
         return args, kwargs
 
 

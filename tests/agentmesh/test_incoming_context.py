@@ -131,3 +131,15 @@ def test_a_call_gets_the_default_deadline_and_the_current_trace_headers() -> Non
     with trace.use_span(_in_trace()), telemetry.mesh_ids(execution_id="exe-8"):
         moved = dict(defaults.apply((request,), {})[1]["metadata"])
     assert moved["baggage"] == "agentmesh.execution_id=exe-8"  # a new context, new headers
+
+
+def test_call_arguments_by_position_keep_their_meaning_and_misuse_is_refused() -> None:
+    defaults = transport.CallDefaults(7.0)
+    request, creds = object(), object()
+    args, kwargs = defaults.apply((request, 3.0, None, creds, True), {})
+    assert args == (request,)
+    assert kwargs == {"timeout": 3.0, "metadata": None, "credentials": creds, "wait_for_ready": True}
+    with pytest.raises(TypeError):
+        defaults.apply((request, 1.0, None, None, None, None, "extra"), {})
+    with pytest.raises(TypeError):
+        defaults.apply((request, 1.0), {"timeout": 2.0})
