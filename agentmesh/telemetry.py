@@ -128,6 +128,8 @@ def current_ids() -> dict[str, str]:
 
 _IDS = RandomIdGenerator()
 _INCOMING_MAX = 4096
+_INCOMING_KEPT_CHARS = 2048
+"""Headers longer than this together are not kept: the memory stays a few MB whatever callers send."""
 _incoming: dict[tuple[str | None, ...], context.Context] = {}
 _fields: tuple[object, tuple[str, ...]] = (None, ())
 
@@ -148,7 +150,8 @@ def incoming_context(metadata: Iterable[tuple[str, str | bytes]]) -> context.Con
     the caller's trace (a call without one starts a trace of its own, so every record
     still has a trace id) and the caller's baggage (the mesh ids). The context is a pure
     function of the propagators' headers, so one made for a caller's trace is kept (up to
-    4,096) and reused by its later calls with the same headers; a new trace is never kept.
+    4,096, headers up to 2,048 characters) and reused by its later calls with the same
+    headers; a new trace is never kept.
     """
     carrier = {key: value for key, value in metadata if isinstance(value, str)}
     key = tuple(carrier.get(name) for name in _propagator_fields())
@@ -160,9 +163,10 @@ def incoming_context(metadata: Iterable[tuple[str, str | bytes]]) -> context.Con
         return trace.set_span_in_context(trace.NonRecordingSpan(trace.SpanContext(
             trace_id=_IDS.generate_trace_id(), span_id=_IDS.generate_span_id(), is_remote=False,
             trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED))), ctx)
-    if len(_incoming) >= _INCOMING_MAX:
-        _incoming.clear()
-    _incoming[key] = ctx
+    if sum(len(v) for v in key if v) <= _INCOMING_KEPT_CHARS:
+        if len(_incoming) >= _INCOMING_MAX:
+            _incoming.clear()
+        _incoming[key] = ctx
     return ctx
 
 

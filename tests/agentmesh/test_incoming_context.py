@@ -110,6 +110,10 @@ def test_the_incoming_context_is_a_function_of_the_trace_headers_only() -> None:
     assert changed is not first
     from opentelemetry import baggage
     assert baggage.get_baggage(telemetry.EXECUTION_ID, changed) == "exe-6"
+    # Headers too long to keep are read again each time (the same ids, another context).
+    long = [headers[0], ("baggage", "agentmesh.execution_id=exe-9,x=" + "y" * 3000)]
+    assert telemetry.incoming_context(long) is not telemetry.incoming_context(long)
+    assert baggage.get_baggage(telemetry.EXECUTION_ID, telemetry.incoming_context(long)) == "exe-9"
     # Without a trace each call starts its own, and none is remembered.
     a, b = telemetry.incoming_context([]), telemetry.incoming_context([])
     trace_ids = {trace.get_current_span(c).get_span_context().trace_id for c in (a, b)}
