@@ -273,17 +273,29 @@ def from_rpc_error(err: grpc.RpcError) -> MeshError:
     """Maps a client-side RpcError back to the mesh exception it came from."""
     code = err.code() if isinstance(err, grpc.Call) else grpc.StatusCode.UNKNOWN
     message = err.details() if isinstance(err, grpc.Call) else str(err)
-    cls = error_class(code)
-    reason, metadata = cls.default_reason, {}
-    if isinstance(err, grpc.Call):
-        status = rpc_status.from_call(err)
-        for detail in status.details if status else []:
-            info = error_details_pb2.ErrorInfo()
-            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR) and detail.Unpack(info):
-                reason, metadata = info.reason, dict(info.metadata)
-    result = cls(message or code.name, reason=reason, metadata=metadata)
+    status = rpc_status.from_call(err) if isinstance(err, grpc.Call) else None
+    result = _of(code, message, status)
     result.__cause__ = err
     return result
+
+
+def from_status(status: status_pb2.Status) -> MeshError:
+    """The mesh exception a google.rpc.Status stands for (one answer of a batch, see :meth:`MeshError.to_status`).
+
+    A code that is no gRPC status code is UNKNOWN.
+    """
+    code = next((c for c in grpc.StatusCode if c.value[0] == status.code), grpc.StatusCode.UNKNOWN)
+    return _of(code, status.message, status)
+
+
+def _of(code: grpc.StatusCode, message: str, status: status_pb2.Status | None) -> MeshError:
+    cls = error_class(code)
+    reason, metadata = cls.default_reason, {}
+    for detail in status.details if status else []:
+        info = error_details_pb2.ErrorInfo()
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR) and detail.Unpack(info):
+            reason, metadata = info.reason, dict(info.metadata)
+    return cls(message or code.name, reason=reason, metadata=metadata)
 
 
 def error_info(err: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:

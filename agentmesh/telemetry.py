@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 from collections.abc import Iterable, Iterator
 
 from opentelemetry import baggage, context, propagate, trace
@@ -115,6 +116,45 @@ def without_mesh_ids(keys: Iterable[str] = MESH_KEYS) -> Iterator[None]:
         yield
     finally:
         context.detach(token)
+
+
+@contextlib.contextmanager
+def attached(ctx: context.Context) -> Iterator[None]:
+    """Runs the block in ``ctx`` (then the previous context is current again)."""
+    token = context.attach(ctx)
+    try:
+        yield
+    finally:
+        context.detach(token)
+
+
+_TRACEPARENT_RE = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
+
+
+def traceparent_of(ctx: context.Context | None = None) -> str:
+    """The W3C ``traceparent`` of the span current in ``ctx`` (default: now); "" without a valid span."""
+    span_ctx = trace.get_current_span(ctx).get_span_context()
+    if not span_ctx.is_valid:
+        return ""
+    return f"00-{span_ctx.trace_id:032x}-{span_ctx.span_id:016x}-{int(span_ctx.trace_flags):02x}"
+
+
+def under_traceparent(value: str) -> context.Context | None:
+    """The current context with the span ``value`` names as parent, if it names a span of the current trace.
+
+    For one call of a batch that names its own caller span: tracing only, so anything else (empty,
+    malformed, all zeros, another trace) is None and the call's spans stay under the current one.
+    """
+    match = _TRACEPARENT_RE.match(value)
+    current = trace.get_current_span().get_span_context()
+    if match is None or not current.is_valid:
+        return None
+    trace_id, span_id, flags = int(match.group(1), 16), int(match.group(2), 16), int(match.group(3), 16)
+    if trace_id != current.trace_id or span_id == 0:
+        return None
+    parent = trace.SpanContext(trace_id=trace_id, span_id=span_id, is_remote=True,
+                               trace_flags=trace.TraceFlags(flags & trace.TraceFlags.SAMPLED))
+    return trace.set_span_in_context(trace.NonRecordingSpan(parent))
 
 
 def current_ids() -> dict[str, str]:

@@ -25,9 +25,10 @@ _sym_db = _symbol_database.Default()
 from agentmesh.v1 import common_pb2 as agentmesh_dot_v1_dot_common__pb2
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
+from google.rpc import status_pb2 as google_dot_rpc_dot_status__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%agentmesh/v1/capability_service.proto\x12\x0c\x61gentmesh.v1\x1a\x19\x61gentmesh/v1/common.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb3\x02\n\x14\x43\x61pabilityDefinition\x12\x15\n\rcapability_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x0e\n\x06\x64omain\x18\x04 \x01(\t\x12-\n\x0cinput_schema\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\x12.\n\routput_schema\x18\x06 \x01(\x0b\x32\x17.google.protobuf.Struct\x12/\n\x0crisk_profile\x18\x07 \x01(\x0b\x32\x19.agentmesh.v1.RiskProfile\x12\x0f\n\x07\x62\x61\x63kend\x18\x08 \x01(\t\x12-\n\x06status\x18\t \x01(\x0e\x32\x1d.agentmesh.v1.LifecycleStatus\"\xaf\x02\n\x17InvokeCapabilityRequest\x12,\n\x05grant\x18\x01 \x01(\x0b\x32\x1d.agentmesh.v1.SignedTaskGrant\x12\x15\n\rcapability_id\x18\x02 \x01(\t\x12&\n\x05input\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x17\n\x0fidempotency_key\x18\x04 \x01(\t\x12/\n\tprincipal\x18\x05 \x01(\x0b\x32\x1c.agentmesh.v1.AgentPrincipal\x12\x32\n\x08\x61pproval\x18\x06 \x01(\x0b\x32 .agentmesh.v1.InvocationApproval\x12)\n\x05trace\x18\x07 \x01(\x0b\x32\x1a.agentmesh.v1.TraceContext\"K\n\x12InvocationApproval\x12\x1a\n\x12\x63onfirmation_token\x18\x01 \x01(\t\x12\x19\n\x11human_approval_id\x18\x02 \x01(\t\"\xca\x02\n\x18InvokeCapabilityResponse\x12\x15\n\rcapability_id\x18\x01 \x01(\t\x12\x1a\n\x12\x63\x61pability_version\x18\x02 \x01(\t\x12\'\n\x06output\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x31\n\x08\x65vidence\x18\x04 \x03(\x0b\x32\x1f.agentmesh.v1.EvidenceReference\x12.\n\x08\x64\x65\x63ision\x18\x05 \x01(\x0b\x32\x1c.agentmesh.v1.PolicyDecision\x12\x10\n\x08verified\x18\x06 \x01(\x08\x12\x30\n\x0c\x63ompleted_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08replayed\x18\x08 \x01(\x08\x12\x19\n\x11knowledge_version\x18\t \x01(\t\"\x19\n\x17ListCapabilitiesRequest\"\x90\x01\n\x18ListCapabilitiesResponse\x12\x38\n\x0c\x63\x61pabilities\x18\x01 \x03(\x0b\x32\".agentmesh.v1.CapabilityDefinition\x12:\n\x10knowledge_stores\x18\x02 \x03(\x0b\x32 .agentmesh.v1.KnowledgeStoreInfo\"T\n\x12KnowledgeStoreInfo\x12\r\n\x05scope\x18\x01 \x01(\t\x12\x0f\n\x07release\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\"r\n\x1aSetCapabilityStatusRequest\x12\x15\n\rcapability_id\x18\x01 \x01(\t\x12-\n\x06status\x18\x02 \x01(\x0e\x32\x1d.agentmesh.v1.LifecycleStatus\x12\x0e\n\x06reason\x18\x03 \x01(\t\"U\n\x1bSetCapabilityStatusResponse\x12\x36\n\ncapability\x18\x01 \x01(\x0b\x32\".agentmesh.v1.CapabilityDefinition\"q\n\x16RevokeExecutionRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x31\n\rissued_before\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x92\x01\n\x17RevokeExecutionResponse\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x31\n\rissued_before\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nrevoked_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp2\xa5\x03\n\x11\x43\x61pabilityService\x12\x61\n\x10InvokeCapability\x12%.agentmesh.v1.InvokeCapabilityRequest\x1a&.agentmesh.v1.InvokeCapabilityResponse\x12\x61\n\x10ListCapabilities\x12%.agentmesh.v1.ListCapabilitiesRequest\x1a&.agentmesh.v1.ListCapabilitiesResponse\x12j\n\x13SetCapabilityStatus\x12(.agentmesh.v1.SetCapabilityStatusRequest\x1a).agentmesh.v1.SetCapabilityStatusResponse\x12^\n\x0fRevokeExecution\x12$.agentmesh.v1.RevokeExecutionRequest\x1a%.agentmesh.v1.RevokeExecutionResponseB\x93\x01\n\x12local.agentmesh.v1B\x16\x43\x61pabilityServiceProtoP\x01Z/agentmesh.local/gen/go/agentmesh/v1;agentmeshv1\xa2\x02\x03\x41VX\xaa\x02\x0c\x41gentmesh.V1\xca\x02\x0c\x41gentmesh\\V1\xea\x02\rAgentmesh::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%agentmesh/v1/capability_service.proto\x12\x0c\x61gentmesh.v1\x1a\x19\x61gentmesh/v1/common.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xb3\x02\n\x14\x43\x61pabilityDefinition\x12\x15\n\rcapability_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x0e\n\x06\x64omain\x18\x04 \x01(\t\x12-\n\x0cinput_schema\x18\x05 \x01(\x0b\x32\x17.google.protobuf.Struct\x12.\n\routput_schema\x18\x06 \x01(\x0b\x32\x17.google.protobuf.Struct\x12/\n\x0crisk_profile\x18\x07 \x01(\x0b\x32\x19.agentmesh.v1.RiskProfile\x12\x0f\n\x07\x62\x61\x63kend\x18\x08 \x01(\t\x12-\n\x06status\x18\t \x01(\x0e\x32\x1d.agentmesh.v1.LifecycleStatus\"\xaf\x02\n\x17InvokeCapabilityRequest\x12,\n\x05grant\x18\x01 \x01(\x0b\x32\x1d.agentmesh.v1.SignedTaskGrant\x12\x15\n\rcapability_id\x18\x02 \x01(\t\x12&\n\x05input\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x17\n\x0fidempotency_key\x18\x04 \x01(\t\x12/\n\tprincipal\x18\x05 \x01(\x0b\x32\x1c.agentmesh.v1.AgentPrincipal\x12\x32\n\x08\x61pproval\x18\x06 \x01(\x0b\x32 .agentmesh.v1.InvocationApproval\x12)\n\x05trace\x18\x07 \x01(\x0b\x32\x1a.agentmesh.v1.TraceContext\"g\n\x19InvokeCapabilitiesRequest\x12\x34\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32%.agentmesh.v1.InvokeCapabilityRequest\x12\x14\n\x0ctraceparents\x18\x02 \x03(\t\"S\n\x1aInvokeCapabilitiesResponse\x12\x35\n\x07results\x18\x01 \x03(\x0b\x32$.agentmesh.v1.InvokeCapabilityResult\"\x84\x01\n\x16InvokeCapabilityResult\x12:\n\x08response\x18\x01 \x01(\x0b\x32&.agentmesh.v1.InvokeCapabilityResponseH\x00\x12#\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x12.google.rpc.StatusH\x00\x42\t\n\x07outcome\"K\n\x12InvocationApproval\x12\x1a\n\x12\x63onfirmation_token\x18\x01 \x01(\t\x12\x19\n\x11human_approval_id\x18\x02 \x01(\t\"\xca\x02\n\x18InvokeCapabilityResponse\x12\x15\n\rcapability_id\x18\x01 \x01(\t\x12\x1a\n\x12\x63\x61pability_version\x18\x02 \x01(\t\x12\'\n\x06output\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x31\n\x08\x65vidence\x18\x04 \x03(\x0b\x32\x1f.agentmesh.v1.EvidenceReference\x12.\n\x08\x64\x65\x63ision\x18\x05 \x01(\x0b\x32\x1c.agentmesh.v1.PolicyDecision\x12\x10\n\x08verified\x18\x06 \x01(\x08\x12\x30\n\x0c\x63ompleted_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08replayed\x18\x08 \x01(\x08\x12\x19\n\x11knowledge_version\x18\t \x01(\t\"\x19\n\x17ListCapabilitiesRequest\"\x90\x01\n\x18ListCapabilitiesResponse\x12\x38\n\x0c\x63\x61pabilities\x18\x01 \x03(\x0b\x32\".agentmesh.v1.CapabilityDefinition\x12:\n\x10knowledge_stores\x18\x02 \x03(\x0b\x32 .agentmesh.v1.KnowledgeStoreInfo\"T\n\x12KnowledgeStoreInfo\x12\r\n\x05scope\x18\x01 \x01(\t\x12\x0f\n\x07release\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\r\n\x05title\x18\x04 \x01(\t\"r\n\x1aSetCapabilityStatusRequest\x12\x15\n\rcapability_id\x18\x01 \x01(\t\x12-\n\x06status\x18\x02 \x01(\x0e\x32\x1d.agentmesh.v1.LifecycleStatus\x12\x0e\n\x06reason\x18\x03 \x01(\t\"U\n\x1bSetCapabilityStatusResponse\x12\x36\n\ncapability\x18\x01 \x01(\x0b\x32\".agentmesh.v1.CapabilityDefinition\"q\n\x16RevokeExecutionRequest\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x31\n\rissued_before\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x92\x01\n\x17RevokeExecutionResponse\x12\x14\n\x0c\x65xecution_id\x18\x01 \x01(\t\x12\x31\n\rissued_before\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nrevoked_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp2\x8e\x04\n\x11\x43\x61pabilityService\x12\x61\n\x10InvokeCapability\x12%.agentmesh.v1.InvokeCapabilityRequest\x1a&.agentmesh.v1.InvokeCapabilityResponse\x12g\n\x12InvokeCapabilities\x12\'.agentmesh.v1.InvokeCapabilitiesRequest\x1a(.agentmesh.v1.InvokeCapabilitiesResponse\x12\x61\n\x10ListCapabilities\x12%.agentmesh.v1.ListCapabilitiesRequest\x1a&.agentmesh.v1.ListCapabilitiesResponse\x12j\n\x13SetCapabilityStatus\x12(.agentmesh.v1.SetCapabilityStatusRequest\x1a).agentmesh.v1.SetCapabilityStatusResponse\x12^\n\x0fRevokeExecution\x12$.agentmesh.v1.RevokeExecutionRequest\x1a%.agentmesh.v1.RevokeExecutionResponseB\x93\x01\n\x12local.agentmesh.v1B\x16\x43\x61pabilityServiceProtoP\x01Z/agentmesh.local/gen/go/agentmesh/v1;agentmeshv1\xa2\x02\x03\x41VX\xaa\x02\x0c\x41gentmesh.V1\xca\x02\x0c\x41gentmesh\\V1\xea\x02\rAgentmesh::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,28 +36,34 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agentmesh.v1.capability_ser
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\022local.agentmesh.v1B\026CapabilityServiceProtoP\001Z/agentmesh.local/gen/go/agentmesh/v1;agentmeshv1\242\002\003AVX\252\002\014Agentmesh.V1\312\002\014Agentmesh\\V1\352\002\rAgentmesh::V1'
-  _globals['_CAPABILITYDEFINITION']._serialized_start=146
-  _globals['_CAPABILITYDEFINITION']._serialized_end=453
-  _globals['_INVOKECAPABILITYREQUEST']._serialized_start=456
-  _globals['_INVOKECAPABILITYREQUEST']._serialized_end=759
-  _globals['_INVOCATIONAPPROVAL']._serialized_start=761
-  _globals['_INVOCATIONAPPROVAL']._serialized_end=836
-  _globals['_INVOKECAPABILITYRESPONSE']._serialized_start=839
-  _globals['_INVOKECAPABILITYRESPONSE']._serialized_end=1169
-  _globals['_LISTCAPABILITIESREQUEST']._serialized_start=1171
-  _globals['_LISTCAPABILITIESREQUEST']._serialized_end=1196
-  _globals['_LISTCAPABILITIESRESPONSE']._serialized_start=1199
-  _globals['_LISTCAPABILITIESRESPONSE']._serialized_end=1343
-  _globals['_KNOWLEDGESTOREINFO']._serialized_start=1345
-  _globals['_KNOWLEDGESTOREINFO']._serialized_end=1429
-  _globals['_SETCAPABILITYSTATUSREQUEST']._serialized_start=1431
-  _globals['_SETCAPABILITYSTATUSREQUEST']._serialized_end=1545
-  _globals['_SETCAPABILITYSTATUSRESPONSE']._serialized_start=1547
-  _globals['_SETCAPABILITYSTATUSRESPONSE']._serialized_end=1632
-  _globals['_REVOKEEXECUTIONREQUEST']._serialized_start=1634
-  _globals['_REVOKEEXECUTIONREQUEST']._serialized_end=1747
-  _globals['_REVOKEEXECUTIONRESPONSE']._serialized_start=1750
-  _globals['_REVOKEEXECUTIONRESPONSE']._serialized_end=1896
-  _globals['_CAPABILITYSERVICE']._serialized_start=1899
-  _globals['_CAPABILITYSERVICE']._serialized_end=2320
+  _globals['_CAPABILITYDEFINITION']._serialized_start=171
+  _globals['_CAPABILITYDEFINITION']._serialized_end=478
+  _globals['_INVOKECAPABILITYREQUEST']._serialized_start=481
+  _globals['_INVOKECAPABILITYREQUEST']._serialized_end=784
+  _globals['_INVOKECAPABILITIESREQUEST']._serialized_start=786
+  _globals['_INVOKECAPABILITIESREQUEST']._serialized_end=889
+  _globals['_INVOKECAPABILITIESRESPONSE']._serialized_start=891
+  _globals['_INVOKECAPABILITIESRESPONSE']._serialized_end=974
+  _globals['_INVOKECAPABILITYRESULT']._serialized_start=977
+  _globals['_INVOKECAPABILITYRESULT']._serialized_end=1109
+  _globals['_INVOCATIONAPPROVAL']._serialized_start=1111
+  _globals['_INVOCATIONAPPROVAL']._serialized_end=1186
+  _globals['_INVOKECAPABILITYRESPONSE']._serialized_start=1189
+  _globals['_INVOKECAPABILITYRESPONSE']._serialized_end=1519
+  _globals['_LISTCAPABILITIESREQUEST']._serialized_start=1521
+  _globals['_LISTCAPABILITIESREQUEST']._serialized_end=1546
+  _globals['_LISTCAPABILITIESRESPONSE']._serialized_start=1549
+  _globals['_LISTCAPABILITIESRESPONSE']._serialized_end=1693
+  _globals['_KNOWLEDGESTOREINFO']._serialized_start=1695
+  _globals['_KNOWLEDGESTOREINFO']._serialized_end=1779
+  _globals['_SETCAPABILITYSTATUSREQUEST']._serialized_start=1781
+  _globals['_SETCAPABILITYSTATUSREQUEST']._serialized_end=1895
+  _globals['_SETCAPABILITYSTATUSRESPONSE']._serialized_start=1897
+  _globals['_SETCAPABILITYSTATUSRESPONSE']._serialized_end=1982
+  _globals['_REVOKEEXECUTIONREQUEST']._serialized_start=1984
+  _globals['_REVOKEEXECUTIONREQUEST']._serialized_end=2097
+  _globals['_REVOKEEXECUTIONRESPONSE']._serialized_start=2100
+  _globals['_REVOKEEXECUTIONRESPONSE']._serialized_end=2246
+  _globals['_CAPABILITYSERVICE']._serialized_start=2249
+  _globals['_CAPABILITYSERVICE']._serialized_end=2775
 # @@protoc_insertion_point(module_scope)

@@ -3,6 +3,7 @@ import datetime
 from agentmesh.v1 import common_pb2 as _common_pb2
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.rpc import status_pb2 as _status_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -50,6 +51,28 @@ class InvokeCapabilityRequest(_message.Message):
     approval: InvocationApproval
     trace: _common_pb2.TraceContext
     def __init__(self, grant: _Optional[_Union[_common_pb2.SignedTaskGrant, _Mapping]] = ..., capability_id: _Optional[str] = ..., input: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., principal: _Optional[_Union[_common_pb2.AgentPrincipal, _Mapping]] = ..., approval: _Optional[_Union[InvocationApproval, _Mapping]] = ..., trace: _Optional[_Union[_common_pb2.TraceContext, _Mapping]] = ...) -> None: ...
+
+class InvokeCapabilitiesRequest(_message.Message):
+    __slots__ = ("calls", "traceparents")
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENTS_FIELD_NUMBER: _ClassVar[int]
+    calls: _containers.RepeatedCompositeFieldContainer[InvokeCapabilityRequest]
+    traceparents: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, calls: _Optional[_Iterable[_Union[InvokeCapabilityRequest, _Mapping]]] = ..., traceparents: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class InvokeCapabilitiesResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[InvokeCapabilityResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[InvokeCapabilityResult, _Mapping]]] = ...) -> None: ...
+
+class InvokeCapabilityResult(_message.Message):
+    __slots__ = ("response", "error")
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    response: InvokeCapabilityResponse
+    error: _status_pb2.Status
+    def __init__(self, response: _Optional[_Union[InvokeCapabilityResponse, _Mapping]] = ..., error: _Optional[_Union[_status_pb2.Status, _Mapping]] = ...) -> None: ...
 
 class InvocationApproval(_message.Message):
     __slots__ = ("confirmation_token", "human_approval_id")

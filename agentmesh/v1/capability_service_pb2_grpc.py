@@ -49,6 +49,11 @@ class CapabilityServiceStub:
                 request_serializer=agentmesh_dot_v1_dot_capability__service__pb2.InvokeCapabilityRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_v1_dot_capability__service__pb2.InvokeCapabilityResponse.FromString,
                 _registered_method=True)
+        self.InvokeCapabilities = channel.unary_unary(
+                '/agentmesh.v1.CapabilityService/InvokeCapabilities',
+                request_serializer=agentmesh_dot_v1_dot_capability__service__pb2.InvokeCapabilitiesRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_v1_dot_capability__service__pb2.InvokeCapabilitiesResponse.FromString,
+                _registered_method=True)
         self.ListCapabilities = channel.unary_unary(
                 '/agentmesh.v1.CapabilityService/ListCapabilities',
                 request_serializer=agentmesh_dot_v1_dot_capability__service__pb2.ListCapabilitiesRequest.SerializeToString,
@@ -118,6 +123,27 @@ class CapabilityServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def InvokeCapabilities(self, request, context):
+        """Runs several reads in one round trip: `results[i]` answers `calls[i]`
+        exactly as InvokeCapability would answer it alone, with its response or
+        with the error status it would have failed with (the same codes and
+        reasons). Each call has its own grant check, policy decision (the
+        decisions are asked in one PolicyService.AuthorizeBatch), execution and
+        records; one call's refusal or failure changes nothing for the others.
+        The records of the calls that succeeded go to audit in one append, and
+        no output leaves before it is durable: if it is not, each of those calls
+        fails UNAVAILABLE `AUDIT_UNAVAILABLE`. The calls run one after the other,
+        within the RPC's deadline. A mutation never travels in a batch (it has
+        its idempotency key and its own durable records before its effect): it
+        fails INVALID_ARGUMENT `MUTATION_IN_BATCH`, audited, and is not run.
+
+        Errors of the whole RPC: INVALID_ARGUMENT `MISSING_FIELD` (calls is
+        empty), `FIELD_TOO_LONG` (calls holds more than 16).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListCapabilities(self, request, context):
         """Lists registered capabilities with their versions and lifecycle.
         """
@@ -156,6 +182,11 @@ def add_CapabilityServiceServicer_to_server(servicer, server):
                     servicer.InvokeCapability,
                     request_deserializer=agentmesh_dot_v1_dot_capability__service__pb2.InvokeCapabilityRequest.FromString,
                     response_serializer=agentmesh_dot_v1_dot_capability__service__pb2.InvokeCapabilityResponse.SerializeToString,
+            ),
+            'InvokeCapabilities': grpc.unary_unary_rpc_method_handler(
+                    servicer.InvokeCapabilities,
+                    request_deserializer=agentmesh_dot_v1_dot_capability__service__pb2.InvokeCapabilitiesRequest.FromString,
+                    response_serializer=agentmesh_dot_v1_dot_capability__service__pb2.InvokeCapabilitiesResponse.SerializeToString,
             ),
             'ListCapabilities': grpc.unary_unary_rpc_method_handler(
                     servicer.ListCapabilities,
@@ -210,6 +241,33 @@ class CapabilityService:
             '/agentmesh.v1.CapabilityService/InvokeCapability',
             agentmesh_dot_v1_dot_capability__service__pb2.InvokeCapabilityRequest.SerializeToString,
             agentmesh_dot_v1_dot_capability__service__pb2.InvokeCapabilityResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InvokeCapabilities(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.v1.CapabilityService/InvokeCapabilities',
+            agentmesh_dot_v1_dot_capability__service__pb2.InvokeCapabilitiesRequest.SerializeToString,
+            agentmesh_dot_v1_dot_capability__service__pb2.InvokeCapabilitiesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -80,6 +80,23 @@ class CapabilityServiceStub:
     `EXTERNAL_RESPONSE_MISMATCH` (the external system answered unusably;
     nothing is filled in).
     """
+    InvokeCapabilities: _grpc.UnaryUnaryMultiCallable[_capability_service_pb2.InvokeCapabilitiesRequest, _capability_service_pb2.InvokeCapabilitiesResponse]
+    """Runs several reads in one round trip: `results[i]` answers `calls[i]`
+    exactly as InvokeCapability would answer it alone, with its response or
+    with the error status it would have failed with (the same codes and
+    reasons). Each call has its own grant check, policy decision (the
+    decisions are asked in one PolicyService.AuthorizeBatch), execution and
+    records; one call's refusal or failure changes nothing for the others.
+    The records of the calls that succeeded go to audit in one append, and
+    no output leaves before it is durable: if it is not, each of those calls
+    fails UNAVAILABLE `AUDIT_UNAVAILABLE`. The calls run one after the other,
+    within the RPC's deadline. A mutation never travels in a batch (it has
+    its idempotency key and its own durable records before its effect): it
+    fails INVALID_ARGUMENT `MUTATION_IN_BATCH`, audited, and is not run.
+
+    Errors of the whole RPC: INVALID_ARGUMENT `MISSING_FIELD` (calls is
+    empty), `FIELD_TOO_LONG` (calls holds more than 16).
+    """
     ListCapabilities: _grpc.UnaryUnaryMultiCallable[_capability_service_pb2.ListCapabilitiesRequest, _capability_service_pb2.ListCapabilitiesResponse]
     """Lists registered capabilities with their versions and lifecycle."""
     SetCapabilityStatus: _grpc.UnaryUnaryMultiCallable[_capability_service_pb2.SetCapabilityStatusRequest, _capability_service_pb2.SetCapabilityStatusResponse]
@@ -148,6 +165,23 @@ class CapabilityServiceAsyncStub(CapabilityServiceStub):
     `EXTERNAL_SCHEMA_INVALID`, `EXTERNAL_CONTENT_TYPE`, `EXTERNAL_TOO_LARGE`,
     `EXTERNAL_RESPONSE_MISMATCH` (the external system answered unusably;
     nothing is filled in).
+    """
+    InvokeCapabilities: _aio.UnaryUnaryMultiCallable[_capability_service_pb2.InvokeCapabilitiesRequest, _capability_service_pb2.InvokeCapabilitiesResponse]  # type: ignore[assignment]
+    """Runs several reads in one round trip: `results[i]` answers `calls[i]`
+    exactly as InvokeCapability would answer it alone, with its response or
+    with the error status it would have failed with (the same codes and
+    reasons). Each call has its own grant check, policy decision (the
+    decisions are asked in one PolicyService.AuthorizeBatch), execution and
+    records; one call's refusal or failure changes nothing for the others.
+    The records of the calls that succeeded go to audit in one append, and
+    no output leaves before it is durable: if it is not, each of those calls
+    fails UNAVAILABLE `AUDIT_UNAVAILABLE`. The calls run one after the other,
+    within the RPC's deadline. A mutation never travels in a batch (it has
+    its idempotency key and its own durable records before its effect): it
+    fails INVALID_ARGUMENT `MUTATION_IN_BATCH`, audited, and is not run.
+
+    Errors of the whole RPC: INVALID_ARGUMENT `MISSING_FIELD` (calls is
+    empty), `FIELD_TOO_LONG` (calls holds more than 16).
     """
     ListCapabilities: _aio.UnaryUnaryMultiCallable[_capability_service_pb2.ListCapabilitiesRequest, _capability_service_pb2.ListCapabilitiesResponse]  # type: ignore[assignment]
     """Lists registered capabilities with their versions and lifecycle."""
@@ -220,6 +254,29 @@ class CapabilityServiceServicer(metaclass=_abc_1.ABCMeta):
         `EXTERNAL_SCHEMA_INVALID`, `EXTERNAL_CONTENT_TYPE`, `EXTERNAL_TOO_LARGE`,
         `EXTERNAL_RESPONSE_MISMATCH` (the external system answered unusably;
         nothing is filled in).
+        """
+
+    @_abc_1.abstractmethod
+    def InvokeCapabilities(
+        self,
+        request: _capability_service_pb2.InvokeCapabilitiesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_capability_service_pb2.InvokeCapabilitiesResponse, _abc.Awaitable[_capability_service_pb2.InvokeCapabilitiesResponse]]:
+        """Runs several reads in one round trip: `results[i]` answers `calls[i]`
+        exactly as InvokeCapability would answer it alone, with its response or
+        with the error status it would have failed with (the same codes and
+        reasons). Each call has its own grant check, policy decision (the
+        decisions are asked in one PolicyService.AuthorizeBatch), execution and
+        records; one call's refusal or failure changes nothing for the others.
+        The records of the calls that succeeded go to audit in one append, and
+        no output leaves before it is durable: if it is not, each of those calls
+        fails UNAVAILABLE `AUDIT_UNAVAILABLE`. The calls run one after the other,
+        within the RPC's deadline. A mutation never travels in a batch (it has
+        its idempotency key and its own durable records before its effect): it
+        fails INVALID_ARGUMENT `MUTATION_IN_BATCH`, audited, and is not run.
+
+        Errors of the whole RPC: INVALID_ARGUMENT `MISSING_FIELD` (calls is
+        empty), `FIELD_TOO_LONG` (calls holds more than 16).
         """
 
     @_abc_1.abstractmethod

@@ -24,9 +24,10 @@ _sym_db = _symbol_database.Default()
 
 from agentmesh.v1 import common_pb2 as agentmesh_dot_v1_dot_common__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
+from google.rpc import status_pb2 as google_dot_rpc_dot_status__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!agentmesh/v1/policy_service.proto\x12\x0c\x61gentmesh.v1\x1a\x19\x61gentmesh/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\":\n\x0bResourceRef\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\x12\x11\n\ttenant_id\x18\x03 \x01(\t\"\x9b\x02\n\x10OperationContext\x12\x1a\n\x12\x63onfirmation_given\x18\x01 \x01(\x08\x12\x19\n\x11human_approval_id\x18\x02 \x01(\t\x12\x19\n\x11human_approver_id\x18\x03 \x01(\t\x12/\n\x0crisk_profile\x18\x04 \x01(\x0b\x32\x19.agentmesh.v1.RiskProfile\x12\x17\n\x0foverride_reason\x18\x05 \x01(\t\x12\x1c\n\x14subject_requester_id\x18\x06 \x01(\t\x12\x16\n\x0emodel_fallback\x18\x07 \x01(\x08\x12\x35\n\x12\x61gent_risk_profile\x18\x08 \x01(\x0b\x32\x19.agentmesh.v1.RiskProfile\"\xb1\x03\n\x10\x41uthorizeRequest\x12\'\n\x04user\x18\x01 \x01(\x0b\x32\x19.agentmesh.v1.UserContext\x12+\n\nactor_type\x18\x02 \x01(\x0e\x32\x17.agentmesh.v1.ActorType\x12\x14\n\x0csystem_actor\x18\x03 \x01(\t\x12+\n\x05\x61gent\x18\x04 \x01(\x0b\x32\x1c.agentmesh.v1.AgentPrincipal\x12\x18\n\x10\x64\x65legation_depth\x18\x05 \x01(\x05\x12\x15\n\rcapability_id\x18\x06 \x01(\t\x12\x1a\n\x12\x63\x61pability_version\x18\x07 \x01(\t\x12+\n\x08resource\x18\x08 \x01(\x0b\x32\x19.agentmesh.v1.ResourceRef\x12/\n\x07\x63ontext\x18\t \x01(\x0b\x32\x1e.agentmesh.v1.OperationContext\x12.\n\toperation\x18\n \x01(\x0e\x32\x1b.agentmesh.v1.OperationKind\x12)\n\x05trace\x18\x0b \x01(\x0b\x32\x1a.agentmesh.v1.TraceContext\"X\n\x11\x41uthorizeResponse\x12.\n\x08\x64\x65\x63ision\x18\x01 \x01(\x0b\x32\x1c.agentmesh.v1.PolicyDecision\x12\x13\n\x0b\x65xplanation\x18\x02 \x01(\t\"\xaf\x01\n\nKillSwitch\x12,\n\x05scope\x18\x01 \x01(\x0e\x32\x1d.agentmesh.v1.KillSwitchScope\x12\x0e\n\x06target\x18\x02 \x01(\t\x12\x0f\n\x07\x65nabled\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x12\n\nchanged_by\x18\x05 \x01(\t\x12.\n\nchanged_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"u\n\x14SetKillSwitchRequest\x12,\n\x05scope\x18\x01 \x01(\x0e\x32\x1d.agentmesh.v1.KillSwitchScope\x12\x0e\n\x06target\x18\x02 \x01(\t\x12\x0f\n\x07\x65nabled\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\"F\n\x15SetKillSwitchResponse\x12-\n\x0bkill_switch\x18\x01 \x01(\x0b\x32\x18.agentmesh.v1.KillSwitch\"\x19\n\x17ListKillSwitchesRequest\"K\n\x18ListKillSwitchesResponse\x12/\n\rkill_switches\x18\x01 \x03(\x0b\x32\x18.agentmesh.v1.KillSwitch\"\x16\n\x14GetPolicyInfoRequest\"[\n\x15GetPolicyInfoResponse\x12\x16\n\x0epolicy_version\x18\x01 \x01(\t\x12\x12\n\npolicy_ids\x18\x02 \x03(\t\x12\x16\n\x0epolicy_release\x18\x03 \x01(\t*\xb1\x01\n\x0fKillSwitchScope\x12!\n\x1dKILL_SWITCH_SCOPE_UNSPECIFIED\x10\x00\x12\x1b\n\x17KILL_SWITCH_SCOPE_AGENT\x10\x01\x12 \n\x1cKILL_SWITCH_SCOPE_CAPABILITY\x10\x02\x12\x1c\n\x18KILL_SWITCH_SCOPE_TENANT\x10\x03\x12\x1e\n\x1aKILL_SWITCH_SCOPE_PLATFORM\x10\x04*\xd2\x02\n\rOperationKind\x12\x1e\n\x1aOPERATION_KIND_UNSPECIFIED\x10\x00\x12\x19\n\x15OPERATION_KIND_INVOKE\x10\x01\x12\x1b\n\x17OPERATION_KIND_OVERRIDE\x10\x02\x12\x19\n\x15OPERATION_KIND_REVIEW\x10\x03\x12!\n\x1dOPERATION_KIND_READ_EXECUTION\x10\x04\x12#\n\x1fOPERATION_KIND_CANCEL_EXECUTION\x10\x05\x12\x1c\n\x18OPERATION_KIND_USE_MODEL\x10\x06\x12\x1f\n\x1bOPERATION_KIND_MANAGE_AGENT\x10\x07\x12 \n\x1cOPERATION_KIND_APPROVE_AGENT\x10\x08\x12%\n!OPERATION_KIND_USE_FALLBACK_AGENT\x10\t2\xf4\x02\n\rPolicyService\x12L\n\tAuthorize\x12\x1e.agentmesh.v1.AuthorizeRequest\x1a\x1f.agentmesh.v1.AuthorizeResponse\x12X\n\rSetKillSwitch\x12\".agentmesh.v1.SetKillSwitchRequest\x1a#.agentmesh.v1.SetKillSwitchResponse\x12\x61\n\x10ListKillSwitches\x12%.agentmesh.v1.ListKillSwitchesRequest\x1a&.agentmesh.v1.ListKillSwitchesResponse\x12X\n\rGetPolicyInfo\x12\".agentmesh.v1.GetPolicyInfoRequest\x1a#.agentmesh.v1.GetPolicyInfoResponseB\x8f\x01\n\x12local.agentmesh.v1B\x12PolicyServiceProtoP\x01Z/agentmesh.local/gen/go/agentmesh/v1;agentmeshv1\xa2\x02\x03\x41VX\xaa\x02\x0c\x41gentmesh.V1\xca\x02\x0c\x41gentmesh\\V1\xea\x02\rAgentmesh::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!agentmesh/v1/policy_service.proto\x12\x0c\x61gentmesh.v1\x1a\x19\x61gentmesh/v1/common.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\":\n\x0bResourceRef\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\x12\x11\n\ttenant_id\x18\x03 \x01(\t\"\x9b\x02\n\x10OperationContext\x12\x1a\n\x12\x63onfirmation_given\x18\x01 \x01(\x08\x12\x19\n\x11human_approval_id\x18\x02 \x01(\t\x12\x19\n\x11human_approver_id\x18\x03 \x01(\t\x12/\n\x0crisk_profile\x18\x04 \x01(\x0b\x32\x19.agentmesh.v1.RiskProfile\x12\x17\n\x0foverride_reason\x18\x05 \x01(\t\x12\x1c\n\x14subject_requester_id\x18\x06 \x01(\t\x12\x16\n\x0emodel_fallback\x18\x07 \x01(\x08\x12\x35\n\x12\x61gent_risk_profile\x18\x08 \x01(\x0b\x32\x19.agentmesh.v1.RiskProfile\"\xb1\x03\n\x10\x41uthorizeRequest\x12\'\n\x04user\x18\x01 \x01(\x0b\x32\x19.agentmesh.v1.UserContext\x12+\n\nactor_type\x18\x02 \x01(\x0e\x32\x17.agentmesh.v1.ActorType\x12\x14\n\x0csystem_actor\x18\x03 \x01(\t\x12+\n\x05\x61gent\x18\x04 \x01(\x0b\x32\x1c.agentmesh.v1.AgentPrincipal\x12\x18\n\x10\x64\x65legation_depth\x18\x05 \x01(\x05\x12\x15\n\rcapability_id\x18\x06 \x01(\t\x12\x1a\n\x12\x63\x61pability_version\x18\x07 \x01(\t\x12+\n\x08resource\x18\x08 \x01(\x0b\x32\x19.agentmesh.v1.ResourceRef\x12/\n\x07\x63ontext\x18\t \x01(\x0b\x32\x1e.agentmesh.v1.OperationContext\x12.\n\toperation\x18\n \x01(\x0e\x32\x1b.agentmesh.v1.OperationKind\x12)\n\x05trace\x18\x0b \x01(\x0b\x32\x1a.agentmesh.v1.TraceContext\"X\n\x11\x41uthorizeResponse\x12.\n\x08\x64\x65\x63ision\x18\x01 \x01(\x0b\x32\x1c.agentmesh.v1.PolicyDecision\x12\x13\n\x0b\x65xplanation\x18\x02 \x01(\t\"I\n\x15\x41uthorizeBatchRequest\x12\x30\n\x08requests\x18\x01 \x03(\x0b\x32\x1e.agentmesh.v1.AuthorizeRequest\"H\n\x16\x41uthorizeBatchResponse\x12.\n\x07results\x18\x01 \x03(\x0b\x32\x1d.agentmesh.v1.AuthorizeResult\"v\n\x0f\x41uthorizeResult\x12\x33\n\x08response\x18\x01 \x01(\x0b\x32\x1f.agentmesh.v1.AuthorizeResponseH\x00\x12#\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x12.google.rpc.StatusH\x00\x42\t\n\x07outcome\"\xaf\x01\n\nKillSwitch\x12,\n\x05scope\x18\x01 \x01(\x0e\x32\x1d.agentmesh.v1.KillSwitchScope\x12\x0e\n\x06target\x18\x02 \x01(\t\x12\x0f\n\x07\x65nabled\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x12\n\nchanged_by\x18\x05 \x01(\t\x12.\n\nchanged_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"u\n\x14SetKillSwitchRequest\x12,\n\x05scope\x18\x01 \x01(\x0e\x32\x1d.agentmesh.v1.KillSwitchScope\x12\x0e\n\x06target\x18\x02 \x01(\t\x12\x0f\n\x07\x65nabled\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\"F\n\x15SetKillSwitchResponse\x12-\n\x0bkill_switch\x18\x01 \x01(\x0b\x32\x18.agentmesh.v1.KillSwitch\"\x19\n\x17ListKillSwitchesRequest\"K\n\x18ListKillSwitchesResponse\x12/\n\rkill_switches\x18\x01 \x03(\x0b\x32\x18.agentmesh.v1.KillSwitch\"\x16\n\x14GetPolicyInfoRequest\"[\n\x15GetPolicyInfoResponse\x12\x16\n\x0epolicy_version\x18\x01 \x01(\t\x12\x12\n\npolicy_ids\x18\x02 \x03(\t\x12\x16\n\x0epolicy_release\x18\x03 \x01(\t*\xb1\x01\n\x0fKillSwitchScope\x12!\n\x1dKILL_SWITCH_SCOPE_UNSPECIFIED\x10\x00\x12\x1b\n\x17KILL_SWITCH_SCOPE_AGENT\x10\x01\x12 \n\x1cKILL_SWITCH_SCOPE_CAPABILITY\x10\x02\x12\x1c\n\x18KILL_SWITCH_SCOPE_TENANT\x10\x03\x12\x1e\n\x1aKILL_SWITCH_SCOPE_PLATFORM\x10\x04*\xd2\x02\n\rOperationKind\x12\x1e\n\x1aOPERATION_KIND_UNSPECIFIED\x10\x00\x12\x19\n\x15OPERATION_KIND_INVOKE\x10\x01\x12\x1b\n\x17OPERATION_KIND_OVERRIDE\x10\x02\x12\x19\n\x15OPERATION_KIND_REVIEW\x10\x03\x12!\n\x1dOPERATION_KIND_READ_EXECUTION\x10\x04\x12#\n\x1fOPERATION_KIND_CANCEL_EXECUTION\x10\x05\x12\x1c\n\x18OPERATION_KIND_USE_MODEL\x10\x06\x12\x1f\n\x1bOPERATION_KIND_MANAGE_AGENT\x10\x07\x12 \n\x1cOPERATION_KIND_APPROVE_AGENT\x10\x08\x12%\n!OPERATION_KIND_USE_FALLBACK_AGENT\x10\t2\xd1\x03\n\rPolicyService\x12L\n\tAuthorize\x12\x1e.agentmesh.v1.AuthorizeRequest\x1a\x1f.agentmesh.v1.AuthorizeResponse\x12[\n\x0e\x41uthorizeBatch\x12#.agentmesh.v1.AuthorizeBatchRequest\x1a$.agentmesh.v1.AuthorizeBatchResponse\x12X\n\rSetKillSwitch\x12\".agentmesh.v1.SetKillSwitchRequest\x1a#.agentmesh.v1.SetKillSwitchResponse\x12\x61\n\x10ListKillSwitches\x12%.agentmesh.v1.ListKillSwitchesRequest\x1a&.agentmesh.v1.ListKillSwitchesResponse\x12X\n\rGetPolicyInfo\x12\".agentmesh.v1.GetPolicyInfoRequest\x1a#.agentmesh.v1.GetPolicyInfoResponseB\x8f\x01\n\x12local.agentmesh.v1B\x12PolicyServiceProtoP\x01Z/agentmesh.local/gen/go/agentmesh/v1;agentmeshv1\xa2\x02\x03\x41VX\xaa\x02\x0c\x41gentmesh.V1\xca\x02\x0c\x41gentmesh\\V1\xea\x02\rAgentmesh::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,32 +35,38 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agentmesh.v1.policy_service
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\022local.agentmesh.v1B\022PolicyServiceProtoP\001Z/agentmesh.local/gen/go/agentmesh/v1;agentmeshv1\242\002\003AVX\252\002\014Agentmesh.V1\312\002\014Agentmesh\\V1\352\002\rAgentmesh::V1'
-  _globals['_KILLSWITCHSCOPE']._serialized_start=1574
-  _globals['_KILLSWITCHSCOPE']._serialized_end=1751
-  _globals['_OPERATIONKIND']._serialized_start=1754
-  _globals['_OPERATIONKIND']._serialized_end=2092
-  _globals['_RESOURCEREF']._serialized_start=111
-  _globals['_RESOURCEREF']._serialized_end=169
-  _globals['_OPERATIONCONTEXT']._serialized_start=172
-  _globals['_OPERATIONCONTEXT']._serialized_end=455
-  _globals['_AUTHORIZEREQUEST']._serialized_start=458
-  _globals['_AUTHORIZEREQUEST']._serialized_end=891
-  _globals['_AUTHORIZERESPONSE']._serialized_start=893
-  _globals['_AUTHORIZERESPONSE']._serialized_end=981
-  _globals['_KILLSWITCH']._serialized_start=984
-  _globals['_KILLSWITCH']._serialized_end=1159
-  _globals['_SETKILLSWITCHREQUEST']._serialized_start=1161
-  _globals['_SETKILLSWITCHREQUEST']._serialized_end=1278
-  _globals['_SETKILLSWITCHRESPONSE']._serialized_start=1280
-  _globals['_SETKILLSWITCHRESPONSE']._serialized_end=1350
-  _globals['_LISTKILLSWITCHESREQUEST']._serialized_start=1352
-  _globals['_LISTKILLSWITCHESREQUEST']._serialized_end=1377
-  _globals['_LISTKILLSWITCHESRESPONSE']._serialized_start=1379
-  _globals['_LISTKILLSWITCHESRESPONSE']._serialized_end=1454
-  _globals['_GETPOLICYINFOREQUEST']._serialized_start=1456
-  _globals['_GETPOLICYINFOREQUEST']._serialized_end=1478
-  _globals['_GETPOLICYINFORESPONSE']._serialized_start=1480
-  _globals['_GETPOLICYINFORESPONSE']._serialized_end=1571
-  _globals['_POLICYSERVICE']._serialized_start=2095
-  _globals['_POLICYSERVICE']._serialized_end=2467
+  _globals['_KILLSWITCHSCOPE']._serialized_start=1868
+  _globals['_KILLSWITCHSCOPE']._serialized_end=2045
+  _globals['_OPERATIONKIND']._serialized_start=2048
+  _globals['_OPERATIONKIND']._serialized_end=2386
+  _globals['_RESOURCEREF']._serialized_start=136
+  _globals['_RESOURCEREF']._serialized_end=194
+  _globals['_OPERATIONCONTEXT']._serialized_start=197
+  _globals['_OPERATIONCONTEXT']._serialized_end=480
+  _globals['_AUTHORIZEREQUEST']._serialized_start=483
+  _globals['_AUTHORIZEREQUEST']._serialized_end=916
+  _globals['_AUTHORIZERESPONSE']._serialized_start=918
+  _globals['_AUTHORIZERESPONSE']._serialized_end=1006
+  _globals['_AUTHORIZEBATCHREQUEST']._serialized_start=1008
+  _globals['_AUTHORIZEBATCHREQUEST']._serialized_end=1081
+  _globals['_AUTHORIZEBATCHRESPONSE']._serialized_start=1083
+  _globals['_AUTHORIZEBATCHRESPONSE']._serialized_end=1155
+  _globals['_AUTHORIZERESULT']._serialized_start=1157
+  _globals['_AUTHORIZERESULT']._serialized_end=1275
+  _globals['_KILLSWITCH']._serialized_start=1278
+  _globals['_KILLSWITCH']._serialized_end=1453
+  _globals['_SETKILLSWITCHREQUEST']._serialized_start=1455
+  _globals['_SETKILLSWITCHREQUEST']._serialized_end=1572
+  _globals['_SETKILLSWITCHRESPONSE']._serialized_start=1574
+  _globals['_SETKILLSWITCHRESPONSE']._serialized_end=1644
+  _globals['_LISTKILLSWITCHESREQUEST']._serialized_start=1646
+  _globals['_LISTKILLSWITCHESREQUEST']._serialized_end=1671
+  _globals['_LISTKILLSWITCHESRESPONSE']._serialized_start=1673
+  _globals['_LISTKILLSWITCHESRESPONSE']._serialized_end=1748
+  _globals['_GETPOLICYINFOREQUEST']._serialized_start=1750
+  _globals['_GETPOLICYINFOREQUEST']._serialized_end=1772
+  _globals['_GETPOLICYINFORESPONSE']._serialized_start=1774
+  _globals['_GETPOLICYINFORESPONSE']._serialized_end=1865
+  _globals['_POLICYSERVICE']._serialized_start=2389
+  _globals['_POLICYSERVICE']._serialized_end=2854
 # @@protoc_insertion_point(module_scope)

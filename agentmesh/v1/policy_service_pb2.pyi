@@ -2,6 +2,7 @@ import datetime
 
 from agentmesh.v1 import common_pb2 as _common_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.rpc import status_pb2 as _status_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -110,6 +111,26 @@ class AuthorizeResponse(_message.Message):
     decision: _common_pb2.PolicyDecision
     explanation: str
     def __init__(self, decision: _Optional[_Union[_common_pb2.PolicyDecision, _Mapping]] = ..., explanation: _Optional[str] = ...) -> None: ...
+
+class AuthorizeBatchRequest(_message.Message):
+    __slots__ = ("requests",)
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[AuthorizeRequest]
+    def __init__(self, requests: _Optional[_Iterable[_Union[AuthorizeRequest, _Mapping]]] = ...) -> None: ...
+
+class AuthorizeBatchResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[AuthorizeResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[AuthorizeResult, _Mapping]]] = ...) -> None: ...
+
+class AuthorizeResult(_message.Message):
+    __slots__ = ("response", "error")
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    response: AuthorizeResponse
+    error: _status_pb2.Status
+    def __init__(self, response: _Optional[_Union[AuthorizeResponse, _Mapping]] = ..., error: _Optional[_Union[_status_pb2.Status, _Mapping]] = ...) -> None: ...
 
 class KillSwitch(_message.Message):
     __slots__ = ("scope", "target", "enabled", "reason", "changed_by", "changed_at")

@@ -48,6 +48,11 @@ class PolicyServiceStub:
                 request_serializer=agentmesh_dot_v1_dot_policy__service__pb2.AuthorizeRequest.SerializeToString,
                 response_deserializer=agentmesh_dot_v1_dot_policy__service__pb2.AuthorizeResponse.FromString,
                 _registered_method=True)
+        self.AuthorizeBatch = channel.unary_unary(
+                '/agentmesh.v1.PolicyService/AuthorizeBatch',
+                request_serializer=agentmesh_dot_v1_dot_policy__service__pb2.AuthorizeBatchRequest.SerializeToString,
+                response_deserializer=agentmesh_dot_v1_dot_policy__service__pb2.AuthorizeBatchResponse.FromString,
+                _registered_method=True)
         self.SetKillSwitch = channel.unary_unary(
                 '/agentmesh.v1.PolicyService/SetKillSwitch',
                 request_serializer=agentmesh_dot_v1_dot_policy__service__pb2.SetKillSwitchRequest.SerializeToString,
@@ -87,6 +92,20 @@ class PolicyServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AuthorizeBatch(self, request, context):
+        """Decides several operations in one round trip: `results[i]` decides
+        `requests[i]` exactly as Authorize would decide it alone (its own
+        decision id), or holds the error Authorize would have answered for it.
+        The kill switches are read once, for all of them.
+
+        Errors of the whole RPC: INVALID_ARGUMENT `MISSING_FIELD` (requests is
+        empty), `FIELD_TOO_LONG` (requests holds more than 64); UNAVAILABLE
+        `KILL_SWITCH_STORE_UNAVAILABLE` (no decision at all).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def SetKillSwitch(self, request, context):
         """Turns a kill switch on or off (operators only). Persisted and audited
         (through the durable outbox: a safety stop does not wait for audit).
@@ -121,6 +140,11 @@ def add_PolicyServiceServicer_to_server(servicer, server):
                     servicer.Authorize,
                     request_deserializer=agentmesh_dot_v1_dot_policy__service__pb2.AuthorizeRequest.FromString,
                     response_serializer=agentmesh_dot_v1_dot_policy__service__pb2.AuthorizeResponse.SerializeToString,
+            ),
+            'AuthorizeBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.AuthorizeBatch,
+                    request_deserializer=agentmesh_dot_v1_dot_policy__service__pb2.AuthorizeBatchRequest.FromString,
+                    response_serializer=agentmesh_dot_v1_dot_policy__service__pb2.AuthorizeBatchResponse.SerializeToString,
             ),
             'SetKillSwitch': grpc.unary_unary_rpc_method_handler(
                     servicer.SetKillSwitch,
@@ -174,6 +198,33 @@ class PolicyService:
             '/agentmesh.v1.PolicyService/Authorize',
             agentmesh_dot_v1_dot_policy__service__pb2.AuthorizeRequest.SerializeToString,
             agentmesh_dot_v1_dot_policy__service__pb2.AuthorizeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AuthorizeBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentmesh.v1.PolicyService/AuthorizeBatch',
+            agentmesh_dot_v1_dot_policy__service__pb2.AuthorizeBatchRequest.SerializeToString,
+            agentmesh_dot_v1_dot_policy__service__pb2.AuthorizeBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -48,6 +48,16 @@ class PolicyServiceStub:
 
     Errors: INVALID_ARGUMENT `MISSING_FIELD`, `INVALID_FIELD` (the field named).
     """
+    AuthorizeBatch: _grpc.UnaryUnaryMultiCallable[_policy_service_pb2.AuthorizeBatchRequest, _policy_service_pb2.AuthorizeBatchResponse]
+    """Decides several operations in one round trip: `results[i]` decides
+    `requests[i]` exactly as Authorize would decide it alone (its own
+    decision id), or holds the error Authorize would have answered for it.
+    The kill switches are read once, for all of them.
+
+    Errors of the whole RPC: INVALID_ARGUMENT `MISSING_FIELD` (requests is
+    empty), `FIELD_TOO_LONG` (requests holds more than 64); UNAVAILABLE
+    `KILL_SWITCH_STORE_UNAVAILABLE` (no decision at all).
+    """
     SetKillSwitch: _grpc.UnaryUnaryMultiCallable[_policy_service_pb2.SetKillSwitchRequest, _policy_service_pb2.SetKillSwitchResponse]
     """Turns a kill switch on or off (operators only). Persisted and audited
     (through the durable outbox: a safety stop does not wait for audit).
@@ -82,6 +92,16 @@ class PolicyServiceAsyncStub(PolicyServiceStub):
     a DENY with a reason code. A DENY is an answer, not an error.
 
     Errors: INVALID_ARGUMENT `MISSING_FIELD`, `INVALID_FIELD` (the field named).
+    """
+    AuthorizeBatch: _aio.UnaryUnaryMultiCallable[_policy_service_pb2.AuthorizeBatchRequest, _policy_service_pb2.AuthorizeBatchResponse]  # type: ignore[assignment]
+    """Decides several operations in one round trip: `results[i]` decides
+    `requests[i]` exactly as Authorize would decide it alone (its own
+    decision id), or holds the error Authorize would have answered for it.
+    The kill switches are read once, for all of them.
+
+    Errors of the whole RPC: INVALID_ARGUMENT `MISSING_FIELD` (requests is
+    empty), `FIELD_TOO_LONG` (requests holds more than 64); UNAVAILABLE
+    `KILL_SWITCH_STORE_UNAVAILABLE` (no decision at all).
     """
     SetKillSwitch: _aio.UnaryUnaryMultiCallable[_policy_service_pb2.SetKillSwitchRequest, _policy_service_pb2.SetKillSwitchResponse]  # type: ignore[assignment]
     """Turns a kill switch on or off (operators only). Persisted and audited
@@ -120,6 +140,22 @@ class PolicyServiceServicer(metaclass=_abc_1.ABCMeta):
         a DENY with a reason code. A DENY is an answer, not an error.
 
         Errors: INVALID_ARGUMENT `MISSING_FIELD`, `INVALID_FIELD` (the field named).
+        """
+
+    @_abc_1.abstractmethod
+    def AuthorizeBatch(
+        self,
+        request: _policy_service_pb2.AuthorizeBatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_policy_service_pb2.AuthorizeBatchResponse, _abc.Awaitable[_policy_service_pb2.AuthorizeBatchResponse]]:
+        """Decides several operations in one round trip: `results[i]` decides
+        `requests[i]` exactly as Authorize would decide it alone (its own
+        decision id), or holds the error Authorize would have answered for it.
+        The kill switches are read once, for all of them.
+
+        Errors of the whole RPC: INVALID_ARGUMENT `MISSING_FIELD` (requests is
+        empty), `FIELD_TOO_LONG` (requests holds more than 64); UNAVAILABLE
+        `KILL_SWITCH_STORE_UNAVAILABLE` (no decision at all).
         """
 
     @_abc_1.abstractmethod
