@@ -32,6 +32,9 @@ from policy_svc.tenants import AdministrationDenied, TenantDirectory, TenantNotC
 
 log = logging.getLogger(__name__)
 
+MAX_BATCH = 64
+"""Most requests one AuthorizeBatch decides."""
+
 AgentCapabilities = Callable[[str], tuple[str, ...]]
 AgentKnowledgeScopes = Callable[[str], tuple[str, ...]]
 AgentRiskProfiles = Callable[[str], "model.RiskProfile | None"]
@@ -143,9 +146,33 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         self._audit = audit
 
     def Authorize(self, request: pb.AuthorizeRequest, context: grpc.ServicerContext) -> pb.AuthorizeResponse:
+        return self._decide(request, self._active_switches())
+
+    def AuthorizeBatch(self, request: pb.AuthorizeBatchRequest,
+                       context: grpc.ServicerContext) -> pb.AuthorizeBatchResponse:
+        if not request.requests:
+            raise errors.InvalidArgument("requests is empty", reason="MISSING_FIELD", metadata={"field": "requests"})
+        if len(request.requests) > MAX_BATCH:
+            raise errors.InvalidArgument(f"at most {MAX_BATCH} requests in one batch", reason="FIELD_TOO_LONG",
+                                         metadata={"field": "requests", "max": str(MAX_BATCH), "unit": "items"})
+        active = self._active_switches()
+        results = []
+        for one in request.requests:
+            try:
+                results.append(pb.AuthorizeResult(response=self._decide(one, active)))
+            except errors.MeshError as err:
+                results.append(pb.AuthorizeResult(error=err.to_status()))
+        return pb.AuthorizeBatchResponse(results=results)
+
+    def _active_switches(self) -> frozenset[str]:
+        # Reading the switches can fail; then there is no decision at all (never an ALLOW).
         try:
-            # Reading the switches can fail; then there is no decision at all (never an ALLOW).
-            active = self._switches.active()
+            return self._switches.active()
+        except PolicyError as err:
+            raise _mesh_error(err) from err
+
+    def _decide(self, request: pb.AuthorizeRequest, active: frozenset[str]) -> pb.AuthorizeResponse:
+        try:
             decision = self._engine.authorize(
                 to_request(request, self._agent_capabilities, self._agent_knowledge_scopes,
                            self._agent_risk_profiles), kill_switches=active)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from agentmesh import errors
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import policy_service_pb2 as pb
 from policy_svc import model
@@ -217,3 +218,43 @@ def test_a_manifest_whose_knowledge_scopes_are_not_a_list_is_refused(tmp_path: P
     (tmp_path / "a.yaml").write_text("agent_id: a\ncapabilities: []\nknowledge_scopes: compliance.nr\n")
     with pytest.raises(AgentRegistrationError, match="knowledge_scopes must be a list"):
         AgentRegistrations.load(tmp_path)
+
+
+# --- AuthorizeBatch -----------------------------------------------------------------------------------
+
+def test_a_batch_is_decided_as_each_request_alone(servicer: PolicyServicer) -> None:
+    own = _review()
+    own.user.user_id = "alice"  # the requester reviewing her own request
+    broken = _review()
+    broken.ClearField("user")
+    batch = servicer.AuthorizeBatch(pb.AuthorizeBatchRequest(requests=[_review(), own, broken]),
+                                    context=None)  # type: ignore[arg-type]
+    first, second, third = batch.results
+    assert _reasons(servicer, _review()) == (common_pb2.PolicyEffect.Name(first.response.decision.effect),
+                                            list(first.response.decision.reason_codes))
+    assert _reasons(servicer, own) == (common_pb2.PolicyEffect.Name(second.response.decision.effect),
+                                      list(second.response.decision.reason_codes))
+    assert first.response.decision.decision_id != second.response.decision.decision_id
+    # The one Authorize would refuse gets its own error; the others are decided regardless.
+    with pytest.raises(errors.InvalidArgument) as alone:
+        servicer.Authorize(broken, context=None)  # type: ignore[arg-type]
+    assert third.WhichOneof("outcome") == "error"
+    assert third.error == alone.value.to_status()
+
+
+@pytest.mark.parametrize(("count", "reason"), [(0, "MISSING_FIELD"), (65, "FIELD_TOO_LONG")])
+def test_a_batch_empty_or_too_large_is_refused_whole(servicer: PolicyServicer, count: int, reason: str) -> None:
+    with pytest.raises(errors.InvalidArgument) as info:
+        servicer.AuthorizeBatch(pb.AuthorizeBatchRequest(requests=[_review()] * count),
+                                context=None)  # type: ignore[arg-type]
+    assert (info.value.reason, info.value.field) == (reason, "requests")
+
+
+def test_without_the_kill_switches_a_batch_has_no_decision_at_all(engine: PolicyEngine, tmp_path: Path) -> None:
+    store = KillSwitchStore(tmp_path / "policy.db")
+    servicer = PolicyServicer(engine, store, _capabilities, audit=None)
+    store.close()
+    with pytest.raises(errors.Unavailable) as info:
+        servicer.AuthorizeBatch(pb.AuthorizeBatchRequest(requests=[_review(), _review()]),
+                                context=None)  # type: ignore[arg-type]
+    assert info.value.reason == "KILL_SWITCH_STORE_UNAVAILABLE"
