@@ -45,17 +45,23 @@ are ports.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import datetime as dt
 import hashlib
 import json
 import logging
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import grpc
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from google.protobuf import json_format, struct_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
+from opentelemetry import context as otel_context
 
 from agentmesh import delegation, errors, grants, telemetry
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
@@ -84,9 +90,16 @@ RUNTIME_VERSION = "agentmesh-capability/0.1.0"
 
 
 class Authorizer(Protocol):
-    """The policy engine, as this service sees it."""
+    """The policy engine, as this service sees it (see agentmesh.policy_client.PolicyClient)."""
 
-    def __call__(self, request: policy_pb2.AuthorizeRequest) -> policy_pb2.AuthorizeResponse: ...
+    def __call__(self, request: policy_pb2.AuthorizeRequest) -> policy_pb2.AuthorizeResponse:
+        """One decision; raises a MeshError when there is none."""
+        ...
+
+    def authorize_all(self, requests: Sequence[policy_pb2.AuthorizeRequest]
+                      ) -> list[policy_pb2.AuthorizeResponse | errors.MeshError]:
+        """Several decisions in one round trip, in order: each its answer or its own error; never raises."""
+        ...
 
 
 class Recorder(Protocol):
@@ -230,6 +243,27 @@ def revoked_error(revocation: Revocation) -> errors.PermissionDenied:
         reason="GRANT_REVOKED", metadata={"field": "grant"})
 
 
+@dataclass(frozen=True, slots=True)
+class _Admitted:
+    """A call through steps 1–4: everything its decision and its execution need."""
+
+    req: pb.InvokeCapabilityRequest
+    grant: common_pb2.TaskGrant
+    call: PreparedCall
+    principal: common_pb2.AgentPrincipal
+    resource: str
+    payload: str
+    claimed: bool
+    """A mutation's idempotency key, claimed by this call (released if it does not run)."""
+    policy_request: policy_pb2.AuthorizeRequest
+    owners: list[str] | None
+    """The tenants holding the call's record (None: not a record held here)."""
+
+
+MAX_BATCH = 16
+"""Most calls one InvokeCapabilities carries."""
+
+
 class GovernedInvoker:
     """Runs InvokeCapability for one caller, in the order documented above."""
 
@@ -249,6 +283,9 @@ class GovernedInvoker:
         self._audit = audit
         self._keys = dict(trusted_grant_keys)
         self._clock = clock
+        self._pool_lock = threading.Lock()
+        self._executions: ThreadPoolExecutor | None = None
+        """Runs the calls of a batch after its first, side by side (made on the first batch)."""
 
     # -- refusals -------------------------------------------------------------
 
@@ -291,6 +328,126 @@ class GovernedInvoker:
     def invoke(self, caller: str, req: pb.InvokeCapabilityRequest, *,
                deadline_s: float | None) -> pb.InvokeCapabilityResponse:
         """Authorises, audits, executes and verifies one call; raises a MeshError on refusal or failure."""
+        step = self._admit(caller, req, deadline_s, batched=False)
+        if isinstance(step, pb.InvokeCapabilityResponse):
+            return step
+        try:
+            decision = self._decide(req, step.grant, step.call, step.principal, step.resource)
+            return self._execute(req, step.grant, step.call, step.principal, step.resource, step.payload, decision,
+                                 deadline_s)
+        except BaseException:
+            if step.claimed:
+                self._idem.release(step.grant.tenant_id, step.call.manifest.id, req.idempotency_key)
+            raise
+
+    def invoke_all(self, caller: str, reqs: Sequence[pb.InvokeCapabilityRequest], *, deadline_s: float | None,
+                   contexts: Sequence[otel_context.Context | None] = ()
+                   ) -> list[pb.InvokeCapabilityResponse | errors.MeshError]:
+        """Several reads of one caller (``InvokeCapabilities``): each answered as :meth:`invoke` would, in order.
+
+        Each call is admitted (steps 1–4) on its own; the decisions of those admitted are asked in one
+        round trip; the allowed calls then run side by side, and the records of those that succeeded go in one
+        durable append before any of their outputs is returned. A mutation is refused
+        (``MUTATION_IN_BATCH``), audited. ``contexts[i]``, when given, is the trace context call ``i``'s
+        spans go under. Never raises a MeshError: each call's error is in its slot.
+        """
+        start = time.monotonic()
+
+        def left() -> float | None:
+            return None if deadline_s is None else deadline_s - (time.monotonic() - start)
+
+        def under(i: int) -> contextlib.AbstractContextManager[None]:
+            ctx = contexts[i] if i < len(contexts) else None
+            return telemetry.attached(ctx) if ctx is not None else contextlib.nullcontext()
+
+        results: list[pb.InvokeCapabilityResponse | errors.MeshError | None] = [None] * len(reqs)
+        admitted: list[tuple[int, _Admitted]] = []
+        for i, req in enumerate(reqs):
+            with under(i):
+                try:
+                    step = self._admit(caller, req, left(), batched=True)
+                except errors.MeshError as err:
+                    results[i] = self._recorded(err, req)
+                    continue
+            if isinstance(step, pb.InvokeCapabilityResponse):
+                results[i] = step
+            else:
+                admitted.append((i, step))
+        answers = self._authorize_together([(i, a) for i, a in admitted], under)
+
+        def run(i: int, a: _Admitted, answer: policy_pb2.AuthorizeResponse | errors.MeshError
+                ) -> tuple[pb.InvokeCapabilityResponse, list[tuple[int, dict[str, Any]]]] | errors.MeshError:
+            with under(i):
+                try:
+                    decision = self._judge(a.req, a.grant, a.call, a.principal, a.resource, a.owners, answer)
+                    records: list[tuple[int, dict[str, Any]]] = []
+                    return self._execute(a.req, a.grant, a.call, a.principal, a.resource, a.payload, decision,
+                                         left(), records=records), records
+                except errors.MeshError as err:
+                    return self._recorded(err, a.req)
+
+        # Side by side: a slow backend for one call does not spend the others' time (the first runs here).
+        jobs = [(i, a, answer) for (i, a), answer in zip(admitted, answers, strict=True)]
+        later = [self._pool().submit(contextvars.copy_context().run, run, i, a, answer) for i, a, answer in jobs[1:]]
+        ran = [run(*jobs[0])] if jobs else []
+        ran += [f.result() for f in later]
+        done: list[tuple[int, pb.InvokeCapabilityResponse, list[tuple[int, dict[str, Any]]]]] = []
+        for (i, _, _), outcome in zip(jobs, ran, strict=True):
+            if isinstance(outcome, errors.MeshError):
+                results[i] = outcome
+            else:
+                done.append((i, *outcome))
+        if done:
+            try:
+                # Every record of every call that succeeded, durable together before any output leaves.
+                self._audit.record_all([r for _, _, records in done for r in records])
+            except errors.MeshError as err:
+                withheld = errors.Unavailable(f"audit unavailable; the result is withheld: {err.message}",
+                                              reason="AUDIT_UNAVAILABLE")
+                for i, _, _ in done:
+                    results[i] = withheld
+            else:
+                for i, resp, _ in done:
+                    results[i] = resp
+        return [r if r is not None else errors.Internal("no answer") for r in results]
+
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._executions is None:
+                self._executions = ThreadPoolExecutor(max_workers=MAX_BATCH, thread_name_prefix="batched-call")
+            return self._executions
+
+    def _recorded(self, err: errors.MeshError, req: pb.InvokeCapabilityRequest) -> errors.MeshError:
+        """A batched call's error, audited if it is a refusal nothing recorded yet (the interceptor records
+        a single call's; it does not see inside a batch)."""
+        if err.code in errors.REFUSALS and not err.recorded:
+            return self._refuse(err, req, None)
+        return err
+
+    def _authorize_together(self, admitted: Sequence[tuple[int, _Admitted]],
+                            under: Callable[[int], contextlib.AbstractContextManager[None]]
+                            ) -> list[policy_pb2.AuthorizeResponse | errors.MeshError]:
+        """The decisions of admitted calls in one round trip, each in a ``Policy`` span of its own call."""
+        if not admitted:
+            return []
+        spans = []
+        for i, _ in admitted:
+            with under(i):
+                spans.append(telemetry.tracer().start_span("Policy"))
+        try:
+            answers = self._authorize.authorize_all([a.policy_request for _, a in admitted])
+        finally:
+            for span in spans:
+                span.end()
+        for span, answer in zip(spans, answers, strict=True):
+            if not isinstance(answer, errors.MeshError):
+                span.set_attribute("agentmesh.policy_effect", common_pb2.PolicyEffect.Name(answer.decision.effect))
+        return answers
+
+    def _admit(self, caller: str, req: pb.InvokeCapabilityRequest, deadline_s: float | None, *,
+               batched: bool) -> _Admitted | pb.InvokeCapabilityResponse:
+        """Steps 1–4: the call admitted, ready for its decision, or answered already (a sandbox answer, an
+        idempotent replay, a resolved orphan); raises the refusal, audited."""
         # 1. The grant: authentic, unexpired, for this caller, listing this capability.
         try:
             grant = grants.verify(req.grant, self._keys, now=self._clock())
@@ -341,6 +498,10 @@ class GovernedInvoker:
         except cap_errors.CapabilityError as err:
             raise self._refuse(mesh_error(err), req, grant, principal=principal) from err
         m = call.manifest
+        if batched and call.mutates:
+            raise self._refuse(errors.InvalidArgument(
+                f"{req.capability_id} is a mutation, and a mutation goes alone through InvokeCapability",
+                reason="MUTATION_IN_BATCH", metadata={"field": "calls"}), req, grant, principal=principal)
         if grant.sandbox:
             # An evaluation's task (PRD §60): answered from the signed mocks; nothing below runs.
             return self._sandbox(req, grant, call, principal)
@@ -378,12 +539,12 @@ class GovernedInvoker:
                 return self._replay(req, grant, call, principal, resource, payload, claim)
             claimed = True
         try:
-            decision = self._decide(req, grant, call, principal, resource)
-            return self._execute(req, grant, call, principal, resource, payload, decision, deadline_s)
+            policy_request, owners = self._policy_request(req, grant, call, principal)
         except BaseException:
             if claimed:
                 self._idem.release(grant.tenant_id, m.id, req.idempotency_key)
             raise
+        return _Admitted(req, grant, call, principal, resource, payload, claimed, policy_request, owners)
 
     def _sandbox(self, req: pb.InvokeCapabilityRequest, grant: common_pb2.TaskGrant, call: PreparedCall,
                  principal: common_pb2.AgentPrincipal) -> pb.InvokeCapabilityResponse:
@@ -441,6 +602,19 @@ class GovernedInvoker:
         A record this tenant does not hold (missing, or another tenant's) is
         refused as not found whatever the policy says, with one answer for both.
         """
+        policy_req, owners = self._policy_request(req, grant, call, principal)
+        answer: policy_pb2.AuthorizeResponse | errors.MeshError
+        with telemetry.tracer().start_as_current_span("Policy") as span:
+            try:
+                answer = self._authorize(policy_req)
+                span.set_attribute("agentmesh.policy_effect", common_pb2.PolicyEffect.Name(answer.decision.effect))
+            except errors.MeshError as err:
+                answer = err
+        return self._judge(req, grant, call, principal, resource, owners, answer)
+
+    def _policy_request(self, req: pb.InvokeCapabilityRequest, grant: common_pb2.TaskGrant, call: PreparedCall,
+                        principal: common_pb2.AgentPrincipal) -> tuple[policy_pb2.AuthorizeRequest, list[str] | None]:
+        """The AuthorizeRequest of a call, and the tenants holding its record (None: not a record held here)."""
         m = call.manifest
         resource_id = call.resource_id or ""
         resource_type = m.resource_type or ""
@@ -479,15 +653,20 @@ class GovernedInvoker:
             operation=policy_pb2.OPERATION_KIND_INVOKE,
             trace=req.trace,
         )
-        try:
-            with telemetry.tracer().start_as_current_span("Policy") as span:
-                decision = self._authorize(policy_req).decision
-                span.set_attribute("agentmesh.policy_effect", common_pb2.PolicyEffect.Name(decision.effect))
-        except errors.MeshError as err:
+        return policy_req, owners if held else None
+
+    def _judge(self, req: pb.InvokeCapabilityRequest, grant: common_pb2.TaskGrant, call: PreparedCall,
+               principal: common_pb2.AgentPrincipal, resource: str, owners: list[str] | None,
+               answer: policy_pb2.AuthorizeResponse | errors.MeshError) -> common_pb2.PolicyDecision:
+        """The policy's answer to a call: its ALLOW, or the refusal (audited) of anything else."""
+        m = call.manifest
+        resource_id = call.resource_id or ""
+        if isinstance(answer, errors.MeshError):
             raise self._refuse(errors.Unavailable(
-                f"no policy decision, so no execution: {err.message}", reason="POLICY_UNAVAILABLE"),
-                req, grant, principal=principal, resource=resource) from err
-        if elsewhere:
+                f"no policy decision, so no execution: {answer.message}", reason="POLICY_UNAVAILABLE"),
+                req, grant, principal=principal, resource=resource) from answer
+        decision = answer.decision
+        if owners is not None and grant.tenant_id not in owners:
             # Byte-identical to the runtime's own "not found": no hint that
             # another tenant holds it. The audit record says the truth.
             raise self._refuse(mesh_error(cap_errors.not_found(resource_id)), req, grant, principal=principal,
@@ -611,7 +790,10 @@ class GovernedInvoker:
 
     def _execute(self, req: pb.InvokeCapabilityRequest, grant: common_pb2.TaskGrant, call: PreparedCall,
                  principal: common_pb2.AgentPrincipal, resource: str, payload: str,
-                 decision: common_pb2.PolicyDecision, deadline_s: float | None) -> pb.InvokeCapabilityResponse:
+                 decision: common_pb2.PolicyDecision, deadline_s: float | None, *,
+                 records: list[tuple[int, dict[str, Any]]] | None = None) -> pb.InvokeCapabilityResponse:
+        """Steps 6–9. ``records``: for a read that succeeds, its decision and outcome records are added
+        there instead of appended (the caller appends them, durably, before the answer leaves)."""
         m = call.manifest
         # 6. Audit the decision. A mutation waits until it is durable before any
         # effect; a read's goes with its outcome, in one durable append before any data leaves.
@@ -670,15 +852,18 @@ class GovernedInvoker:
         else:
             # The decision record and the outcome, at consecutive indexes in one durable
             # append: no data leaves without both (fail closed).
-            try:
-                self._audit.record_all([
-                    (audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_INVOKED, {"outcome": audit_pb2.AUDIT_OUTCOME_PENDING,
+            pair = [(audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_INVOKED, {"outcome": audit_pb2.AUDIT_OUTCOME_PENDING,
                                                                      **common}),
                     (audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME, {"outcome": audit_pb2.AUDIT_OUTCOME_SUCCESS,
-                                                                     "output_digest": output_digest, **common})])
-            except errors.MeshError as err:
-                raise errors.Unavailable(f"audit unavailable; the result is withheld: {err.message}",
-                                         reason="AUDIT_UNAVAILABLE") from err
+                                                                     "output_digest": output_digest, **common})]
+            if records is not None:
+                records.extend(pair)
+            else:
+                try:
+                    self._audit.record_all(pair)
+                except errors.MeshError as err:
+                    raise errors.Unavailable(f"audit unavailable; the result is withheld: {err.message}",
+                                             reason="AUDIT_UNAVAILABLE") from err
         out_struct = struct_pb2.Struct()
         out_struct.update(output)
         completed = Timestamp()

@@ -7,7 +7,7 @@ import logging
 import grpc
 from google.protobuf import struct_pb2
 
-from agentmesh import errors, transport
+from agentmesh import errors, telemetry, transport
 from agentmesh.audit_client import AuditRecorder
 from agentmesh.policy_client import PolicyClient
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
@@ -15,7 +15,7 @@ from agentmesh.v1 import capability_service_pb2 as pb
 from agentmesh.v1 import capability_service_pb2_grpc as pb_grpc
 from agentmesh.v1 import common_pb2
 from capability_svc import errors as cap_errors
-from capability_svc.governance import GovernedInvoker, mesh_error
+from capability_svc.governance import MAX_BATCH, GovernedInvoker, mesh_error
 from capability_svc.knowledge_store import KnowledgeLibrary
 from capability_svc.registry import CapabilityEntry, CapabilityRegistry
 
@@ -40,8 +40,15 @@ def definition(entry: CapabilityEntry) -> pb.CapabilityDefinition:
     )
 
 
+def _deadline(context: grpc.ServicerContext) -> float | None:
+    """The time the call may take: the caller's deadline, minus a little kept back, so that a backend
+    timeout is reported as such (with its cause) before the caller gives up."""
+    remaining = context.time_remaining()
+    return None if remaining is None else remaining - min(0.25, remaining * 0.1)
+
+
 class CapabilityServicer(pb_grpc.CapabilityServiceServicer):
-    """InvokeCapability, ListCapabilities, SetCapabilityStatus, RevokeExecution."""
+    """InvokeCapability(ies), ListCapabilities, SetCapabilityStatus, RevokeExecution."""
 
     def __init__(self, invoker: GovernedInvoker, registry: CapabilityRegistry, audit: AuditRecorder,
                  knowledge: KnowledgeLibrary | None = None) -> None:
@@ -53,11 +60,23 @@ class CapabilityServicer(pb_grpc.CapabilityServiceServicer):
     def InvokeCapability(
         self, request: pb.InvokeCapabilityRequest, context: grpc.ServicerContext
     ) -> pb.InvokeCapabilityResponse:
-        remaining = context.time_remaining()
-        # Keep a little of the caller's deadline back, so a backend timeout is
-        # reported as such (with its cause) before the caller gives up.
-        deadline = None if remaining is None else remaining - min(0.25, remaining * 0.1)
-        return self._invoker.invoke(transport.caller_id(context), request, deadline_s=deadline)
+        return self._invoker.invoke(transport.caller_id(context), request, deadline_s=_deadline(context))
+
+    def InvokeCapabilities(
+        self, request: pb.InvokeCapabilitiesRequest, context: grpc.ServicerContext
+    ) -> pb.InvokeCapabilitiesResponse:
+        if not request.calls:
+            raise errors.InvalidArgument("calls is empty", reason="MISSING_FIELD", metadata={"field": "calls"})
+        if len(request.calls) > MAX_BATCH:
+            raise errors.InvalidArgument(f"at most {MAX_BATCH} calls in one InvokeCapabilities",
+                                         reason="FIELD_TOO_LONG",
+                                         metadata={"field": "calls", "max": str(MAX_BATCH), "unit": "items"})
+        contexts = [telemetry.under_traceparent(t) for t in request.traceparents[:len(request.calls)]]
+        answers = self._invoker.invoke_all(transport.caller_id(context), request.calls,
+                                           deadline_s=_deadline(context), contexts=contexts)
+        return pb.InvokeCapabilitiesResponse(results=[
+            pb.InvokeCapabilityResult(error=a.to_status()) if isinstance(a, errors.MeshError)
+            else pb.InvokeCapabilityResult(response=a) for a in answers])
 
     def RevokeExecution(
         self, request: pb.RevokeExecutionRequest, context: grpc.ServicerContext

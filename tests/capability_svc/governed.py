@@ -73,6 +73,8 @@ class Recorder:
         self.kept: list[Record] = []
         self.failing: set[int] = set()
         self.outbox_broken = False
+        self.appends: list[int] = []
+        """The number of records of each ``record_all``, in order."""
 
     @property
     def records(self) -> list[tuple[int, dict[str, Any]]]:
@@ -90,6 +92,7 @@ class Recorder:
         self.kept.append(Record(event_type, fields, "record_durably"))
 
     def record_all(self, records: list[tuple[int, dict[str, Any]]]) -> list[audit_pb2.AppendRecordResponse]:
+        self.appends.append(len(records))
         if any(event_type in self.failing for event_type, _ in records):
             raise errors.Unavailable("audit down", reason="AUDIT_UNAVAILABLE")
         self.kept.extend(Record(event_type, fields, "record_all") for event_type, fields in records)
@@ -117,6 +120,10 @@ class Policy:
 
     effect: int = common_pb2.POLICY_EFFECT_ALLOW
     requests: list[policy_pb2.AuthorizeRequest] = field(default_factory=list)
+    batches: list[int] = field(default_factory=list)
+    """The size of each ``authorize_all``."""
+    down: bool = False
+    """``authorize_all`` answers UNAVAILABLE for every request."""
 
     def __call__(self, request: policy_pb2.AuthorizeRequest) -> policy_pb2.AuthorizeResponse:
         self.requests.append(request)
@@ -125,6 +132,13 @@ class Policy:
             effect, reasons = common_pb2.POLICY_EFFECT_DENY, ["tenant.isolation"]
         return policy_pb2.AuthorizeResponse(decision=common_pb2.PolicyDecision(
             decision_id=f"d-{len(self.requests)}", effect=effect, reason_codes=reasons, policy_version="test"))
+
+    def authorize_all(self, requests: Sequence[policy_pb2.AuthorizeRequest]
+                      ) -> list[policy_pb2.AuthorizeResponse | errors.MeshError]:
+        self.batches.append(len(requests))
+        if self.down:
+            return [errors.Unavailable("policy down", reason="UNAVAILABLE")] * len(requests)
+        return [self(r) for r in requests]
 
 
 def resources_for(capability: str, arguments: dict[str, Any], tenant: str = "acme") -> list[str]:

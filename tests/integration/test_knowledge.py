@@ -169,6 +169,13 @@ def test_each_task_records_the_knowledge_version_it_read(traced: TracedMesh, ana
     assert {r.versions.knowledge_version for r in reads} == {KNOWLEDGE_VERSION}
     assert {r.resource for r in reads} == {"knowledge:compliance.nr"}
     assert {r.recorded_by for r in reads} == {str(spiffe.service("capability"))}
+    # The three searches went together (InvokeCapabilities): their six records are one append, at consecutive
+    # indexes, each search's decision before its outcome.
+    indexes = sorted(r.index for r in reads)
+    assert indexes == list(range(indexes[0], indexes[0] + 6))
+    by_index = sorted(reads, key=lambda r: r.index)
+    assert [r.event_type for r in by_index] == [audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_INVOKED,
+                                                audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME] * 3
 
 
 def _below(span_id: str, by_id: dict[str, dict[str, Any]]) -> set[tuple[str, str]]:
@@ -281,3 +288,54 @@ def test_a_scope_outside_the_agent_s_knowledge_scopes_is_refused_even_when_a_gra
     (access,) = [r for r in traced.records(execution_id, until=denied)
                  if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED]
     assert list(access.reason_codes) == ["GRANT_RESOURCE_NOT_LISTED"] and access.resource == "knowledge:training.nr"
+
+
+def test_reads_sent_together_are_each_governed_as_alone(traced: TracedMesh) -> None:
+    """InvokeCapabilities over mTLS: a granted search answered, a scope the grant does not name refused in its own
+    slot and audited; a mutation in a batch is refused and never runs; 17 calls are refused whole."""
+    signer = grants.GrantSigner(load_private_key(traced.cfg.mesh_home.grant_signer_key))
+    execution_id = f"exe-{uuid.uuid4().hex[:10]}"
+    grant = signer.issue(issuer=str(spiffe.service("supervisor")), audience=str(spiffe.agent("compliance-agent")),
+                         execution_id=execution_id, task_id="task-batch", tenant_id="acme", user_id="alice",
+                         assertion_digest="0" * 64, roles=["analyst"],
+                         capabilities=["knowledge.search", "workPermit.release"],
+                         resources=["knowledge:compliance.nr", "permit:WP-10231"])
+
+    def call(capability: str, **arguments: Any) -> cap_pb2.InvokeCapabilityRequest:
+        struct = struct_pb2.Struct()
+        struct.update(arguments)
+        return cap_pb2.InvokeCapabilityRequest(grant=grant, capability_id=capability, input=struct,
+                                               idempotency_key="k-batch" if capability.endswith("release") else "",
+                                               trace=common_pb2.TraceContext(execution_id=execution_id))
+
+    calls = [call("knowledge.search", scope="compliance.nr", query="NR-10 10.5.1"),
+             call("knowledge.search", scope="training.nr", query="NR-10"),
+             call("workPermit.release", permit_id="WP-10231", reason="all checks passed")]
+    channel = transport.secure_channel(peer_address(traced.cfg, "capability"),
+                                       client_tls(traced.cfg, spiffe.agent("compliance-agent")),
+                                       spiffe.service("capability"))
+    with channel:
+        stub = cap_grpc.CapabilityServiceStub(channel)
+        answer = stub.InvokeCapabilities(cap_pb2.InvokeCapabilitiesRequest(calls=calls), timeout=10)
+        with pytest.raises(grpc.RpcError) as too_many:
+            stub.InvokeCapabilities(cap_pb2.InvokeCapabilitiesRequest(calls=[calls[0]] * 17), timeout=10)
+    found, outside, mutation = answer.results
+    assert found.WhichOneof("outcome") == "response"
+    assert found.response.knowledge_version == KNOWLEDGE_VERSION and found.response.output["hits"]
+    assert (outside.error.code, errors.from_status(outside.error).reason) == (
+        grpc.StatusCode.PERMISSION_DENIED.value[0], "GRANT_RESOURCE_NOT_LISTED")
+    assert errors.from_status(mutation.error).reason == "MUTATION_IN_BATCH"
+    info = errors.error_info(too_many.value)
+    assert too_many.value.code() == grpc.StatusCode.INVALID_ARGUMENT and info is not None
+    assert (info.reason, info.metadata["field"]) == ("FIELD_TOO_LONG", "calls")
+
+    def settled(records: list[audit_pb2.AuditRecord]) -> bool:
+        return sum(r.event_type == audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED for r in records) >= 2
+
+    records = traced.records(execution_id, until=settled)
+    assert sorted(r.reason_codes[0] for r in records if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED) == [
+        "GRANT_RESOURCE_NOT_LISTED", "MUTATION_IN_BATCH"]
+    assert [(r.event_type, r.capability_id) for r in records if r.outcome == audit_pb2.AUDIT_OUTCOME_SUCCESS] == [
+        (audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME, "knowledge.search")]
+    assert not any(r.capability_id == "workPermit.release" and r.event_type != audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED
+                   for r in records)
