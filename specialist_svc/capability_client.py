@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -23,9 +23,12 @@ from agentmesh import errors
 from agentmesh.v1 import capability_service_pb2 as cap_pb2
 from agentmesh.v1 import capability_service_pb2_grpc as cap_grpc
 from agentmesh.v1 import common_pb2
-from specialist_svc.rules import plain
+from specialist_svc.rules import Answered, plain
 
-__all__ = ["Deadline", "GrpcCapabilityClient", "principal_for"]
+__all__ = ["MAX_BATCH", "Deadline", "GrpcCapabilityClient", "principal_for"]
+
+MAX_BATCH = 16
+"""Most calls in one InvokeCapabilities (the capability service's limit); more go in several."""
 
 
 class Deadline:
@@ -77,7 +80,7 @@ def principal_for(
 
 
 class GrpcCapabilityClient:
-    """Calls ``CapabilityService.InvokeCapability`` for one task. Thread-safe."""
+    """Calls ``CapabilityService.InvokeCapability`` (and ``InvokeCapabilities``) for one task. Thread-safe."""
 
     def __init__(
         self,
@@ -136,6 +139,52 @@ class GrpcCapabilityClient:
             response: cap_pb2.InvokeCapabilityResponse = self._stub.InvokeCapability(request, timeout=timeout)
         except grpc.RpcError as err:
             raise errors.from_rpc_error(err) from err
+        return self._answered(response)
+
+    def call_all(self, calls: Sequence[tuple[str, Mapping[str, Any]]], *,
+                 traceparents: Sequence[str] = ()) -> list[Answered | errors.MeshError]:
+        """Independent reads in one ``InvokeCapabilities`` (see :class:`specialist_svc.rules.CapabilityClient`).
+
+        One call goes as :meth:`call`. When the RPC itself fails (or no time is left), every slot holds
+        that error: nothing was answered.
+        """
+        if not calls:
+            return []
+        if len(calls) == 1:
+            try:
+                return [self.call(*calls[0])]
+            except errors.MeshError as err:
+                return [err]
+        out: list[Answered | errors.MeshError] = []
+        for start in range(0, len(calls), MAX_BATCH):
+            out.extend(self._batch(calls[start:start + MAX_BATCH], traceparents[start:start + MAX_BATCH]))
+        return out
+
+    def _batch(self, calls: Sequence[tuple[str, Mapping[str, Any]]],
+               traceparents: Sequence[str]) -> list[Answered | errors.MeshError]:
+        timeout = self._deadline.call_timeout()
+        if timeout is not None and timeout <= 0:
+            return [errors.DeadlineExceeded(f"no time left to call {', '.join(c for c, _ in calls)}",
+                                            reason="TASK_DEADLINE_EXCEEDED")] * len(calls)
+        requests = []
+        for capability_id, input in calls:
+            arguments = struct_pb2.Struct()
+            arguments.update(dict(input))
+            requests.append(cap_pb2.InvokeCapabilityRequest(grant=self._grant, capability_id=capability_id,
+                                                            input=arguments, principal=self._principal,
+                                                            trace=self._trace))
+        try:
+            response: cap_pb2.InvokeCapabilitiesResponse = self._stub.InvokeCapabilities(
+                cap_pb2.InvokeCapabilitiesRequest(calls=requests, traceparents=list(traceparents)), timeout=timeout)
+        except grpc.RpcError as err:
+            return [errors.from_rpc_error(err)] * len(calls)
+        if len(response.results) != len(calls):
+            return [errors.Unavailable(f"the capability service answered {len(response.results)} results for "
+                                       f"{len(calls)} calls", reason="CAPABILITY_ANSWER_MALFORMED")] * len(calls)
+        return [self._answered(r.response) if r.WhichOneof("outcome") == "response" else errors.from_status(r.error)
+                for r in response.results]
+
+    def _answered(self, response: cap_pb2.InvokeCapabilityResponse) -> Answered:
         with self._lock:
             if response.decision.policy_version:
                 self._policy_versions.add(response.decision.policy_version)

@@ -57,10 +57,13 @@ __all__ = [
     "ModelAnswer",
     "ModelInput",
     "ModelPort",
+    "Answered",
+    "CallsInTurn",
     "ResultBuilder",
     "RuleFn",
     "TaskContext",
     "TaskInputInvalid",
+    "calls_or_failures",
     "classify",
     "handoff",
     "handoff_failure",
@@ -80,12 +83,17 @@ _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
+Answered = tuple[dict[str, Any], list[common_pb2.EvidenceReference]]
+"""A call's answer: the output document (plain JSON-like data) and its evidence references."""
+
+
 class CapabilityClient(Protocol):
-    """The only way an agent's rules reach data: one governed capability call.
+    """The only way an agent's rules reach data: governed capability calls.
 
     Implementations: :class:`specialist_svc.capability_client.GrpcCapabilityClient`
-    (InvokeCapability over mTLS with the task's grant); fakes in unit tests.
-    Must be safe to call from several threads at once.
+    (InvokeCapability over mTLS with the task's grant); fakes in unit tests
+    (:class:`CallsInTurn` gives them ``call_all``). Must be safe to call from
+    several threads at once.
     """
 
     def call(
@@ -102,6 +110,34 @@ class CapabilityClient(Protocol):
             agentmesh.errors.MeshError: the typed error of the failed call.
         """
         ...
+
+    def call_all(self, calls: Sequence[tuple[str, Mapping[str, Any]]], *,
+                 traceparents: Sequence[str] = ()) -> list[Answered | errors.MeshError]:
+        """Runs independent reads together (one round trip): each call's answer or its own error, in order.
+
+        Each call is governed as :meth:`call` governs it; one's failure changes nothing for the others.
+        A mutation never goes here (it goes alone, with its idempotency key). ``traceparents[i]``, when
+        given, is the W3C traceparent of the caller's span for call ``i``. Never raises a MeshError.
+        """
+        ...
+
+
+class CallsInTurn:
+    """``call_all`` as one :meth:`call` after another, for in-process clients and fakes."""
+
+    def call(self, capability_id: str, input: Mapping[str, Any], idempotency_key: str | None = None) -> Answered:
+        raise NotImplementedError
+
+    def call_all(self, calls: Sequence[tuple[str, Mapping[str, Any]]], *,
+                 traceparents: Sequence[str] = ()) -> list[Answered | errors.MeshError]:
+        """Each call in turn; a MeshError is its slot's answer."""
+        answers: list[Answered | errors.MeshError] = []
+        for capability_id, input in calls:
+            try:
+                answers.append(self.call(capability_id, input))
+            except errors.MeshError as err:
+                answers.append(err)
+        return answers
 
 
 @dataclass(frozen=True)
@@ -526,6 +562,22 @@ def call_or_failure(
         if failure.kind == "fatal":
             raise failure.failed() from err
         return failure
+
+
+def calls_or_failures(client: CapabilityClient, calls: Sequence[tuple[str, Mapping[str, Any]]], *,
+                      traceparents: Sequence[str] = ()) -> list[Answered | CallFailure]:
+    """Independent reads in one round trip (:meth:`CapabilityClient.call_all`), each its answer or what its
+    failure means; a fatal failure of any raises :class:`AgentFailed` (as :func:`call_or_failure` does)."""
+    out: list[Answered | CallFailure] = []
+    for (capability_id, _), answer in zip(calls, client.call_all(calls, traceparents=traceparents), strict=True):
+        if isinstance(answer, errors.MeshError):
+            failure = classify(answer, capability_id)
+            if failure.kind == "fatal":
+                raise failure.failed() from answer
+            out.append(failure)
+        else:
+            out.append(answer)
+    return out
 
 
 def require_str(data: Mapping[str, Any], name: str) -> str:

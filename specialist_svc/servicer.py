@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -60,7 +60,7 @@ from agentmesh.v1 import specialist_service_pb2_grpc as pb_grpc
 from specialist_svc.agent import SpecialistAgent
 from specialist_svc.capability_client import Deadline, GrpcCapabilityClient, principal_for
 from specialist_svc.model_client import GrpcModelClient
-from specialist_svc.rules import CapabilityClient
+from specialist_svc.rules import Answered, CapabilityClient
 
 __all__ = ["SpecialistServicer", "StopWhenCallEnds"]
 
@@ -95,6 +95,20 @@ class StopWhenCallEnds:
         if received.isEnabledFor(logging.DEBUG):
             received.debug("capability %s answered: %s", capability_id, _json(output))
         return output, evidence
+
+    def call_all(self, calls: Sequence[tuple[str, Mapping[str, Any]]], *,
+                 traceparents: Sequence[str] = ()) -> list[Answered | errors.MeshError]:
+        """The calls, unless the task was cancelled (or its caller is gone): then each is Aborted ``TASK_CANCELLED``."""
+        if not self._is_active():
+            self.stopped = True
+            return [errors.Aborted(f"the task was cancelled or its caller is gone; {capability_id} was not called",
+                                   reason="TASK_CANCELLED") for capability_id, _ in calls]
+        answers = self._client.call_all(calls, traceparents=traceparents)
+        if received.isEnabledFor(logging.DEBUG):
+            for (capability_id, _), answer in zip(calls, answers, strict=True):
+                if not isinstance(answer, errors.MeshError):
+                    received.debug("capability %s answered: %s", capability_id, _json(answer[0]))
+        return answers
 
 
 def check_grant(agent: SpecialistAgent, task: common_pb2.AgentTask,

@@ -25,8 +25,8 @@ requirement and note are copied into evidence ``data`` only.
 **The clause each item applies** (PRD §31–33). A judged item (PASS, FAIL,
 PENDING) whose ``regulation`` names a clause (``NR-10 10.5.1``: a document id
 and a clause id) has that clause looked up in the knowledge scope
-``compliance.nr`` (``knowledge.search``, one call per distinct reference, the
-reference and the requirement as the query) and cited — evidence first:
+``compliance.nr`` (``knowledge.search``, one search per distinct reference, all
+in one round trip, the reference and the requirement as the query) and cited — evidence first:
 
 =====================  ===========  ==================================================
 lookup                 statement    evidence
@@ -68,7 +68,6 @@ from specialist_svc.rules import (
     TaskInputInvalid,
     call_or_failure,
     is_id,
-    parallel_map,
     require_str,
     run_guarded,
     token,
@@ -128,7 +127,7 @@ def _lookups(client: CapabilityClient, checklists: list[Any]
             requirement = item.get("requirement")
             queries.setdefault(key, f"{key} {requirement}" if isinstance(requirement, str) else key)
     keys = sorted(queries)
-    answers = parallel_map(lambda k: knowledge.search(client, KNOWLEDGE_SCOPE, queries[k][:1000]), keys)
+    answers = knowledge.search_all(client, KNOWLEDGE_SCOPE, [queries[k][:1000] for k in keys])
     return dict(zip(keys, answers, strict=True))
 
 

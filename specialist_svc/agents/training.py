@@ -111,11 +111,11 @@ from specialist_svc.rules import (
     TaskContext,
     TaskInputInvalid,
     call_or_failure,
+    calls_or_failures,
     handoff,
     handoff_failure,
     is_id,
     iso_date,
-    parallel_map,
     require_str,
     run_guarded,
     str_list,
@@ -741,14 +741,13 @@ def _verify(data: Mapping[str, Any], client: CapabilityClient, context: TaskCont
                         subject=subject,
                     )
 
-        def lookup(wid: str) -> _Lookup:
-            if not is_id(wid):
-                return _Lookup(wid, None)
-            return _Lookup(wid, call_or_failure(client, CAPABILITY, {"worker_id": wid, "training_codes": asked}))
-
+        # One lookup per worker, all in one round trip; an id that cannot be asked for is not sent.
+        askable = [wid for wid in worker_ids if is_id(wid)] if asked else []
+        answers = dict(zip(askable, calls_or_failures(
+            client, [(CAPABILITY, {"worker_id": wid, "training_codes": asked}) for wid in askable]), strict=True))
         judge = _Judge(out, window)
         unknown: list[str] = []
-        for found in parallel_map(lookup, worker_ids if asked else []):
+        for found in [_Lookup(wid, answers.get(wid)) for wid in (worker_ids if asked else [])]:
             findings = judge.worker(found, asked)
             if any(f.state == "WORKER_UNKNOWN" for f in findings.values()):
                 unknown.append(found.worker_id)

@@ -34,7 +34,7 @@ from capability_svc.registry import CapabilityRegistry, default_capabilities_dir
 from capability_svc.world import load_world
 from lms_sandbox import Fault, LmsSandbox, load_lms_data
 from specialist_svc.agent import SpecialistAgent
-from specialist_svc.rules import plain
+from specialist_svc.rules import CallsInTurn, plain
 from supervisor_svc.contract import ParsedResult, ResultContract, check_result
 from supervisor_svc.definitions import default_catalog, projection_config
 from supervisor_svc.projection import Projector
@@ -106,7 +106,7 @@ def _via_struct(output: Mapping[str, Any]) -> dict[str, Any]:
     return result
 
 
-class LocalCapabilityClient:
+class LocalCapabilityClient(CallsInTurn):
     """A CapabilityClient over the real executor for one tenant and agent."""
 
     def __init__(self, world: World, agent_id: str, tenant_id: str = "acme") -> None:
@@ -128,7 +128,7 @@ class LocalCapabilityClient:
         return _via_struct(done.output), evidence_of(done.output, done.manifest.key)
 
 
-class FakeCapabilityClient:
+class FakeCapabilityClient(CallsInTurn):
     """Canned answers keyed by (capability, resource id); each output checked against its output schema.
 
     The key is the input's ``worker_id``, ``permit_id`` or (knowledge) ``scope``; a search by status is

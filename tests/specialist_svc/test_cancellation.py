@@ -12,12 +12,13 @@ from agentmesh.v1 import capability_service_pb2 as cap_pb2
 from agentmesh.v1 import common_pb2 as c
 from agentmesh.v1 import specialist_service_pb2 as pb
 from specialist_svc.agent import SpecialistAgent
+from specialist_svc.rules import CallsInTurn
 from specialist_svc.servicer import SpecialistServicer, StopWhenCallEnds
 
 from .test_servicer import request
 
 
-class _Client:
+class _Client(CallsInTurn):
     def __init__(self) -> None:
         self.calls: list[str] = []
 

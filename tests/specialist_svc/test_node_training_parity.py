@@ -27,6 +27,7 @@ from agentmesh import errors
 from agentmesh.v1 import capability_service_pb2 as cap_pb2
 from agentmesh.v1 import common_pb2 as c
 from agentmesh.v1 import specialist_service_pb2 as spec_pb2
+from specialist_svc.rules import CallsInTurn
 
 from .conftest import load_agent, refused, task_for
 from .test_training import HOSTILE_ISSUER, INPUT, lms, record, worker_training
@@ -37,7 +38,7 @@ REPLAY = REPO / "agents" / "node-training" / "tools" / "replay.js"
 DEMO_PERMITS = [f"WP-102{n}" for n in range(31, 50)]
 
 
-class Recorder:
+class Recorder(CallsInTurn):
     """A capability client that remembers every answer (or error) of the client it wraps."""
 
     def __init__(self, client: Any) -> None:

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +60,8 @@ class StandInCapability(cap_grpc.CapabilityServiceServicer):  # type: ignore[mis
     world: Any
     seen: list[tuple[cap_pb2.InvokeCapabilityRequest, str, float | None]] = field(default_factory=list)
     behaviour: dict[str, str] = field(default_factory=dict)
+    batches: list[int] = field(default_factory=list)
+    """The number of calls of each InvokeCapabilities."""
 
     def InvokeCapability(self, request: Any, context: Any) -> Any:
         self.seen.append((request, transport.caller_id(context), context.time_remaining()))
@@ -68,8 +71,12 @@ class StandInCapability(cap_grpc.CapabilityServiceServicer):  # type: ignore[mis
         if what == "deny":
             raise errors.PermissionDenied("policy denied training.getStatus: NO_ROLE", reason="POLICY_DENIED")
         if what == "hang":
-            while context.is_active():
+            # As the capability service does: the backend is given up on a little before the caller's deadline.
+            remaining = context.time_remaining()
+            give_up = time.monotonic() + remaining - min(0.25, remaining * 0.1)
+            while context.is_active() and time.monotonic() < give_up:
                 time.sleep(0.01)
+            raise errors.DeadlineExceeded("the LMS did not answer in time", reason="EXTERNAL_TIMEOUT")
         ctx = InvocationContext(grant.tenant_id, grant.user_id, spiffe.parse(grant.audience).name, grant.execution_id)
         try:
             done = self.world.executor.execute(ctx, request.capability_id, args, deadline_s=5.0)
@@ -81,6 +88,17 @@ class StandInCapability(cap_grpc.CapabilityServiceServicer):  # type: ignore[mis
             capability_id=done.manifest.id, capability_version=str(done.manifest.version), output=output,
             evidence=evidence_of(done.output, done.manifest.key),
             decision=c.PolicyDecision(effect=c.POLICY_EFFECT_ALLOW, policy_version="policy-test"))
+
+    def InvokeCapabilities(self, request: Any, context: Any) -> Any:
+        self.batches.append(len(request.calls))
+        def one(call: cap_pb2.InvokeCapabilityRequest) -> cap_pb2.InvokeCapabilityResult:
+            try:
+                return cap_pb2.InvokeCapabilityResult(response=self.InvokeCapability(call, context))
+            except errors.MeshError as err:
+                return cap_pb2.InvokeCapabilityResult(error=err.to_status())
+
+        with ThreadPoolExecutor() as pool:  # side by side, as the capability service runs a batch
+            return cap_pb2.InvokeCapabilitiesResponse(results=list(pool.map(one, request.calls)))
 
 
 @dataclass
@@ -151,6 +169,7 @@ def test_run_task_calls_capabilities_with_the_grant_principal_and_trace(mesh, pe
     assert result.HasField("completed_at")
 
     assert len(mesh.capability.seen) == 2
+    assert mesh.capability.batches == [2]  # the two workers' lookups in one round trip
     for sent, caller, remaining in mesh.capability.seen:
         assert caller == str(AGENT_ID)  # from the agent's own certificate
         assert sent.capability_id == "training.getStatus"

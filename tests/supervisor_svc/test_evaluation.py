@@ -23,7 +23,7 @@ from agentmesh.vocabulary import RiskLevel
 from capability_svc.governance import evidence_of, sandbox_answer, sandbox_failure
 from capability_svc.registry import CapabilityRegistry, default_capabilities_dir
 from specialist_svc.agent import SpecialistAgent
-from specialist_svc.rules import plain
+from specialist_svc.rules import CallsInTurn, plain
 from supervisor_svc import evaluation
 from supervisor_svc.evaluation import DatasetError, DatasetNotFound, Evaluator, case_mismatches, gate_problems
 from supervisor_svc.onboarding import (
@@ -41,7 +41,7 @@ OLGA = assertion.UserIdentity("acme", "olga", ("agent-operator",), "s", "c")
 ADAM = assertion.UserIdentity("acme", "adam", ("agent-approver",), "s", "c")
 
 
-class SandboxClient:
+class SandboxClient(CallsInTurn):
     """The capability service's sandbox path, in-process: the first fitting answer, schema-checked."""
 
     def __init__(self, answers: Any, registry: CapabilityRegistry) -> None:
