@@ -67,6 +67,7 @@ CALLERS: dict[str, spiffe.SpiffeId] = {
     "agentmesh.v1.PolicyService": OPERATOR,
     "agentmesh.v1.TenantService": OPERATOR,
     "agentmesh.v1.CapabilityService.InvokeCapability": SUPERVISOR,
+    "agentmesh.v1.CapabilityService.InvokeCapabilities": SUPERVISOR,
     "agentmesh.v1.CapabilityService.ListCapabilities": PLATFORM_CLI,
     "agentmesh.v1.CapabilityService.SetCapabilityStatus": OPERATOR,
     "agentmesh.v1.CapabilityService.RevokeExecution": SUPERVISOR,
