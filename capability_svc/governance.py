@@ -332,7 +332,8 @@ class GovernedInvoker:
         if isinstance(step, pb.InvokeCapabilityResponse):
             return step
         try:
-            decision = self._decide(req, step.grant, step.call, step.principal, step.resource)
+            decision = self._decide(req, step.grant, step.call, step.principal, step.resource,
+                                    prepared=(step.policy_request, step.owners))
             return self._execute(req, step.grant, step.call, step.principal, step.resource, step.payload, decision,
                                  deadline_s)
         except BaseException:
@@ -596,13 +597,16 @@ class GovernedInvoker:
                                      reason="AUDIT_UNAVAILABLE") from err
 
     def _decide(self, req: pb.InvokeCapabilityRequest, grant: common_pb2.TaskGrant, call: PreparedCall,
-                principal: common_pb2.AgentPrincipal, resource: str) -> common_pb2.PolicyDecision:
+                principal: common_pb2.AgentPrincipal, resource: str, *,
+                prepared: tuple[policy_pb2.AuthorizeRequest, list[str] | None] | None = None
+                ) -> common_pb2.PolicyDecision:
         """5. PolicyService.Authorize on the user's authority: the ALLOW, or a refusal (audited) for anything else.
 
         A record this tenant does not hold (missing, or another tenant's) is
         refused as not found whatever the policy says, with one answer for both.
+        ``prepared``: the call's request and owners as admission made them (else made here).
         """
-        policy_req, owners = self._policy_request(req, grant, call, principal)
+        policy_req, owners = prepared or self._policy_request(req, grant, call, principal)
         answer: policy_pb2.AuthorizeResponse | errors.MeshError
         with telemetry.tracer().start_as_current_span("Policy") as span:
             try:
