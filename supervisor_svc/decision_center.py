@@ -313,10 +313,11 @@ class DecisionCenter:
         if ex.HasField("action"):
             item.action.CopyFrom(ex.action)
             item.action.confirmation_token = ""
-        self._store.save_review(item)
         if approve or reject:
             ex.finished_at.CopyFrom(now_ts())
-        self._store.save(ex)
+        # The review and the execution it moves, in one transaction: a crash between two writes would
+        # leave the review decided and the execution waiting for it, with no review left to decide.
+        self._store.save(ex, reviews=[item])
         if approve or reject:
             self._dispatch.narrate(
                 audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED if ex.status != pb.EXECUTION_STATUS_AWAITING_REVIEW

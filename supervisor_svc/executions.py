@@ -22,6 +22,7 @@ import datetime as dt
 import json
 import threading
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -236,11 +237,14 @@ class ExecutionStore:
             if name not in have:
                 self._db.execute(f"ALTER TABLE client_requests ADD COLUMN {name} {kind}")
 
-    def save(self, execution: pb.Execution) -> None:
+    def save(self, execution: pb.Execution, *, reviews: Sequence[dc_pb2.ReviewItem] = ()) -> None:
         """Stores the execution as it is now, held by this replica.
 
         The first store of an execution started for a client request id settles its claim in
         the same transaction (``claimed_by`` cleared), provided the claim still names it.
+        ``reviews`` are stored in the same transaction, all or none with the execution: a review
+        decided is never on record without the execution it moved (a crash in between would leave
+        an approved review and an execution still waiting for it).
 
         Raises:
             LeaseLost: the execution is RUNNING under another replica's live lease, or another replica
@@ -269,8 +273,11 @@ class ExecutionStore:
                 (execution.execution_id, execution.tenant_id, execution.user_id, int(execution.status), _now(), body,
                  self.owner, self.lease_s, self._epochs.get(execution.execution_id, 0),
                  pb.EXECUTION_STATUS_RUNNING)).rowcount
-        if changed == 0:
-            raise LeaseLost(f"execution {execution.execution_id} is owned by another supervisor replica")
+            if changed == 0:
+                # Raised inside the transaction: nothing of this store, reviews included, is kept.
+                raise LeaseLost(f"execution {execution.execution_id} is owned by another supervisor replica")
+            for item in reviews:
+                self._update_review(item)
 
     def get(self, execution_id: str) -> pb.Execution | None:
         """The stored execution, or None."""
@@ -474,10 +481,13 @@ class ExecutionStore:
         return item.review_id
 
     def save_review(self, item: dc_pb2.ReviewItem) -> None:
-        """Stores a review item as it is now."""
+        """Stores a review item as it is now (with its execution: ``save(execution, reviews=[item])``)."""
         with self._lock:
-            self._db.execute("UPDATE reviews SET status = ?, body = ? WHERE review_id = ?",
-                             (int(item.status), item.SerializeToString(deterministic=True), item.review_id))
+            self._update_review(item)
+
+    def _update_review(self, item: dc_pb2.ReviewItem) -> None:
+        self._db.execute("UPDATE reviews SET status = ?, body = ? WHERE review_id = ?",
+                         (int(item.status), item.SerializeToString(deterministic=True), item.review_id))
 
     def review(self, review_id: str) -> dc_pb2.ReviewItem | None:
         """One review item, or None."""

@@ -158,3 +158,28 @@ def test_reading_the_execution_behind_a_review_is_asked_too(tmp_path: Path) -> N
     center.get(BOB, review_id)
     approve(center, review_id)
     assert asked == ["exe-1", "exe-1"]
+
+
+def test_a_decision_whose_execution_cannot_be_stored_leaves_the_review_open_to_decide_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The review and the execution it moves are one transaction: a failure after the execution's row is written
+    (a crash of the process, here the review's own update failing) keeps neither, so the review can be decided
+    again rather than being approved with its execution still waiting for it."""
+    center, store, review_id = center_with_conflict(tmp_path, common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW,
+                                                    pb.EXECUTION_STATUS_SUCCEEDED)
+    update = store._update_review
+
+    def crash(item: dc_pb2.ReviewItem) -> None:
+        raise RuntimeError("process killed between the execution and its review")
+
+    monkeypatch.setattr(store, "_update_review", crash)
+    with pytest.raises(RuntimeError):
+        approve(center, review_id)
+    stored = store.get("exe-1")
+    assert stored is not None and stored.decision == common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW
+    assert [r.status for r in store.reviews("acme", execution_id="exe-1")] == [dc_pb2.REVIEW_STATUS_OPEN]
+    monkeypatch.setattr(store, "_update_review", update)
+    review, ex = approve(center, review_id)  # decided again, as the reviewer's retry does
+    assert review.status == dc_pb2.REVIEW_STATUS_APPROVED
+    assert ex.decision == common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE
+    assert [r.status for r in store.reviews("acme", execution_id="exe-1")] == [dc_pb2.REVIEW_STATUS_APPROVED]
