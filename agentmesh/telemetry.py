@@ -89,11 +89,8 @@ def mesh_ids(*, execution_id: str | None = None, correlation_id: str | None = No
         ctx = baggage.set_baggage(EXECUTION_ID, execution_id, ctx)
     if correlation_id:
         ctx = baggage.set_baggage(CORRELATION_ID, correlation_id, ctx)
-    token = context.attach(ctx)
-    try:
+    with attached(ctx):
         yield
-    finally:
-        context.detach(token)
 
 
 def baggage_ids() -> dict[str, str]:
@@ -111,11 +108,8 @@ def without_mesh_ids(keys: Iterable[str] = MESH_KEYS) -> Iterator[None]:
     ctx = context.get_current()
     for key in keys:
         ctx = baggage.remove_baggage(key, ctx)
-    token = context.attach(ctx)
-    try:
+    with attached(ctx):
         yield
-    finally:
-        context.detach(token)
 
 
 @contextlib.contextmanager

@@ -62,6 +62,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from google.protobuf import json_format, struct_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 from opentelemetry import context as otel_context
+from opentelemetry.trace import Status, StatusCode
 
 from agentmesh import delegation, errors, grants, telemetry
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
@@ -241,6 +242,15 @@ def revoked_error(revocation: Revocation) -> errors.PermissionDenied:
     return errors.PermissionDenied(
         f"the grants of execution {revocation.execution_id} were revoked ({revocation.reason})",
         reason="GRANT_REVOKED", metadata={"field": "grant"})
+
+
+def _policy_outcome(span: Any, answer: policy_pb2.AuthorizeResponse | errors.MeshError) -> None:
+    """A ``Policy`` span says the effect decided, or that there was no decision (an error status)."""
+    if isinstance(answer, errors.MeshError):
+        span.record_exception(answer)
+        span.set_status(Status(StatusCode.ERROR, f"{answer.code.name} {answer.reason}"))
+    else:
+        span.set_attribute("agentmesh.policy_effect", common_pb2.PolicyEffect.Name(answer.decision.effect))
 
 
 @dataclass(frozen=True, slots=True)
@@ -437,12 +447,11 @@ class GovernedInvoker:
                 spans.append(telemetry.tracer().start_span("Policy"))
         try:
             answers = self._authorize.authorize_all([a.policy_request for _, a in admitted])
+            for span, answer in zip(spans, answers, strict=True):
+                _policy_outcome(span, answer)
         finally:
             for span in spans:
                 span.end()
-        for span, answer in zip(spans, answers, strict=True):
-            if not isinstance(answer, errors.MeshError):
-                span.set_attribute("agentmesh.policy_effect", common_pb2.PolicyEffect.Name(answer.decision.effect))
         return answers
 
     def _admit(self, caller: str, req: pb.InvokeCapabilityRequest, deadline_s: float | None, *,
@@ -611,9 +620,9 @@ class GovernedInvoker:
         with telemetry.tracer().start_as_current_span("Policy") as span:
             try:
                 answer = self._authorize(policy_req)
-                span.set_attribute("agentmesh.policy_effect", common_pb2.PolicyEffect.Name(answer.decision.effect))
             except errors.MeshError as err:
                 answer = err
+            _policy_outcome(span, answer)
         return self._judge(req, grant, call, principal, resource, owners, answer)
 
     def _policy_request(self, req: pb.InvokeCapabilityRequest, grant: common_pb2.TaskGrant, call: PreparedCall,

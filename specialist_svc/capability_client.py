@@ -130,11 +130,7 @@ class GrpcCapabilityClient:
         timeout = self._deadline.call_timeout()
         if timeout is not None and timeout <= 0:
             raise errors.DeadlineExceeded(f"no time left to call {capability_id}", reason="TASK_DEADLINE_EXCEEDED")
-        arguments = struct_pb2.Struct()
-        arguments.update(dict(input))
-        request = cap_pb2.InvokeCapabilityRequest(
-            grant=self._grant, capability_id=capability_id, input=arguments,
-            idempotency_key=idempotency_key or "", principal=self._principal, trace=self._trace)
+        request = self._request(capability_id, input, idempotency_key)
         try:
             response: cap_pb2.InvokeCapabilityResponse = self._stub.InvokeCapability(request, timeout=timeout)
         except grpc.RpcError as err:
@@ -166,13 +162,7 @@ class GrpcCapabilityClient:
         if timeout is not None and timeout <= 0:
             return [errors.DeadlineExceeded(f"no time left to call {', '.join(c for c, _ in calls)}",
                                             reason="TASK_DEADLINE_EXCEEDED")] * len(calls)
-        requests = []
-        for capability_id, input in calls:
-            arguments = struct_pb2.Struct()
-            arguments.update(dict(input))
-            requests.append(cap_pb2.InvokeCapabilityRequest(grant=self._grant, capability_id=capability_id,
-                                                            input=arguments, principal=self._principal,
-                                                            trace=self._trace))
+        requests = [self._request(capability_id, input) for capability_id, input in calls]
         try:
             response: cap_pb2.InvokeCapabilitiesResponse = self._stub.InvokeCapabilities(
                 cap_pb2.InvokeCapabilitiesRequest(calls=requests, traceparents=list(traceparents)), timeout=timeout)
@@ -183,6 +173,15 @@ class GrpcCapabilityClient:
                                        f"{len(calls)} calls", reason="CAPABILITY_ANSWER_MALFORMED")] * len(calls)
         return [self._answered(r.response) if r.WhichOneof("outcome") == "response" else errors.from_status(r.error)
                 for r in response.results]
+
+    def _request(self, capability_id: str, input: Mapping[str, Any],
+                 idempotency_key: str | None = None) -> cap_pb2.InvokeCapabilityRequest:
+        """One call under this task's grant, principal and trace."""
+        arguments = struct_pb2.Struct()
+        arguments.update(dict(input))
+        return cap_pb2.InvokeCapabilityRequest(
+            grant=self._grant, capability_id=capability_id, input=arguments,
+            idempotency_key=idempotency_key or "", principal=self._principal, trace=self._trace)
 
     def _answered(self, response: cap_pb2.InvokeCapabilityResponse) -> Answered:
         with self._lock:

@@ -558,10 +558,15 @@ def call_or_failure(
     try:
         return client.call(capability_id, input)
     except errors.MeshError as err:
-        failure = classify(err, capability_id)
-        if failure.kind == "fatal":
-            raise failure.failed() from err
-        return failure
+        return _failure_of(err, capability_id)
+
+
+def _failure_of(err: errors.MeshError, capability_id: str) -> CallFailure:
+    """What a failed call means for the rules; a fatal failure raises :class:`AgentFailed`."""
+    failure = classify(err, capability_id)
+    if failure.kind == "fatal":
+        raise failure.failed() from err
+    return failure
 
 
 def calls_or_failures(client: CapabilityClient, calls: Sequence[tuple[str, Mapping[str, Any]]], *,
@@ -570,13 +575,7 @@ def calls_or_failures(client: CapabilityClient, calls: Sequence[tuple[str, Mappi
     failure means; a fatal failure of any raises :class:`AgentFailed` (as :func:`call_or_failure` does)."""
     out: list[Answered | CallFailure] = []
     for (capability_id, _), answer in zip(calls, client.call_all(calls, traceparents=traceparents), strict=True):
-        if isinstance(answer, errors.MeshError):
-            failure = classify(answer, capability_id)
-            if failure.kind == "fatal":
-                raise failure.failed() from answer
-            out.append(failure)
-        else:
-            out.append(answer)
+        out.append(_failure_of(answer, capability_id) if isinstance(answer, errors.MeshError) else answer)
     return out
 
 
