@@ -85,13 +85,13 @@ class DecisionCenter:
                  dispatcher: TaskDispatcher, visible: Callable[[assertion.UserIdentity, str], pb.Execution],
                  snapshot: Callable[[assertion.UserIdentity, str], pb.Execution] | None = None,
                  domains: DomainCatalog | None = None,
-                 continue_past_limit: Callable[[str, str, str], pb.Execution] | None = None) -> None:
+                 continue_past_limit: Callable[[dc_pb2.ReviewItem, str], pb.Execution] | None = None) -> None:
         """Args:
         visible: The execution if the policy engine lets the user read it (PERMISSION_DENIED otherwise).
         snapshot: The execution as the user may see it, without asking again (after ``visible`` allowed it).
         domains: The domain definitions (what a review is about; the shipped ones by default).
-        continue_past_limit: ``(execution_id, limit reason, reviewer)``: lets an execution stopped at a
-            limit go on past it (``Orchestrator.continue_past_limit``).
+        continue_past_limit: ``(approved review, reviewer)``: lets an execution stopped at a limit go on
+            past it, storing the review with it (``Orchestrator.continue_past_limit``).
         """
         self._domains = domains or default_catalog()
         self._queue_capability = _queue_capability(self._domains)
@@ -244,6 +244,7 @@ class DecisionCenter:
         before = pb.Execution()
         before.CopyFrom(ex)
         recorded: list[bool] = []
+        closed: tuple[dc_pb2.ReviewItem, ...] = ()  # the execution's other reviews a rejection closes
 
         def record_decision() -> None:
             """REVIEW_DECIDED, durable before the decision changes anything (once)."""
@@ -276,9 +277,9 @@ class DecisionCenter:
             item.status = dc_pb2.REVIEW_STATUS_APPROVED
             item.history.append(event)
             item.updated_at.CopyFrom(now_ts())
-            self._store.save_review(item)
-            # The orchestrator takes the stored execution from here (RUNNING again, past the limit).
-            self._continue(ex.execution_id, item.limit.limit_reason, reviewer)
+            # The orchestrator takes the stored execution from here (RUNNING again, past the limit), and
+            # stores the review with it.
+            self._continue(item, reviewer)
             return item, self._snapshot(user, ex.execution_id)
         elif reject and limit:
             record_decision()
@@ -305,7 +306,7 @@ class DecisionCenter:
                     from refused
             item.status = dc_pb2.REVIEW_STATUS_OVERRIDDEN if override else dc_pb2.REVIEW_STATUS_APPROVED
         elif reject:
-            self._reject(item, ex, reviewer, req.reason, override=override, before_effect=record_decision)
+            closed = self._reject(item, ex, reviewer, req.reason, override=override, before_effect=record_decision)
             item.status = dc_pb2.REVIEW_STATUS_OVERRIDDEN if override else dc_pb2.REVIEW_STATUS_REJECTED
         record_decision()
         item.history.append(event)
@@ -315,9 +316,10 @@ class DecisionCenter:
             item.action.confirmation_token = ""
         if approve or reject:
             ex.finished_at.CopyFrom(now_ts())
-        # The review and the execution it moves, in one transaction: a crash between two writes would
-        # leave the review decided and the execution waiting for it, with no review left to decide.
-        self._store.save(ex, reviews=[item])
+        # The review, the execution it moves and the reviews closed with it, in one transaction: a crash
+        # between two writes would leave the review decided and the execution waiting for it, with no review
+        # left to decide.
+        self._store.save(ex, reviews=[item, *closed])
         if approve or reject:
             self._dispatch.narrate(
                 audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED if ex.status != pb.EXECUTION_STATUS_AWAITING_REVIEW
@@ -361,7 +363,8 @@ class DecisionCenter:
             _stop_waiting(ex)
 
     def _reject(self, item: dc_pb2.ReviewItem, ex: pb.Execution, reviewer: str, reason: str, *,
-                override: bool, before_effect: Callable[[], None]) -> None:
+                override: bool, before_effect: Callable[[], None]) -> tuple[dc_pb2.ReviewItem, ...]:
+        """Rejects ``ex`` by ``item``; returns its other undecided reviews, closed with it (to be stored with it)."""
         how = "overridden" if override else "rejected"
         if item.kind == dc_pb2.REVIEW_KIND_CONFLICT or override:
             ex.decision = common_pb2.ANALYSIS_DECISION_NOT_RECOMMENDED
@@ -375,12 +378,14 @@ class DecisionCenter:
             self._actions.reject(ex, f"REJECTED: {how} by {reviewer} in review {item.review_id}: {reason}")
         _stop_waiting(ex)
         # The execution is decided: its other undecided reviews close with it.
-        for other in self._store.reviews(ex.tenant_id, statuses=UNDECIDED, execution_id=ex.execution_id):
-            if other.review_id != item.review_id:
-                other.status = dc_pb2.REVIEW_STATUS_REJECTED
-                other.history.append(dc_pb2.ReviewEvent(decision=dc_pb2.REVIEW_DECISION_REJECT, reviewer=reviewer,
-                                                        reason=f"closed with review {item.review_id}", at=now_ts()))
-                self._store.save_review(other)
+        others = tuple(other for other in self._store.reviews(ex.tenant_id, statuses=UNDECIDED,
+                                                              execution_id=ex.execution_id)
+                       if other.review_id != item.review_id)
+        for other in others:
+            other.status = dc_pb2.REVIEW_STATUS_REJECTED
+            other.history.append(dc_pb2.ReviewEvent(decision=dc_pb2.REVIEW_DECISION_REJECT, reviewer=reviewer,
+                                                    reason=f"closed with review {item.review_id}", at=now_ts()))
+        return others
 
 
 def _stop_waiting(ex: pb.Execution) -> None:

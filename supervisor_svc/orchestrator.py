@@ -1865,15 +1865,19 @@ class Orchestrator:
         log.info("resuming %s from its checkpoint (completed: %s)", ex.execution_id, ", ".join(done) or "none")
         return live
 
-    def continue_past_limit(self, execution_id: str, limit_reason: str, reviewer: str) -> pb.Execution:
-        """A reviewer approved the LIMIT review of an execution that stopped AWAITING_REVIEW at a limit: the
+    def continue_past_limit(self, review: dc_pb2.ReviewItem, reviewer: str) -> pb.Execution:
+        """A reviewer approved the LIMIT ``review`` of an execution that stopped AWAITING_REVIEW at a limit: the
         limit is waived for it (``Execution.waived_limits``) and it goes on from its checkpoint, in the
         background — completed tasks are kept, the others run. Its wall time keeps what it had used before
-        it stopped (not the time it waited for the reviewer). Returns the execution, RUNNING again.
+        it stopped (not the time it waited for the reviewer). The review, as the Decision Center decided it,
+        is stored in the same transaction as the execution RUNNING again: a crash between two writes would
+        leave the review approved and the execution waiting at its limit, with nothing left to decide.
+        Returns the execution, RUNNING again.
 
         Raises:
             agentmesh.errors.FailedPrecondition: ``EXECUTION_NOT_AWAITING_REVIEW``.
         """
+        execution_id, limit_reason = review.execution_id, review.limit.limit_reason
         ex = self._store.get(execution_id)
         if ex is None or ex.status != pb.EXECUTION_STATUS_AWAITING_REVIEW or execution_id in self._live:
             raise errors.FailedPrecondition("the execution no longer waits at a limit",
@@ -1896,7 +1900,7 @@ class Orchestrator:
                 n.status = common_pb2.TASK_STATUS_CREATED
                 n.ClearField("started_at")
                 n.ClearField("finished_at")
-        self._store.save(ex)  # RUNNING again, owned (leased) by this replica
+        self._store.save(ex, reviews=[review])  # RUNNING again, owned (leased) by this replica
         with telemetry.mesh_ids(execution_id=execution_id, correlation_id=ex.trace.correlation_id):
             live = self._rebuild(ex, dt.datetime.now(dt.UTC), why=("LIMIT_WAIVED", limit_reason, f"by={reviewer}"),
                                  elapsed_s=elapsed_s)

@@ -183,3 +183,65 @@ def test_a_decision_whose_execution_cannot_be_stored_leaves_the_review_open_to_d
     assert review.status == dc_pb2.REVIEW_STATUS_APPROVED
     assert ex.decision == common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE
     assert [r.status for r in store.reviews("acme", execution_id="exe-1")] == [dc_pb2.REVIEW_STATUS_APPROVED]
+
+
+def _second_conflict(store: ExecutionStore) -> str:
+    """A second open conflict review of exe-1 (its execution then has two)."""
+    conflict = pb.Conflict(subject="worker:W-1005/NR-10", agent_a="training-agent", agent_b="compliance-agent")
+    conflict.review_id = store.add_review(dc_pb2.ReviewItem(execution_id="exe-1", tenant_id="acme",
+                                                            kind=dc_pb2.REVIEW_KIND_CONFLICT,
+                                                            status=dc_pb2.REVIEW_STATUS_OPEN, requester="alice",
+                                                            conflict=conflict))
+    ex = store.get("exe-1")
+    assert ex is not None
+    ex.conflicts.append(conflict)
+    store.save(ex)
+    return conflict.review_id
+
+
+def reject(center: DecisionCenter, review_id: str) -> tuple[dc_pb2.ReviewItem, pb.Execution]:
+    return center.submit(BOB, dc_pb2.SubmitReviewDecisionRequest(review_id=review_id, reason="not safe",
+                                                                 decision=dc_pb2.REVIEW_DECISION_REJECT))
+
+
+def test_a_rejection_closes_the_executions_other_reviews_with_it(tmp_path: Path) -> None:
+    center, store, review_id = center_with_conflict(tmp_path, common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW,
+                                                    pb.EXECUTION_STATUS_AWAITING_REVIEW)
+    other_id = _second_conflict(store)
+    review, ex = reject(center, review_id)
+    assert review.status == dc_pb2.REVIEW_STATUS_REJECTED
+    assert (ex.status, ex.decision) == (pb.EXECUTION_STATUS_SUCCEEDED, common_pb2.ANALYSIS_DECISION_NOT_RECOMMENDED)
+    other = store.review(other_id)
+    assert other is not None and other.status == dc_pb2.REVIEW_STATUS_REJECTED
+    assert other.history[-1].reason == f"closed with review {review_id}"
+    with pytest.raises(errors.FailedPrecondition) as err:
+        approve(center, other_id)
+    assert err.value.reason == "REVIEW_CLOSED"
+
+
+def test_a_rejection_whose_closing_reviews_cannot_be_stored_changes_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rejection, its execution and the reviews it closes are one transaction: a failure storing one of
+    them (a crash, here the rejected review's own update failing) keeps none — both reviews stay open, rather
+    than the other one closed with its execution still waiting."""
+    center, store, review_id = center_with_conflict(tmp_path, common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW,
+                                                    pb.EXECUTION_STATUS_AWAITING_REVIEW)
+    _second_conflict(store)
+    update = store._update_review
+
+    def crash(item: dc_pb2.ReviewItem) -> None:
+        if item.review_id == review_id:
+            raise RuntimeError("process killed before the rejected review was stored")
+        update(item)
+
+    monkeypatch.setattr(store, "_update_review", crash)
+    with pytest.raises(RuntimeError):
+        reject(center, review_id)
+    stored = store.get("exe-1")
+    assert stored is not None and stored.status == pb.EXECUTION_STATUS_AWAITING_REVIEW
+    assert stored.decision == common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW
+    assert [r.status for r in store.reviews("acme", execution_id="exe-1")] == [dc_pb2.REVIEW_STATUS_OPEN] * 2
+    monkeypatch.setattr(store, "_update_review", update)
+    review, _ = reject(center, review_id)
+    assert review.status == dc_pb2.REVIEW_STATUS_REJECTED
+    assert [r.status for r in store.reviews("acme", execution_id="exe-1")] == [dc_pb2.REVIEW_STATUS_REJECTED] * 2

@@ -453,7 +453,9 @@ def test_an_approved_limit_review_lets_the_execution_go_on_past_that_limit(reaso
         assert ex.status == pb.EXECUTION_STATUS_AWAITING_REVIEW
         done_before = {r.task_id for r in ex.results}
         calls_before = len(specialists.requests)
-        running = orch.continue_past_limit(ex.execution_id, reason, "acme/bob")
+        (review,) = orch._store.reviews("acme", execution_id=ex.execution_id)
+        review.status = dc_pb2.REVIEW_STATUS_APPROVED  # as the Decision Center decides it
+        running = orch.continue_past_limit(review, "acme/bob")
         assert running.status == pb.EXECUTION_STATUS_RUNNING and list(running.waived_limits) == [reason]
         deadline = time.monotonic() + 10
         while (orch._store.get(ex.execution_id) or running).status == pb.EXECUTION_STATUS_RUNNING:
@@ -469,8 +471,46 @@ def test_an_approved_limit_review_lets_the_execution_go_on_past_that_limit(reaso
                    and "LIMIT_WAIVED" in r.reason_codes]
         assert resumed and reason in resumed[0].reason_codes and "by=acme/bob" in resumed[0].reason_codes
         _every_delegation_closed(audit)
+        assert [r.status for r in orch._store.reviews("acme", execution_id=ex.execution_id)] == [
+            dc_pb2.REVIEW_STATUS_APPROVED]
         with pytest.raises(errors.FailedPrecondition):
-            orch.continue_past_limit(ex.execution_id, reason, "acme/bob")
+            orch.continue_past_limit(review, "acme/bob")
+    finally:
+        orch.close()
+        registry.close()
+
+
+def test_a_limit_approval_whose_execution_cannot_be_stored_leaves_the_review_open(
+        tmp_path: Path, idp: Ed25519PrivateKey, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The approved LIMIT review and the execution RUNNING again are one transaction: a failure after the
+    execution's row is written (a crash, here the review's own update failing) keeps neither — the execution
+    still waits at its limit with its review open, to be decided again."""
+    orch, _, _, token, _, registry = _limited_world(tmp_path, idp, "MAX_COST_EXCEEDED", "HUMAN_REVIEW")
+    try:
+        ex = _analyze(orch, token)
+        (review,) = orch._store.reviews("acme", execution_id=ex.execution_id)
+        review.status = dc_pb2.REVIEW_STATUS_APPROVED
+        update = orch._store._update_review
+
+        def crash(item: dc_pb2.ReviewItem) -> None:
+            raise RuntimeError("process killed between the execution and its review")
+
+        monkeypatch.setattr(orch._store, "_update_review", crash)
+        with pytest.raises(RuntimeError):
+            orch.continue_past_limit(review, "acme/bob")
+        stored = orch._store.get(ex.execution_id)
+        assert stored is not None and stored.status == pb.EXECUTION_STATUS_AWAITING_REVIEW
+        assert not stored.waived_limits
+        assert [r.status for r in orch._store.reviews("acme", execution_id=ex.execution_id)] == [
+            dc_pb2.REVIEW_STATUS_OPEN]
+        monkeypatch.setattr(orch._store, "_update_review", update)
+        assert orch.continue_past_limit(review, "acme/bob").status == pb.EXECUTION_STATUS_RUNNING
+        assert [r.status for r in orch._store.reviews("acme", execution_id=ex.execution_id)] == [
+            dc_pb2.REVIEW_STATUS_APPROVED]
+        deadline = time.monotonic() + 10
+        while (orch._store.get(ex.execution_id) or stored).status == pb.EXECUTION_STATUS_RUNNING:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
     finally:
         orch.close()
         registry.close()
