@@ -197,6 +197,9 @@ _Remembered = tuple[Effect, tuple[str, ...], str]
 MEMO_SIZE: Final = 4096
 """Most distinct requests remembered per state and kill-switch board (then the memo starts again)."""
 
+_CALLERS_KEY: Final = b"caller:"
+"""Prefix of the memo's keys given by callers (``remember_as``); the engine's own keys are marshalled dicts."""
+
 
 @dataclass(frozen=True, slots=True)
 class _Outcome:
@@ -406,7 +409,8 @@ class PolicyEngine:
             return meta.description
         return ENGINE_REASONS.get(reason_code, "unknown reason")
 
-    def authorize(self, request: AuthorizationRequest, *, kill_switches: Iterable[str]) -> Decision:
+    def authorize(self, request: AuthorizationRequest, *, kill_switches: Iterable[str],
+                  remember_as: bytes = b"") -> Decision:
         """Decides one operation.
 
         Args:
@@ -416,6 +420,9 @@ class PolicyEngine:
                 ``"capability:training.external.update"``); typically
                 ``KillSwitchStore.active()``. Required so a caller cannot
                 forget them.
+            remember_as: the caller's own exact key of this request (e.g. its wire bytes), under which
+                :meth:`remembered` finds the decision again without building the request. The caller
+                vouches that equal keys are equal requests.
 
         Returns:
             The decision. Every failure to evaluate (Cedar error, no decision,
@@ -439,6 +446,8 @@ class PolicyEngine:
             key = marshal.dumps(cedar_request, 0)
             known = memo.get(key)
             if known is not None:
+                if remember_as:
+                    memo[_CALLERS_KEY + remember_as] = known
                 return Decision(decision_id=self._new_decision_id(), effect=known[0], reason_codes=known[1],
                                 policy_version=state.version, explanation=known[2])
             effect, reasons, details = self._evaluate(cedar_request, self._entities_with(state, switches))
@@ -457,7 +466,25 @@ class PolicyEngine:
         if len(memo) >= MEMO_SIZE:
             memo.clear()
         memo[key] = (decision.effect, decision.reason_codes, decision.explanation)
+        if remember_as:
+            memo[_CALLERS_KEY + remember_as] = memo[key]
         return decision
+
+    def remembered(self, key: bytes, *, kill_switches: Iterable[str]) -> Decision | None:
+        """The decision of the request :meth:`authorize` was given ``remember_as=key`` for, if it was decided
+        against the state and kill switches in force now (a new decision id, the same effect, reasons and
+        explanation); else None — then the request is to be decided with :meth:`authorize`. A request only
+        gets here once it was valid and its evaluation completed within the budget."""
+        try:
+            switches = _parse_kill_switches(kill_switches)
+        except ValueError:
+            return None  # authorize answers it (a DENY)
+        state = self._state
+        known = self._memo_for(state, switches).get(_CALLERS_KEY + key) if key else None
+        if known is None:
+            return None
+        return Decision(decision_id=self._new_decision_id(), effect=known[0], reason_codes=known[1],
+                        policy_version=state.version, explanation=known[2])
 
     def _memo_for(self, state: _State, switches: _KillSwitches) -> dict[bytes, _Remembered]:
         """The evaluations already made against this state and these kill switches.

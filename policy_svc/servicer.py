@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -133,7 +134,12 @@ def _mesh_error(err: PolicyError) -> errors.MeshError:
 
 
 class PolicyServicer(pb_grpc.PolicyServiceServicer):
-    """The gRPC face of the policy engine."""
+    """The gRPC face of the policy engine.
+
+    The registration lookups (``agent_capabilities`` and the others) must answer the same for the servicer's
+    lifetime (they are read from the manifests once): a request is remembered by its wire bytes, under this
+    servicer's own prefix (another servicer of the same engine may have other registrations).
+    """
 
     def __init__(self, engine: PolicyEngine, switches: KillSwitchStore, agent_capabilities: AgentCapabilities,
                  audit: AuditRecorder | None, agent_knowledge_scopes: AgentKnowledgeScopes = _no_scopes,
@@ -144,6 +150,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         self._agent_capabilities = agent_capabilities
         self._agent_knowledge_scopes = agent_knowledge_scopes
         self._audit = audit
+        self._remembered_as = uuid.uuid4().bytes
 
     def Authorize(self, request: pb.AuthorizeRequest, context: grpc.ServicerContext) -> pb.AuthorizeResponse:
         return self._decide(request, self._active_switches())
@@ -172,10 +179,13 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
             raise _mesh_error(err) from err
 
     def _decide(self, request: pb.AuthorizeRequest, active: frozenset[str]) -> pb.AuthorizeResponse:
+        # The wire bytes are the request's exact key: what it maps to (with this servicer's registrations,
+        # read once) is a function of them, so a request seen before is answered without being mapped again.
+        key = self._remembered_as + request.SerializeToString(deterministic=True)
         try:
-            decision = self._engine.authorize(
+            decision = self._engine.remembered(key, kill_switches=active) or self._engine.authorize(
                 to_request(request, self._agent_capabilities, self._agent_knowledge_scopes,
-                           self._agent_risk_profiles), kill_switches=active)
+                           self._agent_risk_profiles), kill_switches=active, remember_as=key)
         except PolicyError as err:
             raise _mesh_error(err) from err
         return to_decision(decision)

@@ -13,6 +13,7 @@ from agentmesh.tenant_file import load_tenant_file
 from policy_svc import engine as engine_module
 from policy_svc.data import RoleSpec, TenantPolicy
 from policy_svc.engine import PolicyEngine
+from policy_svc.errors import InvalidRequestError
 from policy_svc.model import Effect
 from policy_svc.tenants import check_definitions
 
@@ -118,3 +119,45 @@ def test_the_memo_is_bounded(counted: Any, make_request: Any, monkeypatch: pytes
     engine.authorize(make_request(user_id="u1"), kill_switches=())
     engine.authorize(make_request(user_id="u4"), kill_switches=())
     assert calls[0] == 5
+
+
+def test_a_request_remembered_under_the_callers_key_is_found_by_that_key_only(counted: Any,
+                                                                              make_request: Any) -> None:
+    engine, calls = counted
+    assert engine.remembered(b"wire-1", kill_switches=()) is None
+    first = engine.authorize(make_request(), kill_switches=(), remember_as=b"wire-1")
+    again = engine.remembered(b"wire-1", kill_switches=())
+    assert again is not None and calls[0] == 1
+    assert (again.effect, again.reason_codes, again.explanation, again.policy_version) == (
+        first.effect, first.reason_codes, first.explanation, first.policy_version)
+    assert again.decision_id != first.decision_id
+    assert engine.remembered(b"wire-2", kill_switches=()) is None
+    assert engine.remembered(b"", kill_switches=()) is None
+    # Remembered from the engine's own memory too: a second key of an evaluated request.
+    engine.authorize(make_request(), kill_switches=(), remember_as=b"wire-3")
+    assert engine.remembered(b"wire-3", kill_switches=()) is not None and calls[0] == 1
+
+
+def test_a_callers_key_is_never_answered_across_a_kill_switch_or_a_tenant_change(counted: Any,
+                                                                                 make_request: Any) -> None:
+    engine, _ = counted
+    assert engine.authorize(make_request(), kill_switches=(), remember_as=b"wire").effect is Effect.ALLOW
+    assert engine.remembered(b"wire", kill_switches={"agent:permit-agent"}) is None
+    assert engine.remembered(b"wire", kill_switches={"not a switch"}) is None
+    assert engine.authorize(make_request(), kill_switches={"agent:permit-agent"}).effect is Effect.DENY
+    assert engine.remembered(b"wire", kill_switches=()) is None  # the board changed twice: a fresh memory
+    assert engine.authorize(make_request(), kill_switches=(), remember_as=b"wire").effect is Effect.ALLOW
+    with_demo_tenants(engine)  # the same tenants applied again: a new state
+    assert engine.remembered(b"wire", kill_switches=()) is None
+
+
+def test_an_invalid_or_timed_out_request_is_not_remembered_under_the_callers_key(make_request: Any) -> None:
+    ticks: Iterator[float] = iter([0.0, 10.0])  # the evaluation takes 10 s
+    engine = with_demo_tenants(PolicyEngine.load(evaluation_budget_s=0.5, clock=lambda: next(ticks)))
+    assert engine.authorize(make_request(), kill_switches=(), remember_as=b"slow").reason_codes == (
+        "policy.timeout",)
+    assert engine.remembered(b"slow", kill_switches=()) is None
+    with pytest.raises(InvalidRequestError):
+        engine.authorize(make_request(tenant=""), kill_switches=(), remember_as=b"bad")
+    assert engine.remembered(b"bad", kill_switches=()) is None
+

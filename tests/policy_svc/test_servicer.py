@@ -258,3 +258,25 @@ def test_without_the_kill_switches_a_batch_has_no_decision_at_all(engine: Policy
         servicer.AuthorizeBatch(pb.AuthorizeBatchRequest(requests=[_review(), _review()]),
                                 context=None)  # type: ignore[arg-type]
     assert info.value.reason == "KILL_SWITCH_STORE_UNAVAILABLE"
+
+
+def test_a_request_answered_from_memory_still_meets_a_kill_switch_set_after_it(servicer: PolicyServicer) -> None:
+    first = servicer.Authorize(_review(), context=None)  # type: ignore[arg-type]
+    again = servicer.Authorize(_review(), context=None)  # type: ignore[arg-type]
+    assert first.decision.effect == again.decision.effect == common_pb2.POLICY_EFFECT_ALLOW
+    assert first.decision.decision_id != again.decision.decision_id
+    assert first.explanation == again.explanation
+    servicer._switches.set(model.KillSwitchScope.TENANT, "acme", enabled=True, reason="incident", changed_by="ops")
+    assert _reasons(servicer, _review())[0] == "POLICY_EFFECT_DENY"
+    servicer._switches.set(model.KillSwitchScope.TENANT, "acme", enabled=False, reason="over", changed_by="ops")
+    assert _reasons(servicer, _review()) == ("POLICY_EFFECT_ALLOW", ["reviewer.review"])
+
+
+def test_servicers_of_one_engine_never_answer_from_each_others_registrations(engine: PolicyEngine,
+                                                                             tmp_path: Path) -> None:
+    with KillSwitchStore(tmp_path / "policy.db") as store:
+        registered = _knowledge_servicer(engine, store)
+        unregistered = PolicyServicer(engine, store, lambda agent_id: (), audit=None)
+        assert _reasons(registered, _knowledge_read())[0] == "POLICY_EFFECT_ALLOW"
+        assert _reasons(unregistered, _knowledge_read())[0] == "POLICY_EFFECT_DENY"
+        assert _reasons(registered, _knowledge_read())[0] == "POLICY_EFFECT_ALLOW"
