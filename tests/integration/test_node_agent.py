@@ -289,6 +289,12 @@ def test_analyses_get_their_training_findings_from_the_node_agent(routed: NodeMe
     outcomes = [r for r in audit_records(cfg, execution_id=expired.execution_id)
                 if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME and r.agent_id == AGENT]
     assert len(outcomes) == 2 and all(r.outcome == audit_pb2.AUDIT_OUTCOME_SUCCESS for r in outcomes)
+    # The two lookups went together (InvokeCapabilities): their four records are one append, at consecutive
+    # indexes, each lookup's decision before its outcome.
+    by_index = sorted(calls + outcomes, key=lambda r: r.index)
+    assert [r.index for r in by_index] == list(range(by_index[0].index, by_index[0].index + 4))
+    assert [r.event_type for r in by_index] == [audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_INVOKED,
+                                                audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME] * 2
 
 
 @pytest.mark.parametrize(("permit", "subjects", "code"), [

@@ -134,6 +134,29 @@ async function callOrFailure(client, capabilityId, input) {
   }
 }
 
+/**
+ * Independent reads in one round trip (the client's callAll; a client without one, such as a test's
+ * fake, makes the calls side by side): each its answer or what its failure means, in order; a fatal
+ * failure of any throws AgentFailed, as callOrFailure does. `calls` is [[capabilityId, input], ...].
+ */
+async function callsOrFailures(client, calls) {
+  const answers = typeof client.callAll === 'function' ? await client.callAll(calls)
+    : await parallelMap(async ([capabilityId, input]) => {
+      try {
+        return await client.call(capabilityId, input);
+      } catch (err) {
+        if (err instanceof CapabilityError) return err;
+        throw err;
+      }
+    }, calls);
+  return answers.map((answer, i) => {
+    if (!(answer instanceof CapabilityError)) return answer;
+    const failure = classify(answer, calls[i][0]);
+    if (failure.kind === 'fatal') throw failure.failed();
+    return failure;
+  });
+}
+
 // --- plain values ---------------------------------------------------------------------------------
 
 /** `value` if it is a short identifier (letters, digits, ._/:-), else `fallback`: free text never enters a statement. */
@@ -381,6 +404,7 @@ module.exports = {
   CallFailure,
   classify,
   callOrFailure,
+  callsOrFailures,
   token,
   isId,
   isoDate,

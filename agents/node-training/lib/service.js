@@ -119,9 +119,17 @@ function principalFor(received, signed, { agentId, agentVersion, executionId }) 
   return principal;
 }
 
+/** Most calls in one InvokeCapabilities (the capability service takes up to 16). */
+const MAX_BATCH = 16;
+
+/** The CapabilityError of a failed call, from its decoded status (mesh.decodeError / decodeStatus). */
+function failedCall(e) {
+  return new CapabilityError(e.codeName, e.reason, e.message || e.codeName);
+}
+
 /**
- * Calls CapabilityService.InvokeCapability for one task: with the grant received (unchanged), the
- * principal, the trace ids, and a deadline of what is left of the incoming call's, less a reserve to
+ * Calls CapabilityService.InvokeCapability for one task (InvokeCapabilities for reads sent together):
+ * with the grant received (unchanged), the principal, the trace ids, and a deadline of what is left of the incoming call's, less a reserve to
  * answer in. No call leaves once the task's RunTask has ended (cancelled, or its caller gone).
  */
 class CapabilityClient {
@@ -139,30 +147,83 @@ class CapabilityClient {
   }
 
   async call(capabilityId, input, idempotencyKey = '') {
+    const timeoutMs = this.timeLeft(capabilityId);
+    let response;
+    try {
+      ({ response } = await mesh.call(this.stub, 'InvokeCapability', this.request(capabilityId, input, idempotencyKey),
+        { deadlineMs: timeoutMs, metadata: this.metadata.clone() }));
+    } catch (err) {
+      throw failedCall(mesh.decodeError(err));
+    }
+    return this.answer(response);
+  }
+
+  /**
+   * Independent reads together: CapabilityService.InvokeCapabilities, at most MAX_BATCH calls in one
+   * round trip (more go in several). `calls` is [[capabilityId, input], ...]; resolves to one entry per
+   * call, in order: its answer ({output, evidence}, as `call` gives it) or its own CapabilityError. Each
+   * call is governed as it is alone; a mutation never goes here. When the round trip itself fails, or
+   * no time is left, every call of it holds that error: nothing was answered. Never rejects.
+   */
+  async callAll(calls) {
+    if (calls.length === 1) {
+      try {
+        return [await this.call(calls[0][0], calls[0][1])];
+      } catch (err) {
+        if (err instanceof CapabilityError) return [err];
+        throw err;
+      }
+    }
+    const batches = [];
+    for (let i = 0; i < calls.length; i += MAX_BATCH) batches.push(this.sendTogether(calls.slice(i, i + MAX_BATCH)));
+    return (await Promise.all(batches)).flat();
+  }
+
+  async sendTogether(calls) {
+    let timeoutMs;
+    try {
+      timeoutMs = this.timeLeft(calls.map(([capabilityId]) => capabilityId).join(', '));
+    } catch (err) {
+      return calls.map(() => err);
+    }
+    const request = { calls: calls.map(([capabilityId, input]) => this.request(capabilityId, input, '')) };
+    let response;
+    try {
+      ({ response } = await mesh.call(this.stub, 'InvokeCapabilities', request,
+        { deadlineMs: timeoutMs, metadata: this.metadata.clone() }));
+    } catch (err) {
+      const failed = failedCall(mesh.decodeError(err));
+      return calls.map(() => failed);
+    }
+    const results = response.results || [];
+    if (results.length !== calls.length) {
+      const malformed = new CapabilityError('UNAVAILABLE', 'CAPABILITY_ANSWER_MALFORMED',
+        `the capability service answered ${results.length} results for ${calls.length} calls`);
+      return calls.map(() => malformed);
+    }
+    return results.map((r) => (r.outcome === 'response' ? this.answer(r.response) : failedCall(mesh.decodeStatus(r.error))));
+  }
+
+  /** The deadline of a call made now, in ms: what is left of the task's, less a reserve to answer in. */
+  timeLeft(what) {
     if (!this.isActive()) {
       this.stopped = true;
       throw new CapabilityError('ABORTED', 'TASK_CANCELLED',
-        `the task was cancelled or its caller is gone; ${capabilityId} was not called`);
+        `the task was cancelled or its caller is gone; ${what} was not called`);
     }
-    let timeoutMs = 30000;
-    if (Number.isFinite(this.deadline)) {
-      const left = this.deadline - Date.now();
-      timeoutMs = left - Math.min(250, Math.max(left, 0) * 0.1);
-      if (timeoutMs <= 0) throw new CapabilityError('DEADLINE_EXCEEDED', 'TASK_DEADLINE_EXCEEDED', `no time left to call ${capabilityId}`);
-    }
-    const request = {
+    if (!Number.isFinite(this.deadline)) return 30000;
+    const left = this.deadline - Date.now();
+    const timeoutMs = left - Math.min(250, Math.max(left, 0) * 0.1);
+    if (timeoutMs <= 0) throw new CapabilityError('DEADLINE_EXCEEDED', 'TASK_DEADLINE_EXCEEDED', `no time left to call ${what}`);
+    return timeoutMs;
+  }
+
+  /** One InvokeCapabilityRequest under this task's grant (unchanged), principal and trace. */
+  request(capabilityId, input, idempotencyKey) {
+    return {
       grant: this.grant, capability_id: capabilityId, input: mesh.jsonToStruct(input), idempotency_key: idempotencyKey,
       principal: this.principal, trace: this.trace,
     };
-    let response;
-    try {
-      ({ response } = await mesh.call(this.stub, 'InvokeCapability', request,
-        { deadlineMs: timeoutMs, metadata: this.metadata.clone() }));
-    } catch (err) {
-      const e = mesh.decodeError(err);
-      throw new CapabilityError(e.codeName, e.reason, e.message || e.codeName);
-    }
-    return this.answer(response);
   }
 
   /** What an InvokeCapabilityResponse means for the rules: {output, evidence}; its versions are remembered. */

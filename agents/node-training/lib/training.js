@@ -41,7 +41,7 @@
 // UNREADABLE.
 
 const {
-  Verdict, CallFailure, ResultBuilder, TaskInputInvalid, callOrFailure, token, isId, isoDate, addDays, parallelMap,
+  Verdict, CallFailure, ResultBuilder, TaskInputInvalid, callOrFailure, callsOrFailures, token, isId, isoDate, addDays,
   canonical, requireStr, strList, runGuarded, handoff, waiting, handoffFailure, derivedVerdict,
 } = require('./rules');
 
@@ -530,13 +530,14 @@ async function verify(data, client, context) {
         }
       }
     }
-    const lookup = async (wid) => ({
-      workerId: wid,
-      answer: isId(wid) ? await callOrFailure(client, CAPABILITY, { worker_id: wid, training_codes: asked }) : null,
-    });
+    // Every worker's lookup in one round trip: independent reads (a worker id that is not one is not asked).
+    const looked = asked.length ? workers : [];
+    const ids = looked.filter(isId);
+    const answers = await callsOrFailures(client, ids.map((wid) => [CAPABILITY, { worker_id: wid, training_codes: asked }]));
+    const byWorker = new Map(ids.map((wid, i) => [wid, answers[i]]));
     const judge = new Judge(out, window, say);
     const unknown = [];
-    for (const found of await parallelMap(lookup, asked.length ? workers : [])) {
+    for (const found of looked.map((wid) => ({ workerId: wid, answer: isId(wid) ? byWorker.get(wid) : null }))) {
       const findings = judge.worker(found, asked);
       if (Object.values(findings).some((f) => f.state === 'WORKER_UNKNOWN')) unknown.push(found.workerId);
     }

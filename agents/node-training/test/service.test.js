@@ -16,6 +16,7 @@ const {
 } = require('../lib/service');
 const { subjectAltNames, parseSpiffeId, callerAllowed, SUPERVISOR } = require('../lib/identity');
 const { FakeClient, record, lms, task, INPUT } = require('./helpers');
+const { CapabilityError } = require('../lib/rules');
 
 const SERVER = path.join(__dirname, '..', 'server.js');
 
@@ -135,6 +136,95 @@ test('a capability call sends the grant unchanged, the principal and the trace; 
   await assert.rejects(client.call('training.getStatus', { worker_id: 'W-1' }), (err) => err.reason === 'TASK_CANCELLED');
   assert.equal(sent.length, 2, 'no call once the task has ended');
   assert.ok(client.stopped);
+});
+
+/** A google.rpc.Status as a batch result's `error` decodes: code, message, an ErrorInfo among its details. */
+function statusOf(code, message, reason, field) {
+  const root = new protobuf.Root();
+  root.resolvePath = (origin, target) => (target.startsWith('google/protobuf/') ? target : path.join(mesh.PROTO_DIR, target));
+  root.loadSync('google/rpc/error_details.proto', { keepCase: true });
+  const ErrorInfo = root.lookupType('google.rpc.ErrorInfo');
+  const info = ErrorInfo.encode(ErrorInfo.create({ reason, domain: 'agentmesh.local', metadata: { field } })).finish();
+  return { code: mesh.grpc.status[code], message, details: [{ type_url: 'type.googleapis.com/google.rpc.ErrorInfo', value: Buffer.from(info) }] };
+}
+
+function batchStub(answer) {
+  const sent = [];
+  const stub = {
+    InvokeCapabilities(request, metadata, options, callback) {
+      sent.push({ method: 'InvokeCapabilities', request, metadata, options });
+      setImmediate(() => answer(request, callback));
+      return new (require('node:events').EventEmitter)();
+    },
+    InvokeCapability(request, metadata, options, callback) {
+      sent.push({ method: 'InvokeCapability', request, metadata, options });
+      setImmediate(() => callback(null, { output: mesh.jsonToStruct(lms(request.input.fields.worker_id.stringValue)), evidence: [] }));
+      return new (require('node:events').EventEmitter)();
+    },
+  };
+  return { stub, sent };
+}
+
+function batchClient(stub, { active = () => true, deadline = Date.now() + 10000 } = {}) {
+  return new CapabilityClient(stub, {
+    grant: GRANT, principal: { agent_id: 'training-agent' }, trace: { execution_id: 'exe-1' },
+    metadata: traceMetadata(null, { execution_id: 'exe-1' }), deadline, isActive: active,
+  });
+}
+
+const lookups = (...workers) => workers.map((w) => ['training.getStatus', { worker_id: w, training_codes: ['NR-10'] }]);
+
+test('reads sent together go in one InvokeCapabilities; each call gets its own answer or its own error', async () => {
+  const { stub, sent } = batchStub((request, callback) => callback(null, {
+    results: request.calls.map((c) => (mesh.structToJson(c.input).worker_id === 'W-2'
+      ? { outcome: 'error', error: statusOf('NOT_FOUND', "'W-2' not found", 'RESOURCE_NOT_FOUND', 'input.worker_id') }
+      : { outcome: 'response', response: { output: mesh.jsonToStruct(lms(mesh.structToJson(c.input).worker_id, [record('TR-1')])),
+        evidence: [{ source: 'lms', reference: 'r', capability: 'training.getStatus@2.2.0' }], decision: { policy_version: 'policies@abc' } } })),
+  }));
+  const client = batchClient(stub);
+  const [one, two, three] = await client.callAll(lookups('W-1', 'W-2', 'W-3'));
+  assert.equal(sent.length, 1);
+  assert.equal(sent[0].method, 'InvokeCapabilities');
+  assert.deepEqual(sent[0].request.calls.map((c) => mesh.structToJson(c.input).worker_id), ['W-1', 'W-2', 'W-3']);
+  for (const c of sent[0].request.calls) {
+    assert.equal(c.grant, GRANT, 'each call under the grant as received');
+    assert.equal(c.idempotency_key, '', 'reads only');
+  }
+  assert.deepEqual(sent[0].metadata.get('baggage'), ['agentmesh.execution_id=exe-1']);
+  assert.equal(one.output.worker_id, 'W-1');
+  assert.equal(three.evidence[0].capability, 'training.getStatus@2.2.0');
+  assert.ok(two instanceof CapabilityError);
+  assert.deepEqual([two.code, two.reason], ['NOT_FOUND', 'RESOURCE_NOT_FOUND']);
+  assert.deepEqual([...client.policyVersions], ['policies@abc']);
+});
+
+test('a batch whose round trip fails gives every call that error; more than 16 go in several', async () => {
+  const { stub, sent } = batchStub((request, callback) => callback(
+    mesh.meshError('UNAVAILABLE', 'the capability service is restarting', 'CAPABILITY_UNAVAILABLE')));
+  const answers = await batchClient(stub).callAll(lookups(...Array.from({ length: 17 }, (_, i) => `W-${i + 1}`)));
+  assert.deepEqual(sent.map((s) => s.request.calls.length), [16, 1]);
+  assert.equal(answers.length, 17);
+  assert.ok(answers.every((a) => a instanceof CapabilityError && a.code === 'UNAVAILABLE' && a.reason === 'CAPABILITY_UNAVAILABLE'));
+});
+
+test('a batch answering fewer results than calls is nobody\'s answer', async () => {
+  const { stub } = batchStub((request, callback) => callback(null, { results: [] }));
+  const answers = await batchClient(stub).callAll(lookups('W-1', 'W-2'));
+  assert.ok(answers.every((a) => a instanceof CapabilityError && a.reason === 'CAPABILITY_ANSWER_MALFORMED'));
+});
+
+test('no batch leaves once the task has ended or its time is up; one call goes alone', async () => {
+  const { stub, sent } = batchStub(() => assert.fail('nothing is sent'));
+  const cancelled = batchClient(stub, { active: () => false });
+  assert.ok((await cancelled.callAll(lookups('W-1', 'W-2'))).every((a) => a instanceof CapabilityError && a.reason === 'TASK_CANCELLED'));
+  assert.ok(cancelled.stopped);
+  const late = batchClient(stub, { deadline: Date.now() - 1 });
+  assert.ok((await late.callAll(lookups('W-1', 'W-2'))).every((a) => a.reason === 'TASK_DEADLINE_EXCEEDED'));
+  assert.equal(sent.length, 0);
+  const [alone] = await batchClient(stub).callAll(lookups('W-9'));
+  assert.equal(alone.output.worker_id, 'W-9');
+  assert.deepEqual(sent.map((s) => s.method), ['InvokeCapability']);
+  assert.deepEqual(await batchClient(stub).callAll([]), []);
 });
 
 test('results encode as the contract\'s RunTaskResponse and read back the same', async () => {

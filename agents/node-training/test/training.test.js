@@ -263,3 +263,39 @@ test('statements in the task locale: Portuguese texts, the same codes, subjects 
   assert.equal(pt.result.statements[0].text, 'NR-10 de W-1 venceu em 2026-11-29, antes da janela da permissão 2026-11-30..2026-12-10');
   assert.deepEqual(untranslated(), []);
 });
+
+/** A FakeClient whose workers' lookups come together (callAll), as the capability client sends them. */
+class BatchingClient extends FakeClient {
+  constructor(answers) {
+    super(answers);
+    this.batches = [];
+  }
+
+  async callAll(calls) {
+    this.batches.push(calls.map(([, input]) => input.worker_id));
+    return Promise.all(calls.map(([capabilityId, input]) => this.call(capabilityId, input).catch((err) => {
+      if (err instanceof CapabilityError) return err;
+      throw err;
+    })));
+  }
+}
+
+test('every worker\'s lookup goes in one round trip; each is judged from its own answer', async () => {
+  const input = { ...INPUT, workers: [{ worker_id: 'W-1' }, { worker_id: 'bad id!' }, { worker_id: 'W-2' }] };
+  const client = new BatchingClient({
+    'W-1': lms('W-1', [record('TR-1')]),
+    'W-2': new CapabilityError('DEADLINE_EXCEEDED', 'DEADLINE_EXCEEDED', 'deadline'),
+  });
+  const result = await agent().run(task(input), client);
+  assert.deepEqual(client.batches, [['W-1', 'W-2']], 'one batch; an id that is not one is not asked');
+  assert.equal(result.result.subjects['worker:W-1/NR-10'], 'PASS');
+  assert.equal(result.result.subjects['worker:W-2/NR-10'], 'UNKNOWN');
+  assert.deepEqual(codes(result, 'UNCERTAINTY', 'worker:W-2/NR-10'), ['LMS_TIMEOUT']);
+  // A refusal of any one call fails the task naming why, as a call alone does.
+  const refused = new BatchingClient({
+    'W-1': lms('W-1', [record('TR-1')]), 'W-2': new CapabilityError('PERMISSION_DENIED', 'POLICY_DENIED', 'denied'),
+  });
+  const failed = await agent().run(task({ ...INPUT, workers: [{ worker_id: 'W-1' }, { worker_id: 'W-2' }] }), refused);
+  assert.equal(failed.status, 'RESULT_STATUS_FAILED');
+  assert.ok(failed.error_reason.startsWith('NOT_AUTHORISED: training.getStatus POLICY_DENIED'), failed.error_reason);
+});

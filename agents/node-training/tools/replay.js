@@ -34,6 +34,12 @@ async function main() {
       if (found.error) throw new CapabilityError(found.error.code, found.error.reason, found.error.message);
       return client.answer(invoke.responseDeserialize(Buffer.from(found.response, 'base64')));
     };
+    // Reads sent together are replayed as the calls they carry, each from its own recorded answer.
+    client.callAll = (batch) => Promise.all(batch.map(([capabilityId, input]) => client.call(capabilityId, input)
+      .catch((err) => {
+        if (err instanceof CapabilityError) return err;
+        throw err;
+      })));
     return client;
   };
   try {

@@ -128,17 +128,40 @@ function meshModule({ grpc, protoLoader, protobuf }) {
     };
     const raw = err.metadata && typeof err.metadata.get === 'function' ? err.metadata.get('grpc-status-details-bin') : [];
     if (!raw.length) return out;
-    const { Status, ErrorInfo } = loadStatusTypes();
+    const { Status } = loadStatusTypes();
     let status;
     try {
       status = Status.toObject(Status.decode(raw[0]), { defaults: true });
     } catch {
       return out; // not a google.rpc.Status: the code and message are all there is
     }
-    out.message = status.message || out.message;
-    for (const detail of status.details) {
+    return { ...decodeStatus(status), message: status.message || out.message };
+  }
+
+  /**
+   * A google.rpc.Status message as a decoded object ({code, message, details: [{type_url, value}]}, e.g. a
+   * batch result's `error`), in the shape of decodeError: {code, codeName, message, reason, domain, metadata,
+   * field}. `reason` is null when no google.rpc.ErrorInfo is among the details.
+   */
+  function decodeStatus(status) {
+    const out = {
+      code: Number(status.code) || 0,
+      codeName: codeName(Number(status.code) || 0),
+      message: status.message || '',
+      reason: null,
+      domain: null,
+      metadata: {},
+      field: null,
+    };
+    const { ErrorInfo } = loadStatusTypes();
+    for (const detail of status.details || []) {
       if (detail.type_url === ERROR_INFO_TYPE) {
-        const info = ErrorInfo.toObject(ErrorInfo.decode(detail.value), { defaults: true });
+        let info;
+        try {
+          info = ErrorInfo.toObject(ErrorInfo.decode(detail.value), { defaults: true });
+        } catch {
+          break; // not an ErrorInfo after all: the code and message are all there is
+        }
         out.reason = info.reason;
         out.domain = info.domain;
         out.metadata = info.metadata || {};
@@ -189,6 +212,7 @@ function meshModule({ grpc, protoLoader, protobuf }) {
     collect,
     codeName,
     decodeError,
+    decodeStatus,
     meshError,
     structToJson,
     jsonToStruct,
