@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import ipaddress
 import json
 import os
 import shlex
@@ -266,11 +267,40 @@ def address_of(cfg: MeshConfig, name: str) -> str:
     return cfg.address(name)
 
 
+def target_of(cfg: MeshConfig, name: str) -> str:
+    """The gRPC target of a mesh process: its address; for the supervisor, every replica the running mesh
+    records, in order, as one target, so the channel takes the first that answers (gRPC's pick_first)
+    and a command still goes through while a replica is down. Replicas not all at IP addresses: the first."""
+    first = address_of(cfg, name)
+    if name != "supervisor":
+        return first
+    names = [w.name for w in launcher.supervisor_replicas(cfg)]
+    recorded = {p.name: p.address for p in launcher.read_state(cfg) if p.address}
+    addresses = [first, *(recorded[n] for n in names if n in recorded and recorded[n] != first)]
+    if len(addresses) == 1:
+        return first
+    families = {_ip_family(a) for a in addresses}
+    if len(families) != 1 or None in families:
+        return first
+    (family,) = families
+    return f"{family}:{','.join(addresses)}"
+
+
+def _ip_family(address: str) -> str | None:
+    """``ipv4`` or ``ipv6`` for an ``IP:port`` address (``[IPv6]:port``), None for a host name."""
+    host = address.rpartition(":")[0].strip("[]")
+    try:
+        return f"ipv{ipaddress.ip_address(host).version}"
+    except ValueError:
+        return None
+
+
 def mesh_channel(cfg: MeshConfig, name: str, as_identity: spiffe.SpiffeId = OPERATOR) -> grpc.Channel:
-    """An mTLS channel to a mesh process, using a client identity from the home."""
+    """An mTLS channel to a mesh process (the supervisor: any of its replicas, see :func:`target_of`), using
+    a client identity from the home."""
     ident = spiffe.service(name) if name in config.ROLES else spiffe.agent(name)
     try:
-        return transport.secure_channel(address_of(cfg, name), tls_files(cfg, as_identity), ident,
+        return transport.secure_channel(target_of(cfg, name), tls_files(cfg, as_identity), ident,
                                         default_timeout_s=cfg.call_timeout_s)
     except PkiError as err:
         raise CliError(f"{err}: no mesh was set up under {cfg.home}; start one with: "

@@ -6,6 +6,7 @@ owner, killed in flight, is settled truthfully. Needs AGENTMESH_TEST_DATABASE_UR
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -123,3 +124,37 @@ def test_a_release_confirmed_on_a_killed_replica_is_settled_truthfully(replicas:
     assert permit_status(replicas, mine.action.resource_id) == "RELEASED"
     assert (ex.status, ex.action.state, ex.action.verified) == (
         pb.EXECUTION_STATUS_SUCCEEDED, pb.ACTION_STATE_SUCCEEDED, True), ex.action.reason
+
+
+def _serving(cfg: MeshConfig, name: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if {r["name"]: r for r in launcher.status(cfg)}.get(name, {}).get("health") == "SERVING":
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"{name} did not serve again within {timeout_s} s")
+
+
+def test_the_cli_goes_on_through_another_replica_while_the_first_is_down(replicas: MeshConfig) -> None:
+    _serving(replicas, "supervisor")
+    loop = launcher.read_supervisor(replicas)
+    assert loop is not None, "the mesh runs under its supervising loop (up --detach)"
+    os.kill(loop.pid, signal.SIGSTOP)  # nothing restarts the killed replica while the command runs
+    try:
+        first = _pid(replicas, "supervisor")
+        os.kill(first, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while launcher.pid_alive(first):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        result = agentmesh_cli(replicas.home, "analyze", "Analyze permit WP-10231 and tell me if it can be released",
+                               "--tenant", "acme", "--user", "alice", "--json")
+        assert result.returncode == 0, result.stderr
+        done = json.loads(result.stdout)
+        assert done["status"] == "EXECUTION_STATUS_SUCCEEDED", done
+        # Decided on the evidence (the permit may have been released by the test before): not for want of it.
+        assert done["decision"] in ("ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE",
+                                    "ANALYSIS_DECISION_NOT_RECOMMENDED"), done
+    finally:
+        os.kill(loop.pid, signal.SIGCONT)
+    _serving(replicas, "supervisor")
