@@ -58,11 +58,10 @@ from supervisor_svc.actions import ApprovalNotCounted, Authorizer, ReleaseAction
 from supervisor_svc.aggregation import missing_item
 from supervisor_svc.definitions import DomainCatalog, default_catalog
 from supervisor_svc.dispatch import TaskDispatcher, now_ts
-from supervisor_svc.executions import ExecutionStore
+from supervisor_svc.executions import UNDECIDED, ExecutionStore
 
 log = logging.getLogger(__name__)
 
-UNDECIDED = (dc_pb2.REVIEW_STATUS_OPEN, dc_pb2.REVIEW_STATUS_INFORMATION_REQUESTED)
 
 # Policy reason codes → the ErrorInfo reason a refused reviewer sees.
 _REFUSALS = {

@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from agentmesh.database import Database, open_database
 from agentmesh.v1 import common_pb2
@@ -136,6 +137,10 @@ class ResumeInfo:
     language: str
     not_run: tuple[tuple[str, str], ...]
     """``(analysis, reason)`` of analyses the plan could not assign."""
+
+
+UNDECIDED: Final = (dc_pb2.REVIEW_STATUS_OPEN, dc_pb2.REVIEW_STATUS_INFORMATION_REQUESTED)
+"""Review statuses still waiting for a decision."""
 
 
 def _now() -> str:
@@ -470,10 +475,21 @@ class ExecutionStore:
             rows = self._db.execute("SELECT execution_id FROM actions WHERE state = ?", (USED,)).fetchall()
         return [str(r[0]) for r in rows]
 
+    def open_review(self, item: dc_pb2.ReviewItem) -> tuple[dc_pb2.ReviewItem, bool]:
+        """Opens ``item``, a new review of its execution (:meth:`add_review`) — unless the execution already
+        has an undecided review of the same question (a conflict's subject and agents, a limit's reason): an
+        execution resumed after a crash that reaches the same point again asks in the review it had, never in
+        a second one beside it. Returns the review in force and whether it was opened now."""
+        for existing in self.reviews(item.tenant_id, statuses=UNDECIDED, execution_id=item.execution_id):
+            if _same_question(existing, item):
+                return existing, False
+        self.add_review(item)
+        return item, True
+
     def add_review(self, item: dc_pb2.ReviewItem) -> str:
         """Persists a new review item (its id is made when empty); returns its id."""
         if not item.review_id:
-            item.review_id = f"rev-{uuid.uuid4().hex[:12]}"
+            item.review_id = new_review_id()
         with self._lock:
             self._db.execute("INSERT INTO reviews VALUES (?, ?, ?, ?, ?, ?)",
                              (item.review_id, item.execution_id, item.tenant_id, int(item.status), _now(),
@@ -581,6 +597,24 @@ def _execution(body: bytes) -> pb.Execution:
     execution = pb.Execution()
     execution.ParseFromString(bytes(body))
     return execution
+
+
+def new_review_id() -> str:
+    """A review id no other review has."""
+    return f"rev-{uuid.uuid4().hex[:12]}"
+
+
+def _same_question(a: dc_pb2.ReviewItem, b: dc_pb2.ReviewItem) -> bool:
+    """Whether two reviews of one execution ask the same: the conflict of one subject between the same agents,
+    or the same limit reached."""
+    if a.kind != b.kind:
+        return False
+    if a.kind == dc_pb2.REVIEW_KIND_CONFLICT:
+        return (a.conflict.subject, a.conflict.agent_a, a.conflict.agent_b) == (
+            b.conflict.subject, b.conflict.agent_a, b.conflict.agent_b)
+    if a.kind == dc_pb2.REVIEW_KIND_LIMIT:
+        return a.limit.limit_reason == b.limit.limit_reason
+    return False
 
 
 def _review(body: bytes) -> dc_pb2.ReviewItem:

@@ -81,7 +81,7 @@ from supervisor_svc.attempts import AGENT_UNAVAILABLE, TRANSIENT, RetryBudget, o
 from supervisor_svc.contract import context_of
 from supervisor_svc.definitions import DomainCatalog, default_catalog, execution_intent
 from supervisor_svc.dispatch import Actor, close_stored_delegations, delegate, delegated_unfinished
-from supervisor_svc.executions import ClaimLost, ExecutionStore, LeaseLost, ResumeInfo
+from supervisor_svc.executions import ClaimLost, ExecutionStore, LeaseLost, ResumeInfo, new_review_id
 from supervisor_svc.intent import UNKNOWN, Classification, Intent, check_tenant, parse_intent
 from supervisor_svc.limits import ExecutionBudget, LimitAction, Usage
 from supervisor_svc.model_intent import IntentClassifier
@@ -1453,11 +1453,12 @@ class Orchestrator:
                 limit=dc_pb2.LimitReached(limit_reason=err.reason, source=err.field or "", limit=err.limit,
                                           observed=err.observed),
                 analysis_decision=ex.decision, created_at=_ts(), updated_at=_ts())
-            item.review_id = self._store.add_review(item)
-            self._store.save_review(item)
-            self._narrate(audit_pb2.AUDIT_EVENT_TYPE_REVIEW_CREATED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
-                          execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=ex.user_id,
-                          reason_codes=[item.review_id, "LIMIT", err.reason], analysis_decision=ex.decision)
+            # A resumed execution stopped at the same limit again asks in the review it had.
+            item, opened = self._store.open_review(item)
+            if opened:
+                self._narrate(audit_pb2.AUDIT_EVENT_TYPE_REVIEW_CREATED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
+                              execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=ex.user_id,
+                              reason_codes=[item.review_id, "LIMIT", err.reason], analysis_decision=ex.decision)
 
     def _decide(self, live: _Live, outcomes: dict[str, TaskOutcome]) -> None:
         plan = live.plan
@@ -1499,13 +1500,15 @@ class Orchestrator:
                                      f"{conflict.agent_a} and {conflict.agent_b} disagree on {conflict.subject}; "
                                      "no rule decides it"),
                             analysis_decision=ex.decision, created_at=_ts(), updated_at=_ts())
-                        conflict.review_id = self._store.add_review(item)
-                        item.conflict.review_id = conflict.review_id
-                        self._store.save_review(item)
-                        self._narrate(audit_pb2.AUDIT_EVENT_TYPE_REVIEW_CREATED,
-                                      outcome=audit_pb2.AUDIT_OUTCOME_PENDING, tenant_id=ex.tenant_id,
-                                      user_id=ex.user_id, reason_codes=[conflict.review_id, conflict.subject],
-                                      analysis_decision=ex.decision)
+                        item.review_id = item.conflict.review_id = new_review_id()
+                        # A resumed execution that finds the same conflict again asks in the review it had.
+                        item, opened = self._store.open_review(item)
+                        conflict.review_id = item.review_id
+                        if opened:
+                            self._narrate(audit_pb2.AUDIT_EVENT_TYPE_REVIEW_CREATED,
+                                          outcome=audit_pb2.AUDIT_OUTCOME_PENDING, tenant_id=ex.tenant_id,
+                                          user_id=ex.user_id, reason_codes=[conflict.review_id, conflict.subject],
+                                          analysis_decision=ex.decision)
 
     def _finish(self, live: _Live) -> None:
         ex = live.execution

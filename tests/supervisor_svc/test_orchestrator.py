@@ -23,7 +23,7 @@ from agentmesh.v1 import specialist_service_pb2 as spec_pb2
 from agentmesh.v1 import supervisor_service_pb2 as pb
 from agentmesh.v1 import tenant_service_pb2 as tenant_pb2
 from supervisor_svc.definitions import default_catalog, projection_config
-from supervisor_svc.executions import ExecutionStore
+from supervisor_svc.executions import ExecutionStore, LeaseLost
 from supervisor_svc.orchestrator import Orchestrator
 from supervisor_svc.projection import Projector
 from supervisor_svc.registry import AgentRegistry
@@ -511,6 +511,43 @@ def test_a_limit_approval_whose_execution_cannot_be_stored_leaves_the_review_ope
         while (orch._store.get(ex.execution_id) or stored).status == pb.EXECUTION_STATUS_RUNNING:
             assert time.monotonic() < deadline
             time.sleep(0.02)
+    finally:
+        orch.close()
+        registry.close()
+
+
+def test_a_resumed_execution_stopped_at_the_same_limit_asks_in_the_review_it_had(
+        tmp_path: Path, idp: Ed25519PrivateKey, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The review is opened before the execution's end is stored: a supervisor killed between the two resumes
+    the execution, which stops at the same limit again — in the one review it had, not a second beside it."""
+    reason = "MAX_HANDOFFS_EXCEEDED"  # reached while the tasks run, after the execution was accepted
+    orch, _, audit, token, _, registry = _limited_world(tmp_path, idp, reason, "HUMAN_REVIEW")
+    try:
+        save = orch._store.save
+
+        def killed_before_the_end_is_stored(execution: pb.Execution, **kw: Any) -> None:
+            if execution.status == pb.EXECUTION_STATUS_AWAITING_REVIEW:
+                raise LeaseLost("the process is killed here")  # nothing of the end is stored
+            save(execution, **kw)
+
+        monkeypatch.setattr(orch._store, "save", killed_before_the_end_is_stored)
+        execution_id = orch.start(pb.AnalyzeRequest(user_assertion=token, tenant_id="acme",
+                                                    request_text="Analyze permit WP-10231 and tell me if it can be "
+                                                                 "released"), "x")
+        orch.run(execution_id)
+        stored = orch._store.get(execution_id)
+        assert stored is not None and stored.status == pb.EXECUTION_STATUS_RUNNING
+        (opened,) = orch._store.reviews("acme", execution_id=execution_id)
+        monkeypatch.setattr(orch._store, "save", save)
+        orch._live.clear()
+        assert orch.resume_interrupted(background=False) == [execution_id]
+        ex = orch._store.get(execution_id)
+        assert ex is not None and ex.status == pb.EXECUTION_STATUS_AWAITING_REVIEW, ex.summary
+        assert ex.reason.split(":")[0] == reason
+        (review,) = orch._store.reviews("acme", execution_id=execution_id)
+        assert review.review_id == opened.review_id and review.status == dc_pb2.REVIEW_STATUS_OPEN
+        created = [r for r in _trail(audit) if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_REVIEW_CREATED]
+        assert [r.reason_codes[0] for r in created] == [opened.review_id]
     finally:
         orch.close()
         registry.close()
