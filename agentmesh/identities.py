@@ -13,6 +13,7 @@ import datetime as dt
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
@@ -83,10 +84,11 @@ def audit_key_dir(home: MeshHome) -> Path:
     return home.workload_dir(AUDIT)
 
 
-def _audit_key_files() -> tuple[str, str]:
-    from audit_svc.checkpoints import PRIVATE_KEY_FILE, PUBLIC_KEY_FILE
+AUDIT_CHECKPOINT_PRIVATE_KEY_FILE: Final = "audit-checkpoint-ed25519.pem"
+"""File name of the audit service's checkpoint signing key (PKCS#8 PEM, mode 0600) inside its key directory."""
 
-    return PRIVATE_KEY_FILE, PUBLIC_KEY_FILE
+AUDIT_CHECKPOINT_PUBLIC_KEY_FILE: Final = "audit-checkpoint-ed25519.pub.pem"
+"""File name of its exported public key (SubjectPublicKeyInfo PEM), in the key directory and the public keys'."""
 
 
 def mesh_identities(config: MeshConfig) -> list[spiffe.SpiffeId]:
@@ -185,7 +187,7 @@ def init_identities(config: MeshConfig, *, force: bool = False) -> list[str]:
         issued.append(str(identity))
     _signing_key(home.idp_key, home.public_key_path(IDP_PUBLIC_KEY))
     _signing_key(grant_signer_key_path(home), home.public_key_path(GRANT_SIGNER_PUBLIC_KEY))
-    audit_private, audit_public = _audit_key_files()
+    audit_private, audit_public = AUDIT_CHECKPOINT_PRIVATE_KEY_FILE, AUDIT_CHECKPOINT_PUBLIC_KEY_FILE
     _signing_key(audit_key_dir(home) / audit_private, home.public_key_path(audit_public))
     return issued
 
@@ -205,7 +207,7 @@ def migrate_legacy_layout(home: MeshHome) -> list[str]:
     certs, keys = home.legacy_dirs
     if not certs.is_dir() and not keys.is_dir():
         return []
-    audit_private, audit_public = _audit_key_files()
+    audit_private, audit_public = AUDIT_CHECKPOINT_PRIVATE_KEY_FILE, AUDIT_CHECKPOINT_PUBLIC_KEY_FILE
     plan: list[tuple[Path, Path]] = [
         (certs / "ca.key", home.ca_key),
         (certs / "ca.pem", home.trust_bundle),

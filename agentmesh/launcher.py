@@ -256,9 +256,8 @@ def seed_tenants(config: MeshConfig, policy_address: str) -> list[str]:
     """On the first start of a mesh home (no tenant configured yet), applies the demo tenants through
     ``TenantService.ApplyTenants`` as the operator — the same path as ``agentmesh tenants apply``, audited.
     Returns the tenants applied (none when some tenant is configured already)."""
-    from agentmesh.cli_tenants import apply_tenant_file
     from agentmesh.identities import OPERATOR, tls_files
-    from agentmesh.tenant_file import load_tenant_file
+    from agentmesh.tenant_file import apply_tenant_file, load_tenant_file
     from agentmesh.v1 import tenant_service_pb2 as tenant_pb2
     from agentmesh.v1 import tenant_service_pb2_grpc as tenant_grpc
 

@@ -36,10 +36,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import grpc
 import pydantic
 import yaml
 
+from agentmesh import errors
 from agentmesh.v1 import tenant_service_pb2 as tenant_pb2
+from agentmesh.v1 import tenant_service_pb2_grpc as tenant_grpc
 
 __all__ = [
     "LIMIT_FIELDS",
@@ -314,3 +317,29 @@ def load_tenant_file(path: Path) -> TenantFile:
         seen[tenant.id] = i
     definitions = [definition_from_mapping(t.id, t.name, t.model_dump(exclude_none=True)) for t in model.tenants]
     return TenantFile(file, definitions, lines, ("tenants",), [("tenants", i) for i in range(len(definitions))])
+
+
+class TenantApplyFailed(Exception):
+    """The mesh refused (or could not take) the tenants; the message names the file, line and field."""
+
+
+def apply_tenant_file(channel: grpc.Channel, tenants: TenantFile, *, timeout_s: float = 30.0
+                      ) -> tenant_pb2.ApplyTenantsResponse:
+    """``TenantService.ApplyTenants`` with a tenant file's definitions, over an operator's channel to the policy
+    engine.
+
+    Raises:
+        TenantApplyFailed: refused or failed; a field the policy engine names is mapped back to the file's line.
+    """
+    try:
+        response: tenant_pb2.ApplyTenantsResponse = tenant_grpc.TenantServiceStub(channel).ApplyTenants(
+            tenant_pb2.ApplyTenantsRequest(tenants=tenants.definitions), timeout=timeout_s)
+    except grpc.RpcError as err:
+        failure = errors.from_rpc_error(err)
+        field = failure.field or ""
+        line = tenants.line_of(field) if field else None
+        where = tenants.path if line is None else f"{tenants.path}:{line}"
+        at = f" at {field!r}" if field else ""
+        raise TenantApplyFailed(f"{where}{at}: {failure.code.name} {failure.reason}: {failure.message} "
+                                "(nothing was applied)") from err
+    return response

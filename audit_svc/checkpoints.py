@@ -33,6 +33,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from agentmesh.identities import AUDIT_CHECKPOINT_PRIVATE_KEY_FILE, AUDIT_CHECKPOINT_PUBLIC_KEY_FILE
 from audit_svc.errors import CheckpointInvalidError, KeyFileError
 from audit_svc.merkle import HASH_SIZE, MAX_TREE_SIZE
 
@@ -47,10 +48,10 @@ __all__ = [
     "verify_checkpoint",
 ]
 
-PRIVATE_KEY_FILE = "audit-checkpoint-ed25519.pem"
-"""File name of the signing key (PKCS#8 PEM, mode 0600) inside the key directory."""
+PRIVATE_KEY_FILE = AUDIT_CHECKPOINT_PRIVATE_KEY_FILE
+"""File name of the signing key (PKCS#8 PEM, mode 0600) inside the key directory (named by the mesh's identities)."""
 
-PUBLIC_KEY_FILE = "audit-checkpoint-ed25519.pub.pem"
+PUBLIC_KEY_FILE = AUDIT_CHECKPOINT_PUBLIC_KEY_FILE
 """File name of the exported public key (SubjectPublicKeyInfo PEM) inside the key directory."""
 
 _SIGNATURE_SIZE = 64

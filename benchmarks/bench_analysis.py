@@ -165,7 +165,7 @@ def throughput(concurrency: int, seconds: float) -> None:
             _print_cpu(cpu_before, cpu_after, done[0])
             records = _audit_records(cfg) - records_before
             print(f"  audit records per analysis: {records / max(1, done[0]):.1f}")
-            verify = subprocess.run([sys.executable, "-m", "agentmesh.cli", "--home", str(cfg.home), "audit", "verify"],
+            verify = subprocess.run([sys.executable, "-m", "agentmesh_cli", "--home", str(cfg.home), "audit", "verify"],
                                     capture_output=True, text=True, check=False)
             print(f"  audit verify: exit {verify.returncode}: {(verify.stdout or verify.stderr).strip()[:200]}")
         finally:

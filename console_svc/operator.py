@@ -1,6 +1,6 @@
 """The operator pages' domain: an execution's audit trail as a tree, and what a verify found.
 
-The tree is the CLI's (:func:`agentmesh.cli_audit.build_trail`): user → supervisor →
+The tree is the CLI's (:func:`agentmesh.audit_trail.build_trail`): user → supervisor →
 agent (task) → capability → policy decision → outcome.
 
 :func:`verify` checks, against the audit service's answers and this home's trust
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from agentmesh import errors
-from agentmesh.cli_audit import build_trail
+from agentmesh.audit_trail import build_trail
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from console_svc.mesh import Mesh
 

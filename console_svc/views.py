@@ -132,7 +132,7 @@ def task_graph(graph: common_pb2.AgentTaskGraph) -> dict[str, Any]:
 
 
 def action(a: pb.ProposedAction) -> dict[str, Any]:
-    from agentmesh.cli import action_outcome
+    from agentmesh.execution_text import action_outcome
 
     d = a.policy_decision
     return {
@@ -150,7 +150,7 @@ def action(a: pb.ProposedAction) -> dict[str, Any]:
 
 def execution(ex: pb.Execution) -> dict[str, Any]:
     """An execution for the page: everything the report has, as text."""
-    from agentmesh.cli import pending_reviews
+    from agentmesh.execution_text import pending_reviews
 
     system = ex.actor_type == common_pb2.ACTOR_TYPE_SYSTEM
     return {

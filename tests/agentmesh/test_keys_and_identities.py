@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from agentmesh import cli, config, launcher, pki, spiffe
+from agentmesh import config, launcher, pki, spiffe
 from agentmesh.config import MeshConfig
 from agentmesh.home import MeshHome
 from agentmesh.identities import (
@@ -26,6 +26,7 @@ from agentmesh.identities import (
     workloads,
 )
 from agentmesh.pki import CertificateAuthority, PkiError
+from agentmesh_cli import main as cli
 
 AUDIT_KEY, AUDIT_PUB = "audit-checkpoint-ed25519.pem", "audit-checkpoint-ed25519.pub.pem"
 

@@ -151,7 +151,7 @@ def test_the_cli_lists_every_problem_and_exits_non_zero(log_file: tuple[Path, Ch
     public.write_text(signer.public_key_pem())
     grant_pub = tmp_path / "grant-signer.pub"
     grant_pub.write_bytes(signing.public_pem(GRANT_KEY.public_key()))
-    base = [sys.executable, "-m", "agentmesh.cli", "--home", str(tmp_path / "home"), "audit", "verify", "--offline",
+    base = [sys.executable, "-m", "agentmesh_cli", "--home", str(tmp_path / "home"), "audit", "verify", "--offline",
             "--db", str(path), "--public-key", str(public), "--grant-key", str(grant_pub)]
     human = subprocess.run(base, capture_output=True, text=True, timeout=60)
     assert human.returncode == 1, human.stdout + human.stderr
@@ -281,7 +281,7 @@ def test_verify_checks_older_records_as_they_were_stored_and_says_how(
     public.write_text(signer.public_key_pem())
     grant_pub = tmp_path / "grant-signer.pub"
     grant_pub.write_bytes(signing.public_pem(GRANT_KEY.public_key()))
-    base = [sys.executable, "-m", "agentmesh.cli", "--home", str(tmp_path / "home"), "audit", "verify", "--offline",
+    base = [sys.executable, "-m", "agentmesh_cli", "--home", str(tmp_path / "home"), "audit", "verify", "--offline",
             "--db", str(path), "--public-key", str(public), "--grant-key", str(grant_pub)]
     human = subprocess.run(base, capture_output=True, text=True, timeout=60)
     assert human.returncode == 0, human.stdout + human.stderr
@@ -311,7 +311,7 @@ def test_offline_verify_reports_a_tampered_record_signature(
     home = tmp_path / "home"
     (home / "trust").mkdir(parents=True)
     (home / "trust" / "grant-signer.pub").write_bytes(signing.public_pem(GRANT_KEY.public_key()))  # the default key
-    base = [sys.executable, "-m", "agentmesh.cli", "--home", str(home), "audit", "verify", "--offline",
+    base = [sys.executable, "-m", "agentmesh_cli", "--home", str(home), "audit", "verify", "--offline",
             "--db", str(path), "--public-key", str(public)]
     human = subprocess.run(base, capture_output=True, text=True, timeout=60)
     assert human.returncode == 1, human.stdout + human.stderr

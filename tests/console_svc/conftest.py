@@ -34,7 +34,7 @@ def console_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MeshConfi
 
     home = tmp_path_factory.mktemp("console-mesh")
     (home / "config.yaml").write_text(yaml.safe_dump({"specialist_delay_ms": SPECIALIST_DELAY_MS}))
-    result = subprocess.run([sys.executable, "-m", "agentmesh.cli", "--home", str(home), "up", "--detach",
+    result = subprocess.run([sys.executable, "-m", "agentmesh_cli", "--home", str(home), "up", "--detach",
                              "--ports-auto", "--json"], capture_output=True, text=True, timeout=300)
     cfg = config.load(home=str(home), environ={})
     try:

@@ -21,7 +21,7 @@ from agentmesh.identities import tls_files
 def agentmesh_cli(home: Path, *args: str, timeout: float = 120, **kw: object) -> subprocess.CompletedProcess[str]:
     """Runs the real ``agentmesh`` command as a subprocess."""
     return subprocess.run(
-        [sys.executable, "-m", "agentmesh.cli", "--home", str(home), *args],
+        [sys.executable, "-m", "agentmesh_cli", "--home", str(home), *args],
         capture_output=True, text=True, timeout=timeout, **kw,  # type: ignore[call-overload]
     )
 

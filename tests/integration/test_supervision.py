@@ -236,7 +236,7 @@ def test_a_stopped_process_is_not_restarted_and_a_dead_loop_is_reported(sup_mesh
 
 def test_up_in_the_foreground_supervises_until_down(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    proc = subprocess.Popen([sys.executable, "-m", "agentmesh.cli", "--home", str(home), "up", "--ports-auto"],
+    proc = subprocess.Popen([sys.executable, "-m", "agentmesh_cli", "--home", str(home), "up", "--ports-auto"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     cfg = config.load(home=str(home), environ={})
     try:

@@ -102,7 +102,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 def agentmesh_cli(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """Runs the real ``agentmesh`` command."""
-    return subprocess.run([sys.executable, "-m", "agentmesh.cli", "--home", str(home), *args],
+    return subprocess.run([sys.executable, "-m", "agentmesh_cli", "--home", str(home), *args],
                           capture_output=True, text=True, timeout=timeout)
 
 

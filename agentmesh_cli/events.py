@@ -65,10 +65,10 @@ def training_expired_event_id(tenant: str, worker: str, training: str, expired_o
 
 
 def cmd_events_training_expired(args: argparse.Namespace, cfg: MeshConfig) -> int:
-    from agentmesh.cli import execution_dict, mesh_channel, print_execution, program, rpc_failure
     from agentmesh.identities import PLATFORM_CLI
     from agentmesh.v1 import supervisor_service_pb2 as sup_pb2
     from agentmesh.v1 import supervisor_service_pb2_grpc as sup_grpc
+    from agentmesh_cli.common import execution_dict, mesh_channel, print_execution, program, rpc_failure
 
     event_id = args.event_id or training_expired_event_id(args.tenant, args.worker, args.training, args.expired_on)
     req = sup_pb2.HandleEventRequest(

@@ -30,7 +30,6 @@
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import sqlite3
 from collections.abc import Iterable, Iterator
@@ -138,7 +137,7 @@ class _Verification:
 
 
 def _read(path: Path, what: str) -> bytes:
-    from agentmesh.cli import CliError
+    from agentmesh_cli.common import CliError
 
     try:
         return path.read_bytes()
@@ -148,8 +147,8 @@ def _read(path: Path, what: str) -> bytes:
 
 def _grant_keys(cfg: MeshConfig, args: argparse.Namespace) -> dict[str, Ed25519PublicKey]:
     """Trusted grant keys by key id; the home's grant signer unless --grant-key names others."""
-    from agentmesh.cli import CliError
     from agentmesh.signing import SigningKeyError, key_id, load_public_key
+    from agentmesh_cli.common import CliError
 
     paths = [Path(p) for p in args.grant_key] or [cfg.mesh_home.public_key_path(GRANT_KEY_FILE)]
     keys: dict[str, Ed25519PublicKey] = {}
@@ -167,7 +166,7 @@ def _grant_keys(cfg: MeshConfig, args: argparse.Namespace) -> dict[str, Ed25519P
 
 
 def _saved_checkpoints(paths: Iterable[str]) -> list[Checkpoint]:
-    from agentmesh.cli import CliError
+    from agentmesh_cli.common import CliError
     from audit_svc.errors import CheckpointInvalidError
     from audit_svc.verify import load_saved_checkpoint
 
@@ -188,7 +187,7 @@ def _db_path(cfg: MeshConfig, args: argparse.Namespace) -> Path:
 
 def _verify_offline(cfg: MeshConfig, args: argparse.Namespace, result: _Verification,
                     saved: list[Checkpoint]) -> None:
-    from agentmesh.cli import CliError
+    from agentmesh_cli.common import CliError
     from audit_svc.__main__ import public_key_path
     from audit_svc.servicer import CHAIN_CHECKS, ORIGIN, attribute_check, grant_check, record_check
     from audit_svc.verify import verify_log
@@ -250,9 +249,9 @@ def _verify_online(cfg: MeshConfig, args: argparse.Namespace, result: _Verificat
                    saved: list[Checkpoint]) -> None:
     import grpc
 
-    from agentmesh.cli import MeshUnreachable, mesh_channel, rpc_failure
     from agentmesh.v1 import audit_service_pb2 as audit_pb2
     from agentmesh.v1 import audit_service_pb2_grpc as audit_grpc
+    from agentmesh_cli.common import MeshUnreachable, mesh_channel, rpc_failure
     from audit_svc import merkle
     from audit_svc.__main__ import public_key_path
     from audit_svc.checkpoints import key_id_for, load_public_key_pem, verify_checkpoint
@@ -329,7 +328,7 @@ def _save(path: Path, cp: Checkpoint) -> None:
 
 def cmd_audit_verify(args: argparse.Namespace, cfg: MeshConfig) -> int:
     """``agentmesh audit verify``."""
-    from agentmesh.cli import CliError, emit
+    from agentmesh_cli.common import CliError, emit
 
     saved = _saved_checkpoints(args.checkpoint)
     result = _Verification("offline" if args.offline else "online")
@@ -362,224 +361,12 @@ def cmd_audit_verify(args: argparse.Namespace, cfg: MeshConfig) -> int:
 # --- trail -------------------------------------------------------------------
 
 
-def _name(enum: Any, value: int, prefix: str) -> str:
-    try:
-        return str(enum.Name(value)).removeprefix(prefix)
-    except ValueError:
-        return str(value)
-
-
-def _full(enum: Any, value: int) -> str:
-    """The contract's full enum name (``--json``), or the number when the enum does not know it."""
-    return _name(enum, value, "")
-
-
-def _when(rec: audit_pb2.AuditRecord) -> str:
-    micros = rec.recorded_at.ToMicroseconds()
-    when = dt.datetime.fromtimestamp(micros / 1e6, dt.UTC).isoformat(timespec="milliseconds")
-    return when.replace("+00:00", "Z")
-
-
-def _record_dict(rec: audit_pb2.AuditRecord) -> dict[str, Any]:
-    """One record for ``--json``: enums by their full names, as the contracts spell them."""
-    from agentmesh.v1 import audit_service_pb2 as audit_pb2
-    from agentmesh.v1 import common_pb2
-
-    d = rec.policy_decision
-    return {
-        "index": rec.index,
-        "record_id": rec.record_id,
-        "recorded_at": _when(rec),
-        "recorded_by": rec.recorded_by,
-        "event_type": _full(audit_pb2.AuditEventType, rec.event_type),
-        "outcome": _full(audit_pb2.AuditOutcome, rec.outcome),
-        "reason_codes": list(rec.reason_codes),
-        "tenant_id": rec.tenant_id,
-        "user_id": rec.user_id,
-        "task_id": rec.task_id,
-        "agent_id": rec.agent_id,
-        "delegation_chain": list(rec.principal.delegation_chain),
-        "grants": len(rec.principal.grants),
-        "capability_id": rec.capability_id,
-        "capability_version": rec.capability_version,
-        "resource": rec.resource,
-        "policy_decision": None if not rec.HasField("policy_decision") else {
-            "effect": _full(common_pb2.PolicyEffect, d.effect),
-            "reason_codes": list(d.reason_codes), "policy_version": d.policy_version,
-            "decision_id": d.decision_id},
-        "analysis_decision": _full(common_pb2.AnalysisDecision, rec.analysis_decision),
-        "input_digest": rec.input_digest,
-        "output_digest": rec.output_digest,
-    }
-
-
-@dataclass
-class _Node:
-    """One level of the trail tree; ``items`` are event lines and child nodes in the order first seen."""
-
-    label: str
-    items: list[str | _Node] = field(default_factory=list)
-    children: dict[tuple[str, ...], _Node] = field(default_factory=dict)
-    records: list[audit_pb2.AuditRecord] = field(default_factory=list)
-    is_capability: bool = False
-
-    def child(self, key: tuple[str, ...], label: str) -> _Node:
-        node = self.children.get(key)
-        if node is None:
-            node = self.children[key] = _Node(label)
-            self.items.append(node)
-        return node
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"label": self.label,
-                "items": [i if isinstance(i, str) else i.to_dict() for i in self._rendered_items()]}
-
-    def _rendered_items(self) -> list[str | _Node]:
-        return _capability_lines(self.records) if self.is_capability else self.items
-
-    def render(self, prefix: str = "", out: list[str] | None = None) -> list[str]:
-        lines = out if out is not None else []
-        items = self._rendered_items()
-        for n, item in enumerate(items):
-            last = n == len(items) - 1
-            branch, more = ("└── ", "    ") if last else ("├── ", "│   ")
-            if isinstance(item, str):
-                lines.append(prefix + branch + item)
-            else:
-                lines.append(prefix + branch + item.label)
-                item.render(prefix + more, lines)
-        return lines
-
-
-def _reasons(codes: Iterable[str]) -> str:
-    codes = list(codes)
-    return f"  [{', '.join(codes)}]" if codes else ""
-
-
-def _event_line(rec: audit_pb2.AuditRecord) -> str:
-    from agentmesh.v1 import audit_service_pb2 as audit_pb2
-    from agentmesh.v1 import common_pb2
-
-    parts = [f"#{rec.index}", _name(audit_pb2.AuditEventType, rec.event_type, "AUDIT_EVENT_TYPE_")]
-    if rec.outcome:
-        parts.append(_name(audit_pb2.AuditOutcome, rec.outcome, "AUDIT_OUTCOME_"))
-    if rec.analysis_decision:
-        parts.append("decision " + _name(common_pb2.AnalysisDecision, rec.analysis_decision, "ANALYSIS_DECISION_"))
-    if rec.confidence:
-        parts.append(f"confidence {rec.confidence:.2f}")
-    return " ".join(parts) + _reasons(rec.reason_codes) + f"  ({_when(rec)[11:-1]}, by {_short(rec.recorded_by)})"
-
-
-def _short(spiffe_id: str) -> str:
-    """``spiffe://agentmesh.local/svc/capability`` → ``svc:capability``."""
-    from agentmesh import spiffe
-
-    try:
-        ident = spiffe.parse(spiffe_id)
-    except spiffe.InvalidSpiffeId:
-        return spiffe_id or "?"
-    return f"{ident.kind}:{ident.name}"
-
-
-def _capability_lines(records: list[audit_pb2.AuditRecord]) -> list[str | _Node]:
-    """policy decision(s) → verification → outcome of one capability call, from whichever of its records exist."""
-    from agentmesh.v1 import audit_service_pb2 as audit_pb2
-    from agentmesh.v1 import common_pb2
-
-    lines: list[str | _Node] = []
-    seen: list[common_pb2.PolicyDecision] = []
-    for r in records:
-        d = r.policy_decision
-        if d.effect and d not in seen:
-            # Each distinct decision in order, e.g. HUMAN_APPROVAL_REQUIRED, then CONFIRMATION_REQUIRED.
-            seen.append(d)
-            effect = _name(common_pb2.PolicyEffect, d.effect, "POLICY_EFFECT_")
-            lines.append(f"policy: {effect}{_reasons(d.reason_codes)}"
-                         f"  policy {_abbrev(d.policy_version) or '(version not recorded)'}  (#{r.index})")
-    if not seen:
-        if any(r.event_type == audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED for r in records):
-            lines.append("policy: not reached (refused before the policy engine was asked)")
-        else:
-            lines.append("policy: no decision recorded")
-    for r in records:
-        if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_VERIFICATION:
-            lines.append(f"verification: {_name(audit_pb2.AuditOutcome, r.outcome, 'AUDIT_OUTCOME_')}"
-                         f"{_reasons(r.reason_codes)}  (#{r.index}, {_when(r)[11:-1]})")
-    outcomes = [r for r in records if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME]
-    refused = [r for r in records if r.outcome == audit_pb2.AUDIT_OUTCOME_DENIED]
-    if outcomes or refused:
-        last = (outcomes or refused)[-1]
-        digest = f"  output {_abbrev(last.output_digest)}" if last.output_digest else ""
-        lines.append(f"outcome: {_name(audit_pb2.AuditOutcome, last.outcome, 'AUDIT_OUTCOME_')}"
-                     f"{_reasons(last.reason_codes)}{digest}  (#{last.index}, {_when(last)[11:-1]})")
-    elif all(r.event_type == audit_pb2.AUDIT_EVENT_TYPE_POLICY_DECISION for r in records):
-        lines.append("outcome: none here (the policy engine was asked before the action was run)")
-    else:
-        newest = records[-1]
-        lines.append(f"outcome: not recorded (last record #{newest.index} "
-                     f"{_name(audit_pb2.AuditEventType, newest.event_type, 'AUDIT_EVENT_TYPE_')} "
-                     f"{_name(audit_pb2.AuditOutcome, newest.outcome, 'AUDIT_OUTCOME_')})")
-    return lines
-
-
-def _abbrev(digest: str, keep: int = 12) -> str:
-    """``sha256:f114545c87d7336a…`` → ``sha256:f114545c87d7…`` (``--json`` has them whole)."""
-    algo, sep, hexdigits = digest.rpartition(":")
-    return f"{algo}{sep}{hexdigits[:keep]}…" if len(hexdigits) > keep + 4 else digest
-
-
-def _pick(chain: list[str], kind: str) -> str:
-    return next((c for c in chain if c.startswith(kind + ":")), "")
-
-
-def build_trail(execution_id: str, records: Iterable[audit_pb2.AuditRecord]) -> _Node:
-    """Arranges an execution's records as user → supervisor → agent → capability → decision → outcome."""
-    from agentmesh import spiffe
-
-    supervisor_id = str(spiffe.service("supervisor"))
-    root = _Node(f"execution {execution_id}")
-    agents: dict[str, _Node] = {}
-    for rec in sorted(records, key=lambda r: r.index):
-        chain = list(rec.principal.delegation_chain)
-        user = _pick(chain, "user") or (f"user:{rec.tenant_id}/{rec.user_id}" if rec.user_id else "")
-        supervisor = _pick(chain, "svc") or ("svc:supervisor" if rec.recorded_by == supervisor_id else "")
-        agent = _pick(chain, "agent") or (f"agent:{rec.agent_id}" if rec.agent_id else "")
-        if not (user or supervisor or agent or rec.capability_id):
-            # E.g. a call refused at a service's door: no principal, only the execution id.
-            root.items.append(_event_line(rec))
-            continue
-        node = root.child(("user", user), user or "user: (not recorded)")
-        node = node.child(("svc", supervisor), supervisor or "supervisor: (not recorded)")
-        if not agent and not rec.capability_id:
-            node.items.append(_event_line(rec))
-            continue
-        agent_label = agent or "agent: (not recorded)"
-        if rec.task_id:
-            agent_node = node.child(("agent", agent, rec.task_id), f"{agent_label}  task {rec.task_id}")
-            agents.setdefault(agent, agent_node)
-        else:
-            agent_node = agents.get(agent) or node.child(("agent", agent, ""), agent_label)
-            agents.setdefault(agent, agent_node)
-        if not rec.capability_id:
-            agent_node.items.append(_event_line(rec))
-            continue
-        label = f"capability:{rec.capability_id}"
-        if rec.capability_version:
-            label += f" v{rec.capability_version}"
-        if rec.resource:
-            label += f" on {rec.resource}"
-        cap = agent_node.child(("cap", rec.capability_id, rec.resource, rec.input_digest), label)
-        cap.is_capability = True
-        cap.records.append(rec)
-    return root
-
-
 def _query_execution(cfg: MeshConfig, execution_id: str) -> Iterator[audit_pb2.AuditRecord]:
     import grpc
 
-    from agentmesh.cli import mesh_channel, rpc_failure
     from agentmesh.v1 import audit_service_pb2 as audit_pb2
     from agentmesh.v1 import audit_service_pb2_grpc as audit_grpc
+    from agentmesh_cli.common import mesh_channel, rpc_failure
 
     try:
         with mesh_channel(cfg, "audit") as channel:
@@ -600,15 +387,17 @@ def _query_execution(cfg: MeshConfig, execution_id: str) -> Iterator[audit_pb2.A
 
 def cmd_audit_trail(args: argparse.Namespace, cfg: MeshConfig) -> int:
     """``agentmesh audit trail EXECUTION_ID``."""
-    from agentmesh.cli import CliError, emit
+    from agentmesh.audit_trail import build_trail, record_dict, recorded_at_text
+    from agentmesh_cli.common import CliError, emit
 
     records = list(_query_execution(cfg, args.execution_id))
     if not records:
         raise CliError(f"no audit records for execution {args.execution_id!r}")
     tree = build_trail(args.execution_id, records)
     first, last = min(r.index for r in records), max(r.index for r in records)
+    earliest, latest = min(records, key=lambda r: r.index), max(records, key=lambda r: r.index)
     header = (f"{tree.label}: {len(records)} records (#{first}..#{last}), "
-              f"{_when(min(records, key=lambda r: r.index))} .. {_when(max(records, key=lambda r: r.index))}")
+              f"{recorded_at_text(earliest)} .. {recorded_at_text(latest)}")
 
     def human() -> None:
         print(header)
@@ -616,6 +405,6 @@ def cmd_audit_trail(args: argparse.Namespace, cfg: MeshConfig) -> int:
             print(line)
 
     emit(args, {"execution_id": args.execution_id, "tree": tree.to_dict(),
-                "records": [_record_dict(r) for r in records]}, human)
+                "records": [record_dict(r) for r in records]}, human)
     return 0
 

@@ -21,7 +21,7 @@ import grpc
 import pytest
 from google.protobuf import struct_pb2, timestamp_pb2
 
-from agentmesh import assertion, cli, errors, spiffe
+from agentmesh import assertion, errors, spiffe
 from agentmesh.config import MeshConfig
 from agentmesh.identities import PLATFORM_CLI
 from agentmesh.signing import load_private_key
@@ -30,13 +30,14 @@ from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
 from agentmesh.v1 import decision_center_service_pb2_grpc as dc_grpc
 from agentmesh.v1 import supervisor_service_pb2 as sup_pb2
 from agentmesh.v1 import supervisor_service_pb2_grpc as sup_grpc
+from agentmesh_cli import common, main
 
 EXE = "exe-1"
 
 
 def hint_program(mesh: Mesh) -> str:
-    """How hints name the program when it runs as ``python -m agentmesh.cli`` (here: under pytest)."""
-    return f"{sys.executable} -m agentmesh.cli --home {mesh.cfg.home}"
+    """How hints name the program when it runs as ``python -m agentmesh_cli`` (here: under pytest)."""
+    return f"{sys.executable} -m agentmesh_cli --home {mesh.cfg.home}"
 TOKEN = "ctok-single-use"
 CAPABILITY = "workPermit.release"
 PERMIT = "WP-10231"
@@ -203,7 +204,7 @@ class Mesh:
     channels: list[tuple[str, spiffe.SpiffeId]]
 
     def run(self, *argv: str) -> int:
-        return cli.main(["--home", str(self.cfg.home), *argv])
+        return main.main(["--home", str(self.cfg.home), *argv])
 
     def verified_user(self, token: str) -> assertion.UserIdentity:
         key = load_private_key(self.cfg.mesh_home.idp_key).public_key()
@@ -224,8 +225,11 @@ def mesh(mesh_config: MeshConfig, monkeypatch: pytest.MonkeyPatch) -> Iterator[M
         channels.append((name, as_identity))
         return grpc.insecure_channel(f"127.0.0.1:{port}")
 
-    monkeypatch.setattr(cli, "mesh_channel", channel)
-    monkeypatch.setattr(cli, "POLL_INTERVAL_S", 0.01)
+    # Each command module reaches the mesh through mesh_channel: main's own commands by its name there,
+    # the other modules' through agentmesh_cli.common.
+    monkeypatch.setattr(main, "mesh_channel", channel)
+    monkeypatch.setattr(common, "mesh_channel", channel)
+    monkeypatch.setattr(common, "POLL_INTERVAL_S", 0.01)
     monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # not a terminal unless a test says so
     try:
         yield Mesh(mesh_config, supervisor, center, channels)
@@ -535,6 +539,6 @@ def test_event_id_flag_and_bad_date(mesh: Mesh, capsys: pytest.CaptureFixture[st
 def test_help_says_what_each_command_does(argv: tuple[str, ...], phrase: str,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
-        cli.main([*argv, "--help"])
+        main.main([*argv, "--help"])
     assert info.value.code == 0
     assert " ".join(phrase.split()) in " ".join(capsys.readouterr().out.split())

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentmesh import config, launcher
-from agentmesh.cli import target_of
 from agentmesh.config import MeshConfig
+from agentmesh_cli.common import target_of
 
 
 def _mesh(tmp_path: Path, *addresses: str, replicas: int = 3) -> MeshConfig:

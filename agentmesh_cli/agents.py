@@ -39,7 +39,7 @@ STATUSES = ["DRAFT", "VALIDATING", "EVALUATING", "APPROVED", "CANARY", "ACTIVE",
 
 def register(sub: Any, common: argparse.ArgumentParser, out: argparse.ArgumentParser) -> None:
     """Adds ``agentmesh agents ...`` to the command tree."""
-    from agentmesh.cli import add_user_options
+    from agentmesh_cli.common import add_user_options
 
     agents = sub.add_parser("agents", help="the agent registry and onboarding of agent versions",
                             description="The agent registry (served by the supervisor) and the lifecycle of agent "
@@ -87,17 +87,17 @@ def register(sub: Any, common: argparse.ArgumentParser, out: argparse.ArgumentPa
 
 
 def _registry(cfg: MeshConfig, call: Callable[[Any], T]) -> T:
-    from agentmesh import cli
     from agentmesh.v1 import agent_registry_service_pb2_grpc as reg_grpc
+    from agentmesh_cli.common import CliError, mesh_channel, rpc_failure
 
     try:
-        with cli.mesh_channel(cfg, "supervisor") as channel:
+        with mesh_channel(cfg, "supervisor") as channel:
             return call(reg_grpc.AgentRegistryServiceStub(channel))
     except grpc.RpcError as err:
-        failure = cli.rpc_failure(err)
+        failure = rpc_failure(err)
         problems = _problems(err)
         if problems:
-            raise cli.CliError(str(failure) + "\n" + "\n".join(f"  - {p}" for p in problems)) from err
+            raise CliError(str(failure) + "\n" + "\n".join(f"  - {p}" for p in problems)) from err
         raise failure from err
 
 
@@ -126,8 +126,8 @@ def _version_row(v: Any) -> dict[str, Any]:
 def cmd_list(args: argparse.Namespace, cfg: MeshConfig) -> int:
     from google.protobuf import json_format
 
-    from agentmesh.cli import emit, print_table
     from agentmesh.v1 import agent_registry_service_pb2 as reg_pb2
+    from agentmesh_cli.common import emit, print_table
 
     agents = list(_registry(cfg, lambda s: s.ListAgents(reg_pb2.ListAgentsRequest())).agents)
     rows = [{"agent": a.agent_id, "version": a.version, "status": _status(a.status), "domains": ",".join(a.domains)}
@@ -140,8 +140,8 @@ def cmd_list(args: argparse.Namespace, cfg: MeshConfig) -> int:
 def cmd_versions(args: argparse.Namespace, cfg: MeshConfig) -> int:
     from google.protobuf import json_format
 
-    from agentmesh.cli import emit, print_table
     from agentmesh.v1 import agent_registry_service_pb2 as reg_pb2
+    from agentmesh_cli.common import emit, print_table
 
     versions = list(_registry(cfg, lambda s: s.ListAgentVersions(
         reg_pb2.ListAgentVersionsRequest(agent_id=args.agent_id))).versions)
@@ -166,8 +166,8 @@ def cmd_register(args: argparse.Namespace, cfg: MeshConfig) -> int:
     from google.protobuf import json_format, struct_pb2
 
     from agentmesh import spiffe
-    from agentmesh.cli import CliError, emit, user_assertion
     from agentmesh.v1 import agent_registry_service_pb2 as reg_pb2
+    from agentmesh_cli.common import CliError, emit, user_assertion
 
     try:
         data = yaml.safe_load(Path(args.manifest).read_text(encoding="utf-8"))
@@ -186,7 +186,7 @@ def cmd_register(args: argparse.Namespace, cfg: MeshConfig) -> int:
 
 
 def _target(text: str) -> tuple[str, str]:
-    from agentmesh.cli import CliError
+    from agentmesh_cli.common import CliError
 
     agent_id, sep, version = text.partition("@")
     if not sep or not agent_id or not version:
@@ -197,8 +197,8 @@ def _target(text: str) -> tuple[str, str]:
 def cmd_evaluate(args: argparse.Namespace, cfg: MeshConfig) -> int:
     from google.protobuf import json_format
 
-    from agentmesh.cli import emit, print_table, user_assertion
     from agentmesh.v1 import agent_registry_service_pb2 as reg_pb2
+    from agentmesh_cli.common import emit, print_table, user_assertion
 
     agent_id, version = _target(args.target)
     req = reg_pb2.EvaluateAgentVersionRequest(user_assertion=user_assertion(args, cfg, "agent-operator"),
@@ -225,8 +225,8 @@ def cmd_evaluate(args: argparse.Namespace, cfg: MeshConfig) -> int:
 def cmd_transition(args: argparse.Namespace, cfg: MeshConfig) -> int:
     from google.protobuf import json_format
 
-    from agentmesh.cli import emit, user_assertion
     from agentmesh.v1 import agent_registry_service_pb2 as reg_pb2
+    from agentmesh_cli.common import emit, user_assertion
 
     agent_id, version = _target(args.target)
     default_role = "agent-approver" if args.status == "APPROVED" else "agent-operator"
@@ -248,8 +248,8 @@ def cmd_transition(args: argparse.Namespace, cfg: MeshConfig) -> int:
 def cmd_status(args: argparse.Namespace, cfg: MeshConfig) -> int:
     from google.protobuf import json_format
 
-    from agentmesh.cli import emit
     from agentmesh.v1 import agent_registry_service_pb2 as reg_pb2
+    from agentmesh_cli.common import emit
 
     req = reg_pb2.SetAgentStatusRequest(agent_id=args.agent_id, status=f"LIFECYCLE_STATUS_{args.status}",
                                         reason=args.reason)

@@ -23,41 +23,20 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import yaml
 
-from agentmesh import errors
-from agentmesh.tenant_file import TenantFile, TenantFileError, definition_to_mapping, load_tenant_file
+from agentmesh.tenant_file import (
+    TenantApplyFailed,
+    TenantFileError,
+    apply_tenant_file,
+    definition_to_mapping,
+    load_tenant_file,
+)
 from agentmesh.v1 import tenant_service_pb2 as tenant_pb2
 from agentmesh.v1 import tenant_service_pb2_grpc as tenant_grpc
 
 if TYPE_CHECKING:
     from agentmesh.config import MeshConfig
 
-__all__ = ["TenantApplyFailed", "apply_tenant_file", "register"]
-
-
-class TenantApplyFailed(Exception):
-    """The mesh refused (or could not take) the tenants; the message names the file, line and field."""
-
-
-def apply_tenant_file(channel: grpc.Channel, tenants: TenantFile, *, timeout_s: float = 30.0
-                      ) -> tenant_pb2.ApplyTenantsResponse:
-    """``TenantService.ApplyTenants`` with a tenant file's definitions, over an operator's channel to the policy
-    engine.
-
-    Raises:
-        TenantApplyFailed: refused or failed; a field the policy engine names is mapped back to the file's line.
-    """
-    try:
-        response: tenant_pb2.ApplyTenantsResponse = tenant_grpc.TenantServiceStub(channel).ApplyTenants(
-            tenant_pb2.ApplyTenantsRequest(tenants=tenants.definitions), timeout=timeout_s)
-    except grpc.RpcError as err:
-        failure = errors.from_rpc_error(err)
-        field = failure.field or ""
-        line = tenants.line_of(field) if field else None
-        where = tenants.path if line is None else f"{tenants.path}:{line}"
-        at = f" at {field!r}" if field else ""
-        raise TenantApplyFailed(f"{where}{at}: {failure.code.name} {failure.reason}: {failure.message} "
-                                "(nothing was applied)") from err
-    return response
+__all__ = ["register"]
 
 
 def register(sub: Any, common: argparse.ArgumentParser, out: argparse.ArgumentParser) -> None:
@@ -87,7 +66,7 @@ def _change(value: int) -> str:
 
 
 def cmd_tenants_apply(args: argparse.Namespace, cfg: MeshConfig) -> int:
-    from agentmesh.cli import CliError, emit, mesh_channel
+    from agentmesh_cli.common import CliError, emit, mesh_channel
 
     try:
         tenants = load_tenant_file(Path(args.file))
@@ -111,7 +90,7 @@ def cmd_tenants_apply(args: argparse.Namespace, cfg: MeshConfig) -> int:
 
 
 def cmd_tenants_list(args: argparse.Namespace, cfg: MeshConfig) -> int:
-    from agentmesh.cli import emit, mesh_channel, print_table, rpc_failure
+    from agentmesh_cli.common import emit, mesh_channel, print_table, rpc_failure
 
     try:
         with mesh_channel(cfg, "policy") as channel:
@@ -127,7 +106,7 @@ def cmd_tenants_list(args: argparse.Namespace, cfg: MeshConfig) -> int:
 
 
 def cmd_tenants_show(args: argparse.Namespace, cfg: MeshConfig) -> int:
-    from agentmesh.cli import mesh_channel, rpc_failure
+    from agentmesh_cli.common import mesh_channel, rpc_failure
 
     try:
         with mesh_channel(cfg, "policy") as channel:

@@ -19,7 +19,6 @@ exits 1.
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -51,7 +50,7 @@ _SUMMARY_WIDTH = 60
 
 def register(sub: Any, common: argparse.ArgumentParser, out: argparse.ArgumentParser) -> None:
     """Adds ``agentmesh reviews ...`` to the command tree."""
-    from agentmesh.cli import add_user_options
+    from agentmesh_cli.common import add_user_options
 
     reviews = sub.add_parser(
         "reviews", help="the Decision Center: list, show and decide human reviews",
@@ -115,15 +114,15 @@ def register(sub: Any, common: argparse.ArgumentParser, out: argparse.ArgumentPa
 
 def _decision_center(cfg: MeshConfig, call: Callable[[Any], T]) -> T:
     """Runs ``call`` with a DecisionCenterService stub on the supervisor's address."""
-    from agentmesh import cli
     from agentmesh.identities import PLATFORM_CLI
     from agentmesh.v1 import decision_center_service_pb2_grpc as dc_grpc
+    from agentmesh_cli.common import mesh_channel, rpc_failure
 
     try:
-        with cli.mesh_channel(cfg, "supervisor", PLATFORM_CLI) as channel:
+        with mesh_channel(cfg, "supervisor", PLATFORM_CLI) as channel:
             return call(dc_grpc.DecisionCenterServiceStub(channel))
     except grpc.RpcError as err:
-        raise cli.rpc_failure(err) from err
+        raise rpc_failure(err) from err
 
 
 def _kind(review: dc_pb2.ReviewItem) -> str:
@@ -147,8 +146,8 @@ def _short(text: str) -> str:
 
 
 def cmd_reviews_list(args: argparse.Namespace, cfg: MeshConfig) -> int:
-    from agentmesh.cli import emit, execution_dict, print_table, user_assertion
     from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
+    from agentmesh_cli.common import emit, execution_dict, print_table, user_assertion
 
     status = STATUSES[args.status] if args.status else "REVIEW_STATUS_UNSPECIFIED"
     req = dc_pb2.ListReviewsRequest(user_assertion=user_assertion(args, cfg, "reviewer"), status=status,
@@ -168,24 +167,14 @@ def cmd_reviews_list(args: argparse.Namespace, cfg: MeshConfig) -> int:
     return 0
 
 
-def print_evidence(side: str, evidence: Any) -> None:
-    """One side's evidence of a conflict: source, reference, authority, capability and the data read."""
-    from google.protobuf import json_format
-
-    from agentmesh.v1 import common_pb2
-
-    print(f"  {side} evidence:" if evidence else f"  {side} evidence: none")
-    for i, ev in enumerate(evidence):
-        auth = str(common_pb2.AuthorityLevel.Name(ev.authority)).removeprefix("AUTHORITY_LEVEL_")
-        data = json.dumps(json_format.MessageToDict(ev.data), sort_keys=True) if ev.data.fields else ""
-        print(f"    #{i} {ev.source} {ev.reference} ({auth}, {ev.capability})" + (f" {data}" if data else ""))
 
 
 def print_review(review: dc_pb2.ReviewItem) -> None:
     """The human form of one review."""
-    from agentmesh.cli import print_action, when
+    from agentmesh.execution_text import when
     from agentmesh.v1 import common_pb2
     from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
+    from agentmesh_cli.common import print_action, print_evidence
 
     print(f"review    {review.review_id}  {_kind(review)}  ({_status(review)})")
     print(f"execution {review.execution_id}")
@@ -224,8 +213,8 @@ def print_review(review: dc_pb2.ReviewItem) -> None:
 
 
 def cmd_reviews_show(args: argparse.Namespace, cfg: MeshConfig) -> int:
-    from agentmesh.cli import emit, execution_dict, print_execution, user_assertion
     from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
+    from agentmesh_cli.common import emit, execution_dict, print_execution, user_assertion
 
     req = dc_pb2.GetReviewRequest(user_assertion=user_assertion(args, cfg, "reviewer"), review_id=args.review_id)
     resp = _decision_center(cfg, lambda stub: stub.GetReview(req))
@@ -245,9 +234,10 @@ def cmd_reviews_show(args: argparse.Namespace, cfg: MeshConfig) -> int:
 
 def cmd_reviews_decide(args: argparse.Namespace, cfg: MeshConfig) -> int:
     """approve, reject, request-info, override and assign: one SubmitReviewDecision each."""
-    from agentmesh.cli import action_outcome, confirm_command, emit, execution_dict, user_assertion
+    from agentmesh.execution_text import action_outcome
     from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
     from agentmesh.v1 import supervisor_service_pb2 as sup_pb2
+    from agentmesh_cli.common import confirm_command, emit, execution_dict, user_assertion
 
     role = "admin" if args.review_decision == "REVIEW_DECISION_OVERRIDE" else "reviewer"
     override = getattr(args, "override_decision", None)
