@@ -81,7 +81,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 import pydantic
 
@@ -95,9 +95,6 @@ from capability_svc._yaml_lines import (
     load_document,
 )
 from capability_svc.errors import FieldViolation, WorldFormatError
-
-if TYPE_CHECKING:
-    from capability_svc.internal_runtime import InternalStore
 
 __all__ = [
     "EMPLOYMENT_STATUSES",
@@ -569,7 +566,15 @@ def _check_semantics(world: World, doc: LinedDocument, name: str) -> None:
         )
 
 
-def load_world(path: Path, store: InternalStore) -> LoadSummary:
+class WorldStore(Protocol):
+    """Where a world is loaded (the internal runtime's store, ``capability_svc.internal_runtime.InternalStore``)."""
+
+    def replace_world(self, world: World, *, source: str) -> LoadSummary:
+        """Replaces the data of the world's tenants with it, in one transaction."""
+        ...
+
+
+def load_world(path: Path, store: WorldStore) -> LoadSummary:
     """Validate ``path`` completely, then load it into ``store`` in one transaction.
 
     For every tenant in the file, that tenant's existing rows are replaced;

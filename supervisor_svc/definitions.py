@@ -61,6 +61,7 @@ from supervisor_svc._datafile import Document, PathKey, format_path, load_docume
 from supervisor_svc.aggregation import EvidencePolicy
 from supervisor_svc.contract import FIELD_TYPES, Condition, ResultContract, ResultField
 from supervisor_svc.errors import ConfigError
+from supervisor_svc.normalized_text import normalize
 from supervisor_svc.registry import AGENT_ID_PATTERN
 from supervisor_svc.selection import Requirement
 
@@ -341,8 +342,6 @@ class SubjectDef:
 
     def accepts(self, value: str) -> bool:
         """Whether ``value`` is a canonical value of this subject (e.g. one a model proposed)."""
-        from supervisor_svc.intent import normalize
-
         return self.find(normalize(value)) == [value]
 
 
@@ -863,8 +862,6 @@ class _Loader:
             subject = SubjectDef(name, pattern, s.canonical, s.example,
                                  self.text(s.several, "subjects", name, "several", allowed=("values",)),
                                  self.text(s.missing, "subjects", name, "missing", allowed=()))
-            from supervisor_svc.intent import normalize
-
             if subject.find(normalize(s.example)) != [s.example]:
                 raise self.fail(f"the pattern does not find {s.example!r} as written (canonical {s.canonical!r})",
                                 "subjects", name, "example")

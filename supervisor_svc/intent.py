@@ -36,13 +36,13 @@ from __future__ import annotations
 
 import functools
 import re
-import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from supervisor_svc.definitions import DomainCatalog, DomainDefinition, IntentDef, default_catalog
 from supervisor_svc.errors import RequestInvalid, TenantMismatch
+from supervisor_svc.normalized_text import normalize
 
 __all__ = [
     "MAX_REQUEST_CHARS",
@@ -134,7 +134,6 @@ _NOT_TENANT_WORDS = frozenset(
      "and", "or", "id", "of", "for", "in", "on", "o", "um", "uma", "este", "esse", "meu", "nosso", "outro",
      "mesmo", "de", "do", "da", "no", "na", "e", "ou", "para"}
 )
-_DASHES = str.maketrans({c: "-" for c in "\u2010\u2011\u2012\u2013\u2014\u2212"})
 
 _GENERIC = {
     "en": {"no_rule": "I did not understand the request. {help}",
@@ -143,12 +142,6 @@ _GENERIC = {
            "ambiguous": "O pedido pode significar mais de uma coisa ({what}); diga qual."},
 }
 
-
-def normalize(text: str) -> str:
-    """Lower case, accents removed, whitespace collapsed (so "Permissão" == "permissao")."""
-    decomposed = unicodedata.normalize("NFKD", text)
-    stripped = "".join(ch for ch in decomposed if not unicodedata.combining(ch))
-    return " ".join(stripped.translate(_DASHES).casefold().split())
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,8 @@ from agentmesh.v1 import common_pb2
 from agentmesh.v1 import model_service_pb2 as model_pb2
 from agentmesh.v1 import supervisor_service_pb2 as pb
 from supervisor_svc.definitions import DomainCatalog, SubjectDef
-from supervisor_svc.intent import UNKNOWN, Classification, normalize
+from supervisor_svc.intent import UNKNOWN, Classification
+from supervisor_svc.normalized_text import normalize
 
 __all__ = ["MAX_SHOWN", "MIN_CONFIDENCE", "PROMPT_ID", "Classified", "IntentCandidate", "IntentCatalogue",
            "IntentClassifier", "ModelPort"]
