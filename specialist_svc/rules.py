@@ -45,9 +45,9 @@ from typing import Any, Literal, Protocol, TypeVar
 from google.protobuf import struct_pb2
 
 from agentmesh import errors
+from agentmesh.result_contract import Verdict, derived_verdict
 from agentmesh.v1 import common_pb2
 from specialist_svc.phrases import say
-from supervisor_svc.contract import Verdict, derived_verdict
 
 __all__ = [
     "AgentFailed",

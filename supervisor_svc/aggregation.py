@@ -8,7 +8,7 @@ evidence policy, the plan's conditions and the decision mapping. Output: an
 conflicts, and a plain summary. Nothing here knows a domain.
 
 What a specialist's result must contain is defined in
-:mod:`supervisor_svc.contract` (``result.verdict`` PASS/FAIL/UNKNOWN,
+:mod:`agentmesh.result_contract` (``result.verdict`` PASS/FAIL/UNKNOWN,
 ``result.subjects`` {subject: verdict}, FACT statements with evidence for every
 PASS/FAIL subject, UNCERTAINTY statements for what could not be established;
 plus the fields its task's contract requires). A result that breaks it is
@@ -39,7 +39,7 @@ domain's decision mapping, which says the decision and the headline of each):
 
 Data conflicts: records of one source that disagree about a subject (two LMS
 records of one certificate, one COMPLETED, one REVOKED), which the agent reports
-in ``result.data_conflicts`` (see supervisor_svc.contract). Each side's authority
+in ``result.data_conflicts`` (see agentmesh.result_contract). Each side's authority
 is its issuer's, as configured for the analysis's domain (``issuer_authority``);
 the same conflict rules decide it. Decided, the winning side's verdict and
 evidence count as a finding; undecided (an issuer without configured authority,
@@ -73,9 +73,7 @@ from typing import Annotated, Any, Literal, Protocol, cast
 
 import pydantic
 
-from agentmesh.v1 import common_pb2, supervisor_service_pb2
-from supervisor_svc._datafile import Document, format_path, load_document, validation_error
-from supervisor_svc.contract import (
+from agentmesh.result_contract import (
     Condition,
     ConflictSide,
     ContractViolation,
@@ -84,6 +82,8 @@ from supervisor_svc.contract import (
     Verdict,
     check_result,
 )
+from agentmesh.v1 import common_pb2, supervisor_service_pb2
+from supervisor_svc._datafile import Document, format_path, load_document, validation_error
 from supervisor_svc.errors import ConfigError
 
 __all__ = [

@@ -60,6 +60,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from opentelemetry import metrics
 
 from agentmesh import assertion, errors, grants, spiffe, telemetry
+from agentmesh.result_contract import context_of
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
@@ -78,7 +79,6 @@ from supervisor_svc.aggregation import (
     report,
 )
 from supervisor_svc.attempts import AGENT_UNAVAILABLE, TRANSIENT, RetryBudget, outcome_of
-from supervisor_svc.contract import context_of
 from supervisor_svc.definitions import DomainCatalog, default_catalog, execution_intent
 from supervisor_svc.dispatch import Actor, close_stored_delegations, delegate, delegated_unfinished
 from supervisor_svc.executions import ClaimLost, ExecutionStore, LeaseLost, ResumeInfo, new_review_id

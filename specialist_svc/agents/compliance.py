@@ -58,6 +58,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from agentmesh.result_contract import Verdict
 from agentmesh.v1 import common_pb2
 from specialist_svc import knowledge
 from specialist_svc.phrases import say
@@ -72,7 +73,6 @@ from specialist_svc.rules import (
     run_guarded,
     token,
 )
-from supervisor_svc.contract import Verdict
 
 __all__ = ["AGENT_ID", "CAPABILITIES", "KNOWLEDGE_SCOPE", "clause_reference", "item_subject", "run"]
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from agentmesh.result_contract import Verdict
 from agentmesh.v1 import common_pb2
 from specialist_svc.phrases import say
 from specialist_svc.rules import (
@@ -51,7 +52,6 @@ from specialist_svc.rules import (
     run_guarded,
     token,
 )
-from supervisor_svc.contract import Verdict
 
 __all__ = ["AGENT_ID", "CAPABILITIES", "run"]
 

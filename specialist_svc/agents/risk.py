@@ -49,6 +49,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentmesh import errors
+from agentmesh.result_contract import Verdict
 from agentmesh.v1 import common_pb2
 from specialist_svc.phrases import say
 from specialist_svc.rules import (
@@ -64,7 +65,6 @@ from specialist_svc.rules import (
     run_guarded,
     token,
 )
-from supervisor_svc.contract import Verdict
 
 __all__ = ["AGENT_ID", "CAPABILITIES", "run"]
 

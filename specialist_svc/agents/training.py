@@ -102,6 +102,7 @@ from enum import Enum
 from typing import Any
 
 from agentmesh.clock import utc_today
+from agentmesh.result_contract import ContractViolation, ResultContract, ResultField, Verdict, check_result
 from agentmesh.v1 import common_pb2
 from specialist_svc.phrases import say
 from specialist_svc.rules import (
@@ -122,7 +123,6 @@ from specialist_svc.rules import (
     token,
     waiting,
 )
-from supervisor_svc.contract import ContractViolation, ResultContract, ResultField, Verdict, check_result
 
 __all__ = ["AGENT_ID", "CAPABILITIES", "CONFIRM_ASSIGNMENT", "OPERATIONS", "run", "run_in_context"]
 

@@ -131,6 +131,7 @@ from typing import Any
 
 from agentmesh import errors
 from agentmesh.clock import utc_today
+from agentmesh.result_contract import ContractViolation, Verdict, check_result
 from agentmesh.v1 import common_pb2
 from specialist_svc.phrases import say
 from specialist_svc.rules import (
@@ -153,7 +154,6 @@ from specialist_svc.rules import (
     token,
     waiting,
 )
-from supervisor_svc.contract import ContractViolation, Verdict, check_result
 
 __all__ = ["ADDED_WORKERS", "AGENT_ID", "CAPABILITIES", "OPERATIONS", "permit_record", "run", "run_in_context"]
 

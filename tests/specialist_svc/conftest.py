@@ -22,6 +22,7 @@ import pytest
 from google.protobuf import json_format, struct_pb2
 
 from agentmesh import errors
+from agentmesh.result_contract import ParsedResult, ResultContract, check_result
 from agentmesh.v1 import common_pb2
 from capability_svc import errors as cap_errors
 from capability_svc.executor import CapabilityExecutor
@@ -35,7 +36,6 @@ from capability_svc.world import load_world
 from lms_sandbox import Fault, LmsSandbox, load_lms_data
 from specialist_svc.agent import SpecialistAgent
 from specialist_svc.rules import CallsInTurn, plain
-from supervisor_svc.contract import ParsedResult, ResultContract, check_result
 from supervisor_svc.definitions import default_catalog, projection_config
 from supervisor_svc.projection import Projector
 

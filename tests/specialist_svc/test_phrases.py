@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from agentmesh.result_contract import context_of
 from specialist_svc import phrases
-from supervisor_svc.contract import context_of
 from supervisor_svc.definitions import default_catalog
 
 WP_CONTRACT = default_catalog().domain("work-permit").plans["analysis"].task("permit").contract

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
+from agentmesh.result_contract import context_of
 from agentmesh.v1 import common_pb2
 from supervisor_svc.aggregation import Decision, TaskOutcome, TaskState, aggregate
-from supervisor_svc.contract import context_of
 from supervisor_svc.definitions import default_catalog
 
 from .conftest import refused

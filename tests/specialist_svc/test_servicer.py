@@ -27,6 +27,7 @@ from agentmesh import errors, grants, spiffe, transport
 from agentmesh.access import AccessTable
 from agentmesh.config import MeshConfig
 from agentmesh.pki import leaf_paths
+from agentmesh.result_contract import check_result
 from agentmesh.service import address_file
 from agentmesh.v1 import capability_service_pb2 as cap_pb2
 from agentmesh.v1 import capability_service_pb2_grpc as cap_grpc
@@ -40,7 +41,6 @@ from specialist_svc.__main__ import main
 from specialist_svc.agent import SpecialistAgent
 from specialist_svc.rules import plain
 from specialist_svc.servicer import SpecialistServicer
-from supervisor_svc.contract import check_result
 
 AGENT = "training-agent"
 AGENT_ID = spiffe.agent(AGENT)

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from agentmesh.result_contract import ContractViolation, check_result
 from agentmesh.v1 import common_pb2, supervisor_service_pb2
 from supervisor_svc.aggregation import (
     Decision,
@@ -17,7 +18,6 @@ from supervisor_svc.aggregation import (
     aggregate,
     report,
 )
-from supervisor_svc.contract import ContractViolation, check_result
 from supervisor_svc.definitions import default_catalog, default_domains_dir, load_definition
 from supervisor_svc.errors import ConfigError
 from supervisor_svc.projection import ProjectionConfig

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentmesh.result_contract import context_of
 from agentmesh.v1 import common_pb2, supervisor_service_pb2
 from supervisor_svc.aggregation import Decision, OutcomeStatus, TaskOutcome, TaskState, aggregate
-from supervisor_svc.contract import context_of
 from supervisor_svc.definitions import default_catalog, projection_config
 from supervisor_svc.intent import check_tenant, parse_intent
 from supervisor_svc.limits import ExecutionBudget
