@@ -13,10 +13,14 @@ Starts a whole mesh (`agentmesh up --ports-auto`) in a temporary home twice:
     from the task timestamps the supervisor records);
   * without delay: analyses per second with --concurrency parallel callers, and the
     CPU time each mesh process spent per analysis (user + system, from /proc/PID/stat),
-    plus the benchmark's own client process.
+    plus the benchmark's own client process;
+  * with --offered RATE ...: an open loop instead of the callers: analyses started at a
+    fixed rate for --seconds whatever the mesh's pace, each timed from its planned start
+    (so a backlog counts), reporting what completed per second, the latency p50/p99 and
+    any analysis not SUCCEEDED or refused.
 
 Targets on the 2-core machine class (issue 13): a sequential analysis with 0 ms specialists <= 20 ms p50;
-overhead <= 10 ms p50 with 50 ms specialists; >= 60 analyses/s with 8-16 callers.
+overhead <= 10 ms p50 with 50 ms specialists; >= 60 analyses/s with 8-16 callers; at 40/s offered, p99 <= 250 ms.
 """
 
 from __future__ import annotations
@@ -30,7 +34,10 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent import futures
 from pathlib import Path
+
+import grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -172,6 +179,58 @@ def throughput(concurrency: int, seconds: float) -> None:
             launcher.down(cfg)
 
 
+def _open_loop(stub: pb_grpc.SupervisorServiceStub, tok: str, rate: float, seconds: float
+               ) -> tuple[list[float], dict[str, int], float, float]:
+    """Analyses started every 1/rate s for ``seconds``, each on a thread of its own from a pool large enough never
+    to hold one back. Returns the latencies (ms, from each one's planned start), the outcomes by name, the time the
+    starts took and the time from the last start until every answer was in."""
+    latencies: list[float] = []
+    outcomes: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def one(planned: float) -> None:
+        try:
+            ex = stub.Analyze(pb.AnalyzeRequest(user_assertion=tok, tenant_id="acme", request_text=REQUEST)).execution
+            what = pb.ExecutionStatus.Name(ex.status).removeprefix("EXECUTION_STATUS_")
+        except grpc.RpcError as err:
+            what = f"refused {err.code().name}"
+        with lock:
+            latencies.append((time.monotonic() - planned) * 1000)
+            outcomes[what] = outcomes.get(what, 0) + 1
+
+    total = max(1, round(rate * seconds))
+    with futures.ThreadPoolExecutor(max_workers=256) as pool:
+        t0 = time.monotonic() + 0.1
+        for i in range(total):
+            planned = t0 + i / rate
+            time.sleep(max(0.0, planned - time.monotonic()))
+            pool.submit(one, planned)
+        sent = time.monotonic()
+    return sorted(latencies), outcomes, sent - t0, time.monotonic() - sent
+
+
+def offered(rates: list[float], seconds: float) -> None:
+    """Open loop at each rate in turn, in one mesh (see :func:`_open_loop`)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = _mesh(Path(tmp), 0)
+        try:
+            stub, tok = _stub(cfg), _token(cfg)
+            for _ in range(3):
+                stub.Analyze(pb.AnalyzeRequest(user_assertion=tok, tenant_id="acme", request_text=REQUEST))
+            for rate in rates:
+                latencies, outcomes, starting_s, draining_s = _open_loop(stub, tok, rate, seconds)
+                p99 = latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
+                print(f"offered {rate:g}/s for {seconds:.0f} s: {len(latencies)} analyses, the last answered "
+                      f"{draining_s:.1f} s after the last start ({len(latencies) / (starting_s + draining_s):.1f}/s "
+                      "over the whole run)")
+                print(f"  latency from the planned start p50 {statistics.median(latencies):.0f} ms   "
+                      f"p99 {p99:.0f} ms   max {latencies[-1]:.0f} ms; outcomes: "
+                      + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
+                time.sleep(2)
+        finally:
+            launcher.down(cfg)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--delay-ms", type=int, default=100, help="fixed delay per specialist task (default 100)")
@@ -179,7 +238,15 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=8, help="parallel callers for throughput (default 8)")
     parser.add_argument("--seconds", type=float, default=15, help="duration of the throughput run (default 15)")
     parser.add_argument("--throughput-only", action="store_true", help="skip the latency run")
+    parser.add_argument("--offered", type=float, nargs="+", metavar="RATE",
+                        help="analyses per second to offer in an open loop, one run each (instead of the latency "
+                             "and throughput runs), e.g. --offered 10 20 40")
     args = parser.parse_args()
+    if args.offered:
+        if any(r <= 0 for r in args.offered):
+            parser.error("--offered rates must be > 0")
+        offered(args.offered, args.seconds)
+        return 0
     if not args.throughput_only:
         latency(args.delay_ms, args.runs)
     throughput(args.concurrency, args.seconds)
