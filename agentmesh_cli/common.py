@@ -243,13 +243,7 @@ def print_execution(ex: Any) -> None:
             auth = enum_name(common_pb2.AuthorityLevel, ev.authority, "AUTHORITY_LEVEL_")
             print(f"  evidence #{i}: {ev.source} {ev.reference} ({auth}, {ev.capability})")
     for c in ex.conflicts:
-
-        print(f"\nconflict on {c.subject}: {c.agent_a} vs {c.agent_b}"
-              + (f" — resolved: {c.resolution}" if c.resolution else f" — review {c.review_id}"))
-        print_evidence(f"{c.agent_a} (PASS)", c.evidence_a)
-        print_evidence(f"{c.agent_b} (FAIL)", c.evidence_b)
-        for rule in c.applicable_rules:
-            print(f"  rule: {rule}")
+        print_conflict(c, (f"{c.agent_a} (PASS)", f"{c.agent_b} (FAIL)"), unresolved=f" — review {c.review_id}")
     if ex.missing:
         print("\nmissing:")
         for m in ex.missing:
@@ -510,3 +504,14 @@ def print_evidence(side: str, evidence: Any) -> None:
         auth = str(common_pb2.AuthorityLevel.Name(ev.authority)).removeprefix("AUTHORITY_LEVEL_")
         data = json.dumps(json_format.MessageToDict(ev.data), sort_keys=True) if ev.data.fields else ""
         print(f"    #{i} {ev.source} {ev.reference} ({auth}, {ev.capability})" + (f" {data}" if data else ""))
+
+
+def print_conflict(c: Any, sides: tuple[str, str], *, unresolved: str = "") -> None:
+    """A conflict of two agents: the subject, how it was resolved (else ``unresolved``), each side's evidence
+    under its label in ``sides`` and the rules that apply."""
+    print(f"\nconflict on {c.subject}: {c.agent_a} vs {c.agent_b}"
+          + (f" — resolved: {c.resolution}" if c.resolution else unresolved))
+    print_evidence(sides[0], c.evidence_a)
+    print_evidence(sides[1], c.evidence_b)
+    for rule in c.applicable_rules:
+        print(f"  rule: {rule}")

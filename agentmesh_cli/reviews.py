@@ -174,7 +174,7 @@ def print_review(review: dc_pb2.ReviewItem) -> None:
     from agentmesh.execution_text import when
     from agentmesh.v1 import common_pb2
     from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
-    from agentmesh_cli.common import print_action, print_evidence
+    from agentmesh_cli.common import print_action, print_conflict
 
     print(f"review    {review.review_id}  {_kind(review)}  ({_status(review)})")
     print(f"execution {review.execution_id}")
@@ -188,12 +188,7 @@ def print_review(review: dc_pb2.ReviewItem) -> None:
     print(review.summary)
     if review.HasField("conflict"):
         c = review.conflict
-        print(f"\nconflict on {c.subject}: {c.agent_a} vs {c.agent_b}"
-              + (f" — resolved: {c.resolution}" if c.resolution else ""))
-        print_evidence(c.agent_a or "first side", c.evidence_a)
-        print_evidence(c.agent_b or "second side", c.evidence_b)
-        for rule in c.applicable_rules:
-            print(f"  rule: {rule}")
+        print_conflict(c, (c.agent_a or "first side", c.agent_b or "second side"))
     if review.HasField("action"):
         print_action(review.action)
     if review.recommended_resources:
