@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from agentmesh.v1 import supervisor_service_pb2 as sup_pb2
 
 
-
 class CliError(Exception):
     """A command failed; printed as one line, exit code 1."""
 

@@ -167,8 +167,6 @@ def cmd_reviews_list(args: argparse.Namespace, cfg: MeshConfig) -> int:
     return 0
 
 
-
-
 def print_review(review: dc_pb2.ReviewItem) -> None:
     """The human form of one review."""
     from agentmesh.execution_text import when

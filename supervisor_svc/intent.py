@@ -143,7 +143,6 @@ _GENERIC = {
 }
 
 
-
 @dataclass(frozen=True)
 class _Vocabulary:
     languages: Mapping[str, re.Pattern[str]]
