@@ -84,10 +84,10 @@ def audit_key_dir(home: MeshHome) -> Path:
     return home.workload_dir(AUDIT)
 
 
-AUDIT_CHECKPOINT_PRIVATE_KEY_FILE: Final = "audit-checkpoint-ed25519.pem"
+AUDIT_CHECKPOINT_KEY: Final = "audit-checkpoint-ed25519.pem"
 """File name of the audit service's checkpoint signing key (PKCS#8 PEM, mode 0600) inside its key directory."""
 
-AUDIT_CHECKPOINT_PUBLIC_KEY_FILE: Final = "audit-checkpoint-ed25519.pub.pem"
+AUDIT_CHECKPOINT_PUBLIC_KEY: Final = "audit-checkpoint-ed25519.pub.pem"
 """File name of its exported public key (SubjectPublicKeyInfo PEM), in the key directory and the public keys'."""
 
 
@@ -187,8 +187,7 @@ def init_identities(config: MeshConfig, *, force: bool = False) -> list[str]:
         issued.append(str(identity))
     _signing_key(home.idp_key, home.public_key_path(IDP_PUBLIC_KEY))
     _signing_key(grant_signer_key_path(home), home.public_key_path(GRANT_SIGNER_PUBLIC_KEY))
-    audit_private, audit_public = AUDIT_CHECKPOINT_PRIVATE_KEY_FILE, AUDIT_CHECKPOINT_PUBLIC_KEY_FILE
-    _signing_key(audit_key_dir(home) / audit_private, home.public_key_path(audit_public))
+    _signing_key(audit_key_dir(home) / AUDIT_CHECKPOINT_KEY, home.public_key_path(AUDIT_CHECKPOINT_PUBLIC_KEY))
     return issued
 
 
@@ -207,7 +206,6 @@ def migrate_legacy_layout(home: MeshHome) -> list[str]:
     certs, keys = home.legacy_dirs
     if not certs.is_dir() and not keys.is_dir():
         return []
-    audit_private, audit_public = AUDIT_CHECKPOINT_PRIVATE_KEY_FILE, AUDIT_CHECKPOINT_PUBLIC_KEY_FILE
     plan: list[tuple[Path, Path]] = [
         (certs / "ca.key", home.ca_key),
         (certs / "ca.pem", home.trust_bundle),
@@ -215,8 +213,8 @@ def migrate_legacy_layout(home: MeshHome) -> list[str]:
         (keys / IDP_PUBLIC_KEY, home.public_key_path(IDP_PUBLIC_KEY)),
         (keys / GRANT_SIGNER_KEY, grant_signer_key_path(home)),
         (keys / GRANT_SIGNER_PUBLIC_KEY, home.public_key_path(GRANT_SIGNER_PUBLIC_KEY)),
-        (keys / audit_private, audit_key_dir(home) / audit_private),
-        (keys / audit_public, home.public_key_path(audit_public)),
+        (keys / AUDIT_CHECKPOINT_KEY, audit_key_dir(home) / AUDIT_CHECKPOINT_KEY),
+        (keys / AUDIT_CHECKPOINT_PUBLIC_KEY, home.public_key_path(AUDIT_CHECKPOINT_PUBLIC_KEY)),
     ]
     if certs.is_dir():
         for cert in sorted(certs.glob("*.pem")):
@@ -241,8 +239,9 @@ def migrate_legacy_layout(home: MeshHome) -> list[str]:
         shutil.move(src, dst)
         moved.append(f"{src.relative_to(home.root)} -> {dst.relative_to(home.root)}")
     # The audit service also keeps its public key beside its private one.
-    if (audit_key_dir(home) / audit_private).exists() and home.public_key_path(audit_public).exists():
-        shutil.copyfile(home.public_key_path(audit_public), audit_key_dir(home) / audit_public)
+    published = home.public_key_path(AUDIT_CHECKPOINT_PUBLIC_KEY)
+    if (audit_key_dir(home) / AUDIT_CHECKPOINT_KEY).exists() and published.exists():
+        shutil.copyfile(published, audit_key_dir(home) / AUDIT_CHECKPOINT_PUBLIC_KEY)
     for folder in (certs, keys):
         if folder.is_dir():
             for leftover in sorted(folder.glob("*.tmp")):

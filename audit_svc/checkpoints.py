@@ -33,7 +33,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from agentmesh.identities import AUDIT_CHECKPOINT_PRIVATE_KEY_FILE, AUDIT_CHECKPOINT_PUBLIC_KEY_FILE
+from agentmesh.identities import AUDIT_CHECKPOINT_KEY, AUDIT_CHECKPOINT_PUBLIC_KEY
 from audit_svc.errors import CheckpointInvalidError, KeyFileError
 from audit_svc.merkle import HASH_SIZE, MAX_TREE_SIZE
 
@@ -48,10 +48,10 @@ __all__ = [
     "verify_checkpoint",
 ]
 
-PRIVATE_KEY_FILE = AUDIT_CHECKPOINT_PRIVATE_KEY_FILE
+PRIVATE_KEY_FILE = AUDIT_CHECKPOINT_KEY
 """File name of the signing key (PKCS#8 PEM, mode 0600) inside the key directory (named by the mesh's identities)."""
 
-PUBLIC_KEY_FILE = AUDIT_CHECKPOINT_PUBLIC_KEY_FILE
+PUBLIC_KEY_FILE = AUDIT_CHECKPOINT_PUBLIC_KEY
 """File name of the exported public key (SubjectPublicKeyInfo PEM) inside the key directory."""
 
 _SIGNATURE_SIZE = 64
