@@ -56,6 +56,9 @@ CREATE TABLE IF NOT EXISTS reviews (
 );
 CREATE INDEX IF NOT EXISTS reviews_tenant ON reviews (tenant_id, status);
 CREATE INDEX IF NOT EXISTS reviews_execution ON reviews (execution_id);
+CREATE TABLE IF NOT EXISTS reviews_on_record (
+    review_id TEXT PRIMARY KEY
+);
 CREATE TABLE IF NOT EXISTS actions (
     action_id TEXT PRIMARY KEY,
     execution_id TEXT NOT NULL UNIQUE,
@@ -479,12 +482,25 @@ class ExecutionStore:
         """Opens ``item``, a new review of its execution (:meth:`add_review`) — unless the execution already
         has an undecided review of the same question (a conflict's subject and agents, a limit's reason): an
         execution resumed after a crash that reaches the same point again asks in the review it had, never in
-        a second one beside it. Returns the review in force and whether it was opened now."""
+        a second one beside it.
+
+        Returns the review in force and whether its REVIEW_CREATED still has to be recorded: always for a
+        review opened now; for one asked again, unless :meth:`review_on_record` was told it is (a process
+        that stopped between storing a review and recording it leaves it to be recorded on resume)."""
         for existing in self.reviews(item.tenant_id, statuses=UNDECIDED, execution_id=item.execution_id):
             if _same_question(existing, item):
-                return existing, False
+                with self._lock:
+                    recorded = self._db.execute("SELECT 1 FROM reviews_on_record WHERE review_id = ?",
+                                                (existing.review_id,)).fetchone()
+                return existing, recorded is None
         self.add_review(item)
         return item, True
+
+    def review_on_record(self, review_id: str) -> None:
+        """Notes that the REVIEW_CREATED of ``review_id`` is on record (in audit, or in the outbox on its way)."""
+        with self._lock:
+            self._db.execute("INSERT INTO reviews_on_record VALUES (?) ON CONFLICT (review_id) DO NOTHING",
+                             (review_id,))
 
     def add_review(self, item: dc_pb2.ReviewItem) -> str:
         """Persists a new review item (its id is made when empty); returns its id."""

@@ -1454,11 +1454,12 @@ class Orchestrator:
                                           observed=err.observed),
                 analysis_decision=ex.decision, created_at=_ts(), updated_at=_ts())
             # A resumed execution stopped at the same limit again asks in the review it had.
-            item, opened = self._store.open_review(item)
-            if opened:
+            item, to_record = self._store.open_review(item)
+            if to_record:
                 self._narrate(audit_pb2.AUDIT_EVENT_TYPE_REVIEW_CREATED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
                               execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=ex.user_id,
                               reason_codes=[item.review_id, "LIMIT", err.reason], analysis_decision=ex.decision)
+                self._store.review_on_record(item.review_id)
 
     def _decide(self, live: _Live, outcomes: dict[str, TaskOutcome]) -> None:
         plan = live.plan
@@ -1502,13 +1503,14 @@ class Orchestrator:
                             analysis_decision=ex.decision, created_at=_ts(), updated_at=_ts())
                         item.review_id = item.conflict.review_id = new_review_id()
                         # A resumed execution that finds the same conflict again asks in the review it had.
-                        item, opened = self._store.open_review(item)
+                        item, to_record = self._store.open_review(item)
                         conflict.review_id = item.review_id
-                        if opened:
+                        if to_record:
                             self._narrate(audit_pb2.AUDIT_EVENT_TYPE_REVIEW_CREATED,
                                           outcome=audit_pb2.AUDIT_OUTCOME_PENDING, tenant_id=ex.tenant_id,
                                           user_id=ex.user_id, reason_codes=[conflict.review_id, conflict.subject],
                                           analysis_decision=ex.decision)
+                            self._store.review_on_record(item.review_id)
 
     def _finish(self, live: _Live) -> None:
         ex = live.execution

@@ -553,6 +553,41 @@ def test_a_resumed_execution_stopped_at_the_same_limit_asks_in_the_review_it_had
         registry.close()
 
 
+def test_a_review_whose_record_was_not_made_before_a_crash_is_recorded_on_resume(
+        tmp_path: Path, idp: Ed25519PrivateKey, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Killed after the limit's review is stored and before its REVIEW_CREATED is recorded: the resumed
+    execution asks in that same review, and records it then — the review is never left without its record."""
+    reason = "MAX_HANDOFFS_EXCEEDED"
+    orch, _, audit, token, _, registry = _limited_world(tmp_path, idp, reason, "HUMAN_REVIEW")
+    try:
+        narrate = orch._narrate
+
+        def killed_before_the_review_is_recorded(event_type: int, **fields: Any) -> None:
+            if event_type == audit_pb2.AUDIT_EVENT_TYPE_REVIEW_CREATED:
+                raise LeaseLost("the process is killed here")
+            narrate(event_type, **fields)
+
+        monkeypatch.setattr(orch, "_narrate", killed_before_the_review_is_recorded)
+        execution_id = orch.start(pb.AnalyzeRequest(user_assertion=token, tenant_id="acme",
+                                                    request_text="Analyze permit WP-10231 and tell me if it can be "
+                                                                 "released"), "x")
+        orch.run(execution_id)
+        (stored_review,) = orch._store.reviews("acme", execution_id=execution_id)
+        assert not [r for r in _trail(audit) if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_REVIEW_CREATED]
+        monkeypatch.setattr(orch, "_narrate", narrate)
+        orch._live.clear()
+        assert orch.resume_interrupted(background=False) == [execution_id]
+        ex = orch._store.get(execution_id)
+        assert ex is not None and ex.status == pb.EXECUTION_STATUS_AWAITING_REVIEW, ex.summary
+        (review,) = orch._store.reviews("acme", execution_id=execution_id)
+        assert review.review_id == stored_review.review_id
+        created = [r for r in _trail(audit) if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_REVIEW_CREATED]
+        assert [r.reason_codes[0] for r in created] == [review.review_id]
+    finally:
+        orch.close()
+        registry.close()
+
+
 def test_tenant_named_in_the_text_must_match_the_assertion(world: Any) -> None:
     orch, _, audit, token, _ = world
     with pytest.raises(errors.PermissionDenied):

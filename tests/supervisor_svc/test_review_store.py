@@ -24,14 +24,29 @@ def _limit(reason: str) -> dc_pb2.ReviewItem:
 
 def test_the_same_question_asked_again_gets_the_review_it_had(tmp_path: Path) -> None:
     store = ExecutionStore(tmp_path / "supervisor.db")
-    first, opened = store.open_review(_conflict("worker:W-1005/NR-35"))
-    assert opened and first.review_id
-    again, opened_again = store.open_review(_conflict("worker:W-1005/NR-35"))
-    assert (again.review_id, opened_again) == (first.review_id, False)
+    first, to_record = store.open_review(_conflict("worker:W-1005/NR-35"))
+    assert to_record and first.review_id
+    store.review_on_record(first.review_id)
+    again, to_record_again = store.open_review(_conflict("worker:W-1005/NR-35"))
+    assert (again.review_id, to_record_again) == (first.review_id, False)
     limit, _ = store.open_review(_limit("MAX_HANDOFFS_EXCEEDED"))
-    limit_again, opened_limit = store.open_review(_limit("MAX_HANDOFFS_EXCEEDED"))
-    assert (limit_again.review_id, opened_limit) == (limit.review_id, False)
+    store.review_on_record(limit.review_id)
+    limit_again, limit_to_record = store.open_review(_limit("MAX_HANDOFFS_EXCEEDED"))
+    assert (limit_again.review_id, limit_to_record) == (limit.review_id, False)
     assert len(store.reviews("acme", execution_id="exe-1")) == 2
+
+
+def test_a_review_stored_but_never_recorded_is_recorded_when_asked_again(tmp_path: Path) -> None:
+    """A process stopped between storing a review and recording its REVIEW_CREATED: the review asked
+    again (on resume) is the same one, and its record is still to be made — until it is noted as made."""
+    store = ExecutionStore(tmp_path / "supervisor.db")
+    first, _ = store.open_review(_limit("MAX_HANDOFFS_EXCEEDED"))
+    reopened = ExecutionStore(tmp_path / "supervisor.db")  # the process that resumes
+    again, to_record = reopened.open_review(_limit("MAX_HANDOFFS_EXCEEDED"))
+    assert (again.review_id, to_record) == (first.review_id, True)
+    reopened.review_on_record(again.review_id)
+    reopened.review_on_record(again.review_id)  # noting it twice is harmless
+    assert reopened.open_review(_limit("MAX_HANDOFFS_EXCEEDED"))[1] is False
 
 
 def test_another_question_a_decided_one_or_another_execution_opens_a_new_review(tmp_path: Path) -> None:
