@@ -10,15 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentmesh import spiffe
+from agentmesh.execution_text import enum_name as _name
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import common_pb2
-
-
-def _name(enum: Any, value: int, prefix: str) -> str:
-    try:
-        return str(enum.Name(value)).removeprefix(prefix)
-    except ValueError:
-        return str(value)
 
 
 def _full(enum: Any, value: int) -> str:

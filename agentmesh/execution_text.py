@@ -8,6 +8,15 @@ from typing import Any
 from agentmesh.v1 import supervisor_service_pb2 as sup_pb2
 
 
+def enum_name(enum: Any, value: int, prefix: str = "") -> str:
+    """An enum value's name without ``prefix``, or its number when the enum does not know it (a value
+    from a newer contract is shown, not refused)."""
+    try:
+        return str(enum.Name(value)).removeprefix(prefix)
+    except ValueError:
+        return str(value)
+
+
 def when(ts: Any) -> str:
     """A protobuf Timestamp as ISO 8601 UTC, or ``-`` when unset."""
     if not ts.seconds and not ts.nanos:

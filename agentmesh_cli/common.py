@@ -20,7 +20,7 @@ import grpc
 
 from agentmesh import assertion, config, errors, launcher, spiffe, transport
 from agentmesh.config import MeshConfig
-from agentmesh.execution_text import action_outcome, pending_reviews, released, when
+from agentmesh.execution_text import action_outcome, enum_name, pending_reviews, released, when
 from agentmesh.identities import OPERATOR, tls_files
 from agentmesh.pki import PkiError
 from agentmesh.service import address_file
@@ -156,10 +156,6 @@ def rpc_failure(err: grpc.RpcError) -> CliError:
 
 POLL_INTERVAL_S = 1.0
 """How often a waiting command asks the supervisor for the execution again."""
-
-
-def enum_name(enum: Any, value: int, prefix: str) -> str:
-    return str(enum.Name(value)).removeprefix(prefix)
 
 
 def _expires_in(ts: Any) -> str:

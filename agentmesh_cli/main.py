@@ -26,7 +26,7 @@ import grpc
 
 from agentmesh import assertion, config, launcher, spiffe
 from agentmesh.config import ConfigError, MeshConfig
-from agentmesh.execution_text import action_outcome
+from agentmesh.execution_text import action_outcome, enum_name
 from agentmesh.identities import LegacyLayoutError, init_identities, migrate_legacy_layout
 from agentmesh.pki import CertificateAuthority, PkiError
 from agentmesh.signing import SigningKeyError, load_private_key
@@ -38,7 +38,6 @@ from agentmesh_cli.common import (
     add_user_options,
     confirm_hint,
     emit,
-    enum_name,
     execution_dict,
     mesh_channel,
     print_execution,
