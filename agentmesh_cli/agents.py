@@ -26,8 +26,6 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import grpc
-
 if TYPE_CHECKING:
     from agentmesh.config import MeshConfig
 
@@ -88,26 +86,9 @@ def register(sub: Any, common: argparse.ArgumentParser, out: argparse.ArgumentPa
 
 def _registry(cfg: MeshConfig, call: Callable[[Any], T]) -> T:
     from agentmesh.v1 import agent_registry_service_pb2_grpc as reg_grpc
-    from agentmesh_cli.common import CliError, mesh_channel, rpc_failure
+    from agentmesh_cli.common import exchange
 
-    try:
-        with mesh_channel(cfg, "supervisor") as channel:
-            return call(reg_grpc.AgentRegistryServiceStub(channel))
-    except grpc.RpcError as err:
-        failure = rpc_failure(err)
-        problems = _problems(err)
-        if problems:
-            raise CliError(str(failure) + "\n" + "\n".join(f"  - {p}" for p in problems)) from err
-        raise failure from err
-
-
-def _problems(err: grpc.RpcError) -> list[str]:
-    from agentmesh import errors
-
-    mesh = errors.from_rpc_error(err)
-    metadata = dict(getattr(mesh, "metadata", {}) or {})
-    return [metadata[k] for k in sorted((k for k in metadata if k.startswith("problem_")),
-                                        key=lambda k: int(k.removeprefix("problem_")))]
+    return exchange(cfg, "supervisor", reg_grpc.AgentRegistryServiceStub, call)
 
 
 def _status(value: int) -> str:

@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import grpc
 
@@ -28,6 +28,9 @@ from agentmesh.signing import SigningKeyError, load_private_key
 
 if TYPE_CHECKING:
     from agentmesh.v1 import supervisor_service_pb2 as sup_pb2
+
+S = TypeVar("S")
+T = TypeVar("T")
 
 
 class CliError(Exception):
@@ -143,13 +146,30 @@ def mesh_channel(cfg: MeshConfig, name: str, as_identity: spiffe.SpiffeId = OPER
 
 
 def rpc_failure(err: grpc.RpcError) -> CliError:
-    """A failed call as one line: status, reason and the field it names; :class:`MeshUnreachable` when
-    nothing answered (UNAVAILABLE from the channel itself, with no ErrorInfo from a server)."""
+    """A failed call as one line: status, reason and the field it names, then each problem the server
+    listed (``problem_1``, ``problem_2``, … in its ErrorInfo) on a line of its own; :class:`MeshUnreachable`
+    when nothing answered (UNAVAILABLE from the channel itself, with no ErrorInfo from a server)."""
     if isinstance(err, grpc.Call) and err.code() == grpc.StatusCode.UNAVAILABLE and errors.error_info(err) is None:
         return MeshUnreachable()
     mesh_err = errors.from_rpc_error(err)
     field = f" (field {mesh_err.field})" if mesh_err.field else ""
-    return CliError(f"{mesh_err.code.name}: {mesh_err.reason}{field}: {mesh_err.message}")
+    metadata = dict(getattr(mesh_err, "metadata", {}) or {})
+    problems = [metadata[k] for k in sorted((k for k in metadata if k.startswith("problem_")
+                                             and k.removeprefix("problem_").isdigit()),
+                                            key=lambda k: int(k.removeprefix("problem_")))]
+    return CliError(f"{mesh_err.code.name}: {mesh_err.reason}{field}: {mesh_err.message}"
+                    + "".join(f"\n  - {p}" for p in problems))
+
+
+def exchange(cfg: MeshConfig, name: str, stub: Callable[[grpc.Channel], S], call: Callable[[S], T],
+             as_identity: spiffe.SpiffeId = OPERATOR) -> T:
+    """One exchange with mesh process ``name``: ``call`` with its ``stub`` over an mTLS channel, as
+    ``as_identity``; a failed call becomes the command's error (:func:`rpc_failure`)."""
+    try:
+        with mesh_channel(cfg, name, as_identity) as channel:
+            return call(stub(channel))
+    except grpc.RpcError as err:
+        raise rpc_failure(err) from err
 
 
 # --- analyze ---------------------------------------------------------------

@@ -17,8 +17,6 @@ import json
 import uuid
 from typing import TYPE_CHECKING, Any
 
-import grpc
-
 if TYPE_CHECKING:
     from agentmesh.config import MeshConfig
 
@@ -68,18 +66,15 @@ def cmd_events_training_expired(args: argparse.Namespace, cfg: MeshConfig) -> in
     from agentmesh.identities import PLATFORM_CLI
     from agentmesh.v1 import supervisor_service_pb2 as sup_pb2
     from agentmesh.v1 import supervisor_service_pb2_grpc as sup_grpc
-    from agentmesh_cli.common import execution_dict, mesh_channel, print_execution, program, rpc_failure
+    from agentmesh_cli.common import exchange, execution_dict, print_execution, program
 
     event_id = args.event_id or training_expired_event_id(args.tenant, args.worker, args.training, args.expired_on)
     req = sup_pb2.HandleEventRequest(
         event_id=event_id, tenant_id=args.tenant, correlation_id=args.correlation_id or "",
         training_expired=sup_pb2.TrainingExpired(worker_id=args.worker, training_code=args.training,
                                                  expired_on=args.expired_on))
-    try:
-        with mesh_channel(cfg, "supervisor", PLATFORM_CLI) as channel:
-            resp = sup_grpc.SupervisorServiceStub(channel).HandleEvent(req)
-    except grpc.RpcError as err:
-        raise rpc_failure(err) from err
+    resp = exchange(cfg, "supervisor", sup_grpc.SupervisorServiceStub, lambda stub: stub.HandleEvent(req),
+                    PLATFORM_CLI)
     ex = resp.execution
     if args.json:
         print(json.dumps({"event_id": event_id, "duplicate": resp.duplicate, "execution": execution_dict(ex)},

@@ -38,6 +38,7 @@ from agentmesh_cli.common import (
     add_user_options,
     confirm_hint,
     emit,
+    exchange,
     execution_dict,
     mesh_channel,
     print_execution,
@@ -235,11 +236,7 @@ def cmd_policy_check(args: argparse.Namespace, cfg: MeshConfig) -> int:
         operation=("OPERATION_KIND_OVERRIDE" if args.override else
                    "OPERATION_KIND_REVIEW" if args.review else "OPERATION_KIND_INVOKE"),
     )
-    try:
-        with mesh_channel(cfg, "policy") as channel:
-            resp = policy_grpc.PolicyServiceStub(channel).Authorize(req)
-    except grpc.RpcError as err:
-        raise rpc_failure(err) from err
+    resp = exchange(cfg, "policy", policy_grpc.PolicyServiceStub, lambda stub: stub.Authorize(req))
     full_effect = common_pb2.PolicyEffect.Name(resp.decision.effect)
     effect = full_effect.removeprefix("POLICY_EFFECT_")
     data = {"effect": full_effect, "reason_codes": list(resp.decision.reason_codes),
@@ -283,11 +280,7 @@ def cmd_policy_kill(args: argparse.Namespace, cfg: MeshConfig) -> int:
 
     req = policy_pb2.SetKillSwitchRequest(scope=f"KILL_SWITCH_SCOPE_{args.scope.upper()}", target=args.target or "",
                                           enabled=not args.off, reason=args.reason)
-    try:
-        with mesh_channel(cfg, "policy") as channel:
-            ks = policy_grpc.PolicyServiceStub(channel).SetKillSwitch(req).kill_switch
-    except grpc.RpcError as err:
-        raise rpc_failure(err) from err
+    ks = exchange(cfg, "policy", policy_grpc.PolicyServiceStub, lambda stub: stub.SetKillSwitch(req).kill_switch)
     state = "ON (stopped)" if ks.enabled else "off"
     emit(args, {"scope": policy_pb2.KillSwitchScope.Name(ks.scope), "target": ks.target, "enabled": ks.enabled,
                 "changed_by": ks.changed_by},
@@ -299,11 +292,8 @@ def cmd_policy_switches(args: argparse.Namespace, cfg: MeshConfig) -> int:
     from agentmesh.v1 import policy_service_pb2 as policy_pb2
     from agentmesh.v1 import policy_service_pb2_grpc as policy_grpc
 
-    try:
-        with mesh_channel(cfg, "policy") as channel:
-            resp = policy_grpc.PolicyServiceStub(channel).ListKillSwitches(policy_pb2.ListKillSwitchesRequest())
-    except grpc.RpcError as err:
-        raise rpc_failure(err) from err
+    resp = exchange(cfg, "policy", policy_grpc.PolicyServiceStub,
+                    lambda stub: stub.ListKillSwitches(policy_pb2.ListKillSwitchesRequest()))
     rows = [{"scope": policy_pb2.KillSwitchScope.Name(k.scope),
              "target": k.target, "reason": k.reason, "changed_by": k.changed_by,
              "changed_at": k.changed_at.ToDatetime().isoformat()} for k in resp.kill_switches]
@@ -319,11 +309,8 @@ def cmd_models(args: argparse.Namespace, cfg: MeshConfig) -> int:
     from agentmesh.v1 import model_service_pb2 as model_pb2
     from agentmesh.v1 import model_service_pb2_grpc as model_grpc
 
-    try:
-        with mesh_channel(cfg, "model") as channel:
-            resp = model_grpc.ModelServiceStub(channel).ListModels(model_pb2.ListModelsRequest())
-    except grpc.RpcError as err:
-        raise rpc_failure(err) from err
+    resp = exchange(cfg, "model", model_grpc.ModelServiceStub,
+                    lambda stub: stub.ListModels(model_pb2.ListModelsRequest()))
     rows = [{"model": m.model_id, "backend_model": m.backend_model, "url": m.url, "context": m.context_tokens,
              "max_output": m.max_output_tokens, "price_in_1k": m.price_input_per_1k,
              "price_out_1k": m.price_output_per_1k, "latency_ms": round(m.latency_ms, 1), "quality": m.quality,

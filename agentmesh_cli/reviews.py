@@ -22,8 +22,6 @@ import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import grpc
-
 if TYPE_CHECKING:
     from agentmesh.config import MeshConfig
     from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
@@ -116,13 +114,9 @@ def _decision_center(cfg: MeshConfig, call: Callable[[Any], T]) -> T:
     """Runs ``call`` with a DecisionCenterService stub on the supervisor's address."""
     from agentmesh.identities import PLATFORM_CLI
     from agentmesh.v1 import decision_center_service_pb2_grpc as dc_grpc
-    from agentmesh_cli.common import mesh_channel, rpc_failure
+    from agentmesh_cli.common import exchange
 
-    try:
-        with mesh_channel(cfg, "supervisor", PLATFORM_CLI) as channel:
-            return call(dc_grpc.DecisionCenterServiceStub(channel))
-    except grpc.RpcError as err:
-        raise rpc_failure(err) from err
+    return exchange(cfg, "supervisor", dc_grpc.DecisionCenterServiceStub, call, PLATFORM_CLI)
 
 
 def _kind(review: dc_pb2.ReviewItem) -> str:

@@ -20,7 +20,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import grpc
 import yaml
 
 from agentmesh.tenant_file import (
@@ -90,13 +89,10 @@ def cmd_tenants_apply(args: argparse.Namespace, cfg: MeshConfig) -> int:
 
 
 def cmd_tenants_list(args: argparse.Namespace, cfg: MeshConfig) -> int:
-    from agentmesh_cli.common import emit, mesh_channel, print_table, rpc_failure
+    from agentmesh_cli.common import emit, exchange, print_table
 
-    try:
-        with mesh_channel(cfg, "policy") as channel:
-            response = tenant_grpc.TenantServiceStub(channel).ListTenants(tenant_pb2.ListTenantsRequest())
-    except grpc.RpcError as err:
-        raise rpc_failure(err) from err
+    response = exchange(cfg, "policy", tenant_grpc.TenantServiceStub,
+                        lambda stub: stub.ListTenants(tenant_pb2.ListTenantsRequest()))
     rows = [{"tenant": t.tenant_id, "name": t.display_name, "revision": t.revision,
              "roles": len(t.roles), "agents": ",".join(t.allowed_agents), "changed_by": t.changed_by,
              "changed_at": t.changed_at.ToDatetime().isoformat(timespec="seconds")} for t in response.tenants]
@@ -106,14 +102,10 @@ def cmd_tenants_list(args: argparse.Namespace, cfg: MeshConfig) -> int:
 
 
 def cmd_tenants_show(args: argparse.Namespace, cfg: MeshConfig) -> int:
-    from agentmesh_cli.common import mesh_channel, rpc_failure
+    from agentmesh_cli.common import exchange
 
-    try:
-        with mesh_channel(cfg, "policy") as channel:
-            tenant = tenant_grpc.TenantServiceStub(channel).GetTenant(
-                tenant_pb2.GetTenantRequest(tenant_id=args.tenant_id)).tenant
-    except grpc.RpcError as err:
-        raise rpc_failure(err) from err
+    tenant = exchange(cfg, "policy", tenant_grpc.TenantServiceStub,
+                      lambda stub: stub.GetTenant(tenant_pb2.GetTenantRequest(tenant_id=args.tenant_id)).tenant)
     data = {**definition_to_mapping(tenant), "revision": tenant.revision, "digest": tenant.digest,
             "changed_by": tenant.changed_by, "changed_at": tenant.changed_at.ToDatetime().isoformat()}
     if args.json:
