@@ -38,9 +38,9 @@ from typing import Annotated, Any, Literal
 
 import grpc
 import pydantic
-import yaml
 
 from agentmesh import errors
+from agentmesh.data_file import Document, PathKey, load_document, validation_error
 from agentmesh.v1 import tenant_service_pb2 as tenant_pb2
 from agentmesh.v1 import tenant_service_pb2_grpc as tenant_grpc
 
@@ -59,8 +59,6 @@ __all__ = [
 TENANTS_FORMAT = "agentmesh-tenants/v1"
 TENANT_ID_PATTERN = r"^[a-z][a-z0-9-]{0,62}$"
 _NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
-_MAX_FILE_BYTES = 1024 * 1024
-_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 LIMIT_FIELDS = ("max_depth", "max_tasks", "max_handoffs", "max_execution_time_ms", "max_cost", "max_tokens",
                 "max_model_calls", "max_model_cost")
@@ -69,27 +67,18 @@ LIMIT_REASONS = ("MAX_DEPTH_EXCEEDED", "MAX_TASKS_EXCEEDED", "MAX_HANDOFFS_EXCEE
                  "MAX_COST_EXCEEDED", "MAX_TOKENS_EXCEEDED", "MAX_MODEL_CALLS_EXCEEDED", "MAX_MODEL_COST_EXCEEDED")
 """The keys of ``on_exceeded`` besides ``default``."""
 
-PathKey = tuple[str | int, ...]
-
-
 class TenantFileError(ValueError):
     """A tenant file (or a world's tenant definitions) is not valid; names the file, line and field."""
 
-    def __init__(self, message: str, *, file: str, field: str = "", line: int | None = None) -> None:
+    def __init__(self, message: str, *, file: str, field: str | None = "", line: int | None = None,
+                 reason: str | None = None) -> None:
         where = file if line is None else f"{file}:{line}"
         super().__init__(f"{where}{f' at {field!r}' if field else ''}: {message}")
         self.message = message
         self.file = file
-        self.field = field
+        self.field = field or ""
         self.line = line
-
-
-def format_path(path: Sequence[str | int]) -> str:
-    """``("tenants", 0, "roles", "viewer")`` → ``tenants[0].roles.viewer``."""
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
+        self.reason = reason or "TENANT_FILE_INVALID"
 
 
 @dataclass
@@ -181,46 +170,6 @@ class _File(_Strict):
     tenants: list[_Tenant] = pydantic.Field(min_length=1, max_length=100)
 
 
-def _scalar(node: yaml.Node) -> Any:
-    return yaml.constructor.SafeConstructor().construct_object(node, deep=True)
-
-
-def _convert(node: yaml.Node, path: PathKey, lines: dict[PathKey, int], file: str) -> Any:
-    lines[path] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        out: dict[str, Any] = {}
-        for key_node, value_node in node.value:
-            key = _scalar(key_node)
-            if not isinstance(key, str):
-                raise TenantFileError("mapping keys must be strings", file=file, field=format_path(path),
-                                      line=key_node.start_mark.line + 1)
-            if key in out:
-                raise TenantFileError(f"duplicate key {key!r}", file=file, field=format_path((*path, key)),
-                                      line=key_node.start_mark.line + 1)
-            out[key] = _convert(value_node, (*path, key), lines, file)
-        return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_convert(item, (*path, i), lines, file) for i, item in enumerate(node.value)]
-    return _scalar(node)
-
-
-def _violation(exc: pydantic.ValidationError, lines: Mapping[PathKey, int], file: str,
-               base: PathKey = ()) -> TenantFileError:
-    first = exc.errors()[0]
-    raw = [p for p in first["loc"] if isinstance(p, str | int)]
-    is_key = bool(raw) and raw[-1] == "[key]"
-    loc: PathKey = (*base, *(raw[:-1] if is_key else raw))
-    message = f"invalid key: {first['msg']}" if is_key else first["msg"]
-    if first["type"] == "extra_forbidden":
-        message = "unknown field"
-    elif first["type"] == "missing":
-        message = "required field is missing"
-    key = loc
-    while key and key not in lines:
-        key = key[:-1]
-    return TenantFileError(message, file=file, field=format_path(loc), line=lines.get(key))
-
-
 def definition_from_mapping(tenant_id: str, name: str, spec: Mapping[str, Any]) -> tenant_pb2.TenantDefinition:
     """A ``TenantDefinition`` from a checked mapping (``roles``, ``agents``, ``limits``, ``on_exceeded``,
     ``models``)."""
@@ -275,7 +224,8 @@ def parse_tenants(entries: Sequence[tuple[PathKey, str, str, Any]], lines: Mappi
         try:
             model = _Definition.model_validate(spec)
         except pydantic.ValidationError as exc:
-            raise _violation(exc, lines, file, path) from None
+            raise validation_error(exc, Document(None, dict(lines)), file, error=TenantFileError,
+                                   prefix=path) from None
         out.append(definition_from_mapping(tenant_id, name, model.model_dump(exclude_none=True)))
     return out
 
@@ -287,28 +237,12 @@ def load_tenant_file(path: Path) -> TenantFile:
         TenantFileError: unreadable, too large, not YAML, duplicate keys or ids, or a field that is not valid.
     """
     file = str(path)
+    doc = load_document(path, error=TenantFileError)
     try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise TenantFileError(f"cannot read the file: {exc.strerror}", file=file) from None
-    if len(raw) > _MAX_FILE_BYTES:
-        raise TenantFileError(f"larger than {_MAX_FILE_BYTES} bytes", file=file)
-    try:
-        node = yaml.compose(raw.decode("utf-8"), Loader=_LOADER)
-    except UnicodeDecodeError:
-        raise TenantFileError("not UTF-8", file=file) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise TenantFileError(f"not valid YAML: {getattr(exc, 'problem', None) or exc}", file=file,
-                              line=mark.line + 1 if mark is not None else None) from None
-    if node is None:
-        raise TenantFileError("the file is empty", file=file)
-    lines: dict[PathKey, int] = {}
-    data = _convert(node, (), lines, file)
-    try:
-        model = _File.model_validate(data)
+        model = _File.model_validate(doc.data)
     except pydantic.ValidationError as exc:
-        raise _violation(exc, lines, file) from None
+        raise validation_error(exc, doc, file, error=TenantFileError) from None
+    lines = doc.lines
     seen: dict[str, int] = {}
     for i, tenant in enumerate(model.tenants):
         if tenant.id in seen:
