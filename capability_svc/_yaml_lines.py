@@ -16,11 +16,12 @@ from typing import Any
 
 import yaml
 
+from agentmesh.data_file import PathKey, format_path
+
+__all__ = ["DocumentError", "LinedDocument", "PathKey", "format_path", "load_document"]
+
 # libyaml's composer is ~10x faster and keeps the same marks (line numbers).
 _Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-PathKey = tuple[str | int, ...]
-"""A path into a document: mapping keys and sequence indexes, root is ``()``."""
 
 
 class DocumentError(Exception):
@@ -53,17 +54,6 @@ class LinedDocument:
             if not key:
                 return None
             key = key[:-1]
-
-
-def format_path(path: Sequence[str | int]) -> str:
-    """Render ``("tenants", 0, "permits", 2, "id")`` as ``tenants[0].permits[2].id``."""
-    out = ""
-    for part in path:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else part
-    return out
 
 
 def load_document(text: str) -> LinedDocument:
