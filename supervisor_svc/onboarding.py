@@ -359,6 +359,9 @@ class Onboarding:
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA busy_timeout = 5000")
         self._db.executescript(_SCHEMA)
+        self._writes = 0
+        """Transactions this connection committed (``PRAGMA data_version`` counts only the others')."""
+        self._read: tuple[tuple[int, int], tuple[AgentVersionRecord, ...]] | None = None
         registry.attach_versions(self.active_manifests)
 
     def close(self) -> None:
@@ -376,6 +379,7 @@ class Onboarding:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+            self._writes += 1
 
     # -- reads
 
@@ -395,11 +399,15 @@ class Onboarding:
                                   tuple(json.loads(row["problems_json"])))
 
     def _registered(self, agent_id: str | None = None) -> builtins.list[AgentVersionRecord]:
+        """The registered versions (of one agent), read and checked again only when the file changed: the
+        registry asks on every task dispatch, and a manifest's check (its JSON Schemas) costs milliseconds."""
         with self._lock:
-            rows = self._db.execute(
-                "SELECT * FROM agent_versions" + (" WHERE agent_id = ?" if agent_id else "")
-                + " ORDER BY agent_id, created_at", (agent_id,) if agent_id else ()).fetchall()
-            return [self._record(r) for r in rows]
+            stamp = (int(self._db.execute("PRAGMA data_version").fetchone()[0]), self._writes)
+            if self._read is None or self._read[0] != stamp:
+                rows = self._db.execute("SELECT * FROM agent_versions ORDER BY agent_id, created_at").fetchall()
+                self._read = (stamp, tuple(self._record(r) for r in rows))
+            records = self._read[1]
+        return [r for r in records if not agent_id or r.agent_id == agent_id]
 
     def _shipped(self, agent_id: str | None = None) -> builtins.list[AgentVersionRecord]:
         out = []

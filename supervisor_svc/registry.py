@@ -486,6 +486,9 @@ class AgentRegistry:
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA busy_timeout = 5000")
         self._db.executescript(_SCHEMA)
+        self._writes = 0
+        """Transactions this connection committed (``PRAGMA data_version`` counts only the others')."""
+        self._read: tuple[tuple[int, int], dict[str, sqlite3.Row], dict[str, builtins.list[sqlite3.Row]]] | None = None
         self.check_dependencies()
 
     def close(self) -> None:
@@ -501,12 +504,21 @@ class AgentRegistry:
 
     # -- reads
 
-    def _row(self, agent_id: str) -> sqlite3.Row | None:
+    def _stored(self) -> tuple[dict[str, sqlite3.Row], dict[str, builtins.list[sqlite3.Row]]]:
+        """The stored statuses and histories by agent, read again only when the file changed: every task
+        dispatch asks for its agent, and the file changes only when an operator moves one."""
         with self._lock:
-            row: sqlite3.Row | None = self._db.execute(
-                "SELECT * FROM agent_status WHERE agent_id = ?", (agent_id,)
-            ).fetchone()
-            return row
+            stamp = (int(self._db.execute("PRAGMA data_version").fetchone()[0]), self._writes)
+            if self._read is None or self._read[0] != stamp:
+                statuses = {r["agent_id"]: r for r in self._db.execute("SELECT * FROM agent_status").fetchall()}
+                histories: dict[str, builtins.list[sqlite3.Row]] = {}
+                for r in self._db.execute("SELECT * FROM agent_status_history ORDER BY seq").fetchall():
+                    histories.setdefault(r["agent_id"], []).append(r)
+                self._read = (stamp, statuses, histories)
+            return self._read[1], self._read[2]
+
+    def _row(self, agent_id: str) -> sqlite3.Row | None:
+        return self._stored()[0].get(agent_id)
 
     def _entry(self, manifest: AgentManifest, row: sqlite3.Row | None) -> AgentEntry:
         if row is None:
@@ -527,8 +539,7 @@ class AgentRegistry:
 
     def shipped(self) -> builtins.list[AgentEntry]:
         """The versions shipped as manifest files, with their status, ordered by agent id."""
-        with self._lock:
-            rows = {r["agent_id"]: r for r in self._db.execute("SELECT * FROM agent_status").fetchall()}
+        rows = self._stored()[0]
         return [self._entry(m, rows.get(k)) for k, m in sorted(self._manifests.items())]
 
     def list(self) -> builtins.list[AgentEntry]:
@@ -581,10 +592,7 @@ class AgentRegistry:
             AgentNotFound: no such agent.
         """
         self.get(agent_id)
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT * FROM agent_status_history WHERE agent_id = ? ORDER BY seq", (agent_id,)
-            ).fetchall()
+        rows = self._stored()[1].get(agent_id, [])
         return [
             StatusChange(r["agent_id"], LifecycleStatus(r["old_status"]), LifecycleStatus(r["new_status"]),
                          r["reason"], r["changed_by"], r["changed_at"])
@@ -630,6 +638,7 @@ class AgentRegistry:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+            self._writes += 1
 
     def set_status(self, agent_id: str, status: LifecycleStatus | str, reason: str, by: str) -> AgentEntry:
         """Change an agent's lifecycle status, persisted with history (operators only — the caller checks).

@@ -73,6 +73,49 @@ def world(tmp_path: Path) -> Iterator[tuple[Onboarding, AgentRegistry, Policy, l
 SPIFFE = "spiffe://agentmesh.local/agent/training-agent"
 
 
+def test_registered_versions_are_checked_once_not_on_every_dispatch(world: Any,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every task dispatch asks the registry for its agent, which asks onboarding for the ACTIVE registered
+    versions: their manifests (JSON Schemas and all) are checked when the file changed, not on every ask."""
+    onboarding, registry, _, _, _ = world
+    from supervisor_svc import onboarding as onboarding_module
+
+    checked: list[str] = []
+    check = onboarding_module.manifest_from_data
+
+    def counted(data: Any, source: str) -> Any:
+        checked.append(source)
+        return check(data, source)
+
+    monkeypatch.setattr(onboarding_module, "manifest_from_data", counted)
+    onboarding.register(OLGA, manifest(), "127.0.0.1:7600", SPIFFE)
+    onboarding.register(OLGA, manifest(version="1.2.0"), "127.0.0.1:7601", SPIFFE)
+    checked.clear()
+    for _ in range(5):
+        registry.ensure_active("training-agent")
+        assert [r.version for r in onboarding.list("training-agent") if not r.shipped] == ["1.1.0", "1.2.0"]
+    assert len(checked) == len(set(checked)) <= 2, checked  # each version at most once
+    onboarding.register(OLGA, manifest(version="1.3.0"), "127.0.0.1:7602", SPIFFE)
+    assert [r.version for r in onboarding.list("training-agent") if not r.shipped] == ["1.1.0", "1.2.0", "1.3.0"]
+    assert "registered:training-agent@1.3.0" in checked  # the file changed: read and checked again
+
+
+def test_a_version_registered_through_another_connection_is_seen(world: Any, tmp_path: Path) -> None:
+    """Another process on the same files (a second supervisor replica) registers a version after this one has
+    read them: this one sees it at its next read."""
+    onboarding, registry, policy, _, _ = world
+    assert not [r for r in onboarding.list("training-agent") if not r.shipped]
+    with AgentRegistry(tmp_path / "agents.db") as other_registry:
+        other = Onboarding(tmp_path / "lifecycle.db", other_registry, lambda: ReleaseManager(CAPS), authorize=policy,
+                           audit=lambda event, **f: None)
+        try:
+            other.register(OLGA, manifest(), "127.0.0.1:7600", SPIFFE)
+        finally:
+            other.close()
+    (record,) = [r for r in onboarding.list("training-agent") if not r.shipped]
+    assert (record.version, record.status) == ("1.1.0", S.DRAFT)
+
+
 def test_registration_enters_draft_and_is_audited(world: Any) -> None:
     onboarding, _, policy, audit, _ = world
     record = onboarding.register(OLGA, manifest(status="ACTIVE"), "127.0.0.1:7600", SPIFFE)

@@ -94,8 +94,13 @@ def test_disabled_takes_effect_at_once_and_survives_restart(tmp_path: Path) -> N
 def test_status_change_seen_by_another_registry_on_the_same_database(tmp_path: Path) -> None:
     db = tmp_path / "agents.db"
     with AgentRegistry(db) as a, AgentRegistry(db) as b:
+        assert b.get("risk-agent").status is LifecycleStatus.ACTIVE  # b has read the file before the change
         a.set_status("risk-agent", LifecycleStatus.DISABLED, "incident", "client:ops")
         assert b.get("risk-agent").status is LifecycleStatus.DISABLED
+        with pytest.raises(AgentNotActive):
+            b.ensure_active("risk-agent")
+        assert [h.reason for h in b.history("risk-agent")] == ["incident"]
+        assert {e.agent_id: e.status for e in b.shipped()}["risk-agent"] is LifecycleStatus.DISABLED
 
 
 def test_setting_the_same_status_records_nothing(registry: AgentRegistry) -> None:
