@@ -65,6 +65,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.trace import Status, StatusCode
 
 from agentmesh import delegation, errors, grants, telemetry
+from agentmesh.revocation import Revocation, revoke_execution
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import capability_service_pb2 as pb
 from agentmesh.v1 import common_pb2
@@ -78,7 +79,6 @@ from capability_svc.idempotency import (
     IdempotencyInFlight,
     IdempotencyStore,
     KeyHolder,
-    Revocation,
 )
 from capability_svc.internal_runtime import TenantScope
 from capability_svc.invocation import CompensationResult, Execution, InvocationContext, VerificationResult
@@ -778,23 +778,11 @@ class GovernedInvoker:
 
     def revoke(self, caller: str, req: pb.RevokeExecutionRequest) -> pb.RevokeExecutionResponse:
         """Revokes an execution's grants (see ``RevokeExecution``); in force before its record is written."""
-        if not req.execution_id:
-            raise errors.InvalidArgument("execution_id is required", reason="MISSING_FIELD",
-                                         metadata={"field": "execution_id"})
-        before = req.issued_before.ToDatetime(tzinfo=dt.UTC) if req.HasField("issued_before") else None
         now = self._clock()
-        revocation = self._idem.revoke(req.execution_id, before, req.reason or "revoked", now)
         # A safety stop: in force at once, its record kept durably (outbox) rather than awaited.
-        try:
-            self._audit.record_durably(
-                audit_pb2.AUDIT_EVENT_TYPE_STATUS_CHANGED, outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS,
-                execution_id=req.execution_id,
-                reason_codes=["GRANTS_REVOKED", req.reason or "revoked",
-                              "issued_before=" + (revocation.issued_before.isoformat()
-                                                  if revocation.issued_before else "all"),
-                              f"revoked_by={caller}"])
-        except errors.MeshError:
-            log.exception("revocation of %s recorded neither in audit nor in the outbox", req.execution_id)
+        revocation = revoke_execution(self._idem, self._audit, execution_id=req.execution_id,
+                                      issued_before=req.issued_before if req.HasField("issued_before") else None,
+                                      reason=req.reason, caller=caller, code="GRANTS_REVOKED", now=now)
         resp = pb.RevokeExecutionResponse(execution_id=req.execution_id)
         resp.revoked_at.FromDatetime(now)
         if revocation.issued_before is not None:

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Final
 
 from agentmesh.database import Database, open_database
+from agentmesh.revocation import Revocation, widened
 from capability_svc.errors import CapabilityError
 
 log = logging.getLogger(__name__)
@@ -151,21 +152,6 @@ class Claim:
     orphaned: str = ""
     """Set (to the dead owner) when the key is IN_FLIGHT and its owner is gone: the caller must
     read the effect back and :meth:`IdempotencyStore.complete` or :meth:`IdempotencyStore.take_over`."""
-
-
-@dataclass(frozen=True, slots=True)
-class Revocation:
-    """The grants of an execution that are revoked: all of them, or those issued before ``issued_before``."""
-
-    execution_id: str
-    issued_before: dt.datetime | None
-    """None: every grant of the execution, whenever issued."""
-    reason: str
-    revoked_at: dt.datetime
-
-    def covers(self, issued_at: dt.datetime) -> bool:
-        """Whether a grant issued at ``issued_at`` is revoked."""
-        return self.issued_before is None or issued_at < self.issued_before
 
 
 HEARTBEAT_S: Final = 1.0
@@ -324,27 +310,23 @@ class IdempotencyStore:
         with self._lock, self._db.transaction():
             row = self._db.execute("SELECT issued_before FROM revocations WHERE execution_id=?",
                                    (execution_id,)).fetchone()
-            if row is not None:
-                held = None if row[0] is None else dt.datetime.fromisoformat(row[0])
-                if held is None or (issued_before is not None and issued_before <= held):
-                    issued_before = held
+            held = None if row is None or row[0] is None else dt.datetime.fromisoformat(row[0])
+            issued_before = widened(held, row is not None, issued_before)
             self._db.execute(
                 "INSERT INTO revocations VALUES (?, ?, ?, ?) ON CONFLICT (execution_id) DO UPDATE SET"
                 " issued_before=excluded.issued_before, reason=excluded.reason, revoked_at=excluded.revoked_at",
                 (execution_id, None if issued_before is None else issued_before.isoformat(), reason,
                  now.isoformat()))
-        return Revocation(execution_id, issued_before, reason, now)
+        return Revocation(execution_id, issued_before, reason)
 
     def revocation(self, execution_id: str) -> Revocation | None:
         """The revocation of an execution's grants, or None."""
         with self._lock:
             row = self._db.execute(
-                "SELECT issued_before, reason, revoked_at FROM revocations WHERE execution_id=?",
-                (execution_id,)).fetchone()
+                "SELECT issued_before, reason FROM revocations WHERE execution_id=?", (execution_id,)).fetchone()
         if row is None:
             return None
-        return Revocation(execution_id, None if row[0] is None else dt.datetime.fromisoformat(row[0]), str(row[1]),
-                          dt.datetime.fromisoformat(row[2]))
+        return Revocation(execution_id, None if row[0] is None else dt.datetime.fromisoformat(row[0]), str(row[1]))
 
     def complete(self, tenant_id: str, capability_id: str, key: str, response: bytes, output_digest: str = "") -> None:
         """Stores the outcome of the first call."""

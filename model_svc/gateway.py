@@ -55,6 +55,7 @@ from opentelemetry import metrics
 
 from agentmesh import delegation, errors, grants, telemetry
 from agentmesh.external import strict_json_loads
+from agentmesh.revocation import revoke_execution
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import model_service_pb2 as pb
@@ -545,22 +546,10 @@ class ModelGateway:
     def revoke(self, caller_id: str, req: pb.ModelServiceRevokeExecutionRequest
                ) -> pb.ModelServiceRevokeExecutionResponse:
         """Revokes an execution's grants here (the supervisor only, by the caller table); in force at once."""
-        if not req.execution_id:
-            raise errors.InvalidArgument("execution_id is required", reason="MISSING_FIELD",
-                                         metadata={"field": "execution_id"})
-        before = req.issued_before.ToDatetime(tzinfo=dt.UTC) if req.HasField("issued_before") else None
         now = self._clock()
-        revocation = self._ledger.revoke(req.execution_id, before, req.reason or "revoked", now)
-        try:
-            self._audit.record_durably(
-                audit_pb2.AUDIT_EVENT_TYPE_STATUS_CHANGED, outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS,
-                execution_id=req.execution_id,
-                reason_codes=["MODEL_GRANTS_REVOKED", req.reason or "revoked",
-                              "issued_before=" + (revocation.issued_before.isoformat()
-                                                  if revocation.issued_before else "all"),
-                              f"revoked_by={caller_id}"])
-        except errors.MeshError:
-            log.exception("revocation of %s recorded neither in audit nor in the outbox", req.execution_id)
+        revoke_execution(self._ledger, self._audit, execution_id=req.execution_id,
+                         issued_before=req.issued_before if req.HasField("issued_before") else None,
+                         reason=req.reason, caller=caller_id, code="MODEL_GRANTS_REVOKED", now=now)
         resp = pb.ModelServiceRevokeExecutionResponse(execution_id=req.execution_id)
         resp.revoked_at.FromDatetime(now)
         return resp

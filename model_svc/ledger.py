@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentmesh import database
+from agentmesh.revocation import Revocation, widened
 from agentmesh.v1 import common_pb2
 
 __all__ = ["Budget", "BudgetExhausted", "BudgetLedger", "Reservation", "Revocation", "Spent"]
@@ -79,19 +80,6 @@ class Reservation:
     task_key: str
     tokens: int
     cost: float
-
-
-@dataclass(frozen=True)
-class Revocation:
-    """An execution whose grants are revoked (all, or those issued before ``issued_before``)."""
-
-    execution_id: str
-    issued_before: dt.datetime | None
-    reason: str
-
-    def covers(self, issued_at: dt.datetime) -> bool:
-        """Whether a grant issued at ``issued_at`` is revoked."""
-        return self.issued_before is None or issued_at < self.issued_before
 
 
 class BudgetExhausted(Exception):
@@ -181,8 +169,7 @@ class BudgetLedger:
         """Revokes an execution's grants (all when ``issued_before`` is None); widens an earlier revocation."""
         with self._db.transaction():
             current = self.revocation(execution_id)
-            before = None if issued_before is None or (current and current.issued_before is None) else (
-                max(issued_before, current.issued_before) if current and current.issued_before else issued_before)
+            before = widened(current.issued_before if current else None, current is not None, issued_before)
             self._db.execute(
                 "INSERT INTO model_revocations (execution_id, issued_before, reason, revoked_at) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT (execution_id) DO UPDATE SET issued_before = excluded.issued_before, "
