@@ -54,6 +54,7 @@ from google.protobuf import json_format, struct_pb2
 from opentelemetry import metrics
 
 from agentmesh import delegation, errors, grants, telemetry
+from agentmesh.data_file import format_path
 from agentmesh.external import strict_json_loads
 from agentmesh.revocation import revoke_execution
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
@@ -93,13 +94,6 @@ class Recorder(Protocol):
 
 def _sha256(data: str) -> str:
     return hashlib.sha256(data.encode()).hexdigest()
-
-
-def _path(parts: Sequence[object]) -> str:
-    out = ""
-    for p in parts:
-        out += f"[{p}]" if isinstance(p, int) else f".{p}"
-    return out
 
 
 @dataclass
@@ -309,7 +303,7 @@ class ModelGateway:
         error = next(iter(sorted(prompt.parameters_validator.iter_errors(parameters),
                                  key=lambda e: list(map(str, e.absolute_path)))), None)
         if error is not None:
-            where = "parameters" + _path(list(error.absolute_path))
+            where = format_path(["parameters", *error.absolute_path])
             raise self._refuse(errors.InvalidArgument(f"{where}: {error.message[:200]}", reason="PARAMETERS_INVALID",
                                                       metadata={"field": where}), req, caller)
         data: list[DataPart] = []
@@ -439,7 +433,7 @@ class ModelGateway:
                                  key=lambda e: list(map(str, e.absolute_path)))), None)
         if error is not None:
             return _AnswerInvalid(f"the answer breaks the schema of {prompt.ref} at "
-                                  f"answer{_path(list(error.absolute_path))}")
+                                  + format_path(["answer", *error.absolute_path]))
         return None
 
     def _record(self, attempt: _Attempt, req: pb.CompleteRequest, caller: _Caller, prompt: Prompt,

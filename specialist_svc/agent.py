@@ -21,6 +21,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from jsonschema import Draft202012Validator
 
 from agentmesh import errors
+from agentmesh.data_file import format_path
 from agentmesh.v1 import common_pb2
 from specialist_svc.agents import RULES, AgentRules
 from specialist_svc.phrases import speaking
@@ -35,13 +36,6 @@ RUNTIME_VERSION = "agentmesh-specialist/0.1.0"
 
 class UnknownAgent(ValueError):
     """No registered manifest, or no rules, for the requested agent id."""
-
-
-def _path(parts: Any) -> str:
-    out = ""
-    for p in parts:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
-    return out
 
 
 @dataclass(frozen=True)
@@ -108,7 +102,7 @@ class SpecialistAgent:
         error = next(iter(sorted(self._input_validator.iter_errors(data),
                                  key=lambda e: list(map(str, e.absolute_path)))), None)
         if error is not None:
-            field = _path(["task", "input", *error.absolute_path])
+            field = format_path(["task", "input", *error.absolute_path])
             raise errors.InvalidArgument(f"{field}: {error.message}", reason="TASK_INPUT_INVALID", field=field)
         return data
 
