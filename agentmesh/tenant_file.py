@@ -68,7 +68,12 @@ LIMIT_REASONS = ("MAX_DEPTH_EXCEEDED", "MAX_TASKS_EXCEEDED", "MAX_HANDOFFS_EXCEE
 """The keys of ``on_exceeded`` besides ``default``."""
 
 class TenantFileError(ValueError):
-    """A tenant file (or a world's tenant definitions) is not valid; names the file, line and field."""
+    """A tenant file (or a world's tenant definitions) is not valid; names the file, line and field.
+
+    ``reason`` says what kind of problem it is when the reader knows (``CONFIG_UNREADABLE``,
+    ``CONFIG_TOO_LARGE``, ``CONFIG_SYNTAX_INVALID``, see :mod:`agentmesh.data_file`), else
+    ``TENANT_FILE_INVALID``.
+    """
 
     def __init__(self, message: str, *, file: str, field: str | None = "", line: int | None = None,
                  reason: str | None = None) -> None:
