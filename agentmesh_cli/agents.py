@@ -92,9 +92,10 @@ def _registry(cfg: MeshConfig, call: Callable[[Any], T]) -> T:
 
 
 def _status(value: int) -> str:
+    from agentmesh.execution_text import enum_name
     from agentmesh.v1 import common_pb2
 
-    return str(common_pb2.LifecycleStatus.Name(value)).removeprefix("LIFECYCLE_STATUS_")
+    return enum_name(common_pb2.LifecycleStatus, value, "LIFECYCLE_STATUS_")
 
 
 def _version_row(v: Any) -> dict[str, Any]:

@@ -185,6 +185,16 @@ def _expires_in(ts: Any) -> str:
     return " (expired)" if left <= 0 else f" (in {left // 60}m {left % 60:02d}s)"
 
 
+def print_bullets(title: str, items: Sequence[str], out: TextIO | None = None) -> None:
+    """A titled list, one ``  - item`` a line after a blank line; nothing when there are no items."""
+    if not items:
+        return
+    out = out or sys.stdout
+    print(f"\n{title}:", file=out)
+    for item in items:
+        print(f"  - {item}", file=out)
+
+
 def print_action(action: sup_pb2.ProposedAction, out: TextIO | None = None) -> None:
     """The action block of a report: what, on what, its state and why."""
     from agentmesh.v1 import common_pb2
@@ -259,14 +269,8 @@ def print_execution(ex: Any) -> None:
             print(f"  evidence #{i}: {ev.source} {ev.reference} ({auth}, {ev.capability})")
     for c in ex.conflicts:
         print_conflict(c, (f"{c.agent_a} (PASS)", f"{c.agent_b} (FAIL)"), unresolved=f" — review {c.review_id}")
-    if ex.missing:
-        print("\nmissing:")
-        for m in ex.missing:
-            print(f"  - {m.text}")
-    if ex.recommended_resources:
-        print("\nrecommended resources:")
-        for r in ex.recommended_resources:
-            print(f"  - {r}")
+    print_bullets("missing", [m.text for m in ex.missing])
+    print_bullets("recommended resources", ex.recommended_resources)
     if ex.selection_scores:
         print("\nselection scores:")
         for sc in ex.selection_scores:
@@ -516,7 +520,7 @@ def print_evidence(side: str, evidence: Any) -> None:
 
     print(f"  {side} evidence:" if evidence else f"  {side} evidence: none")
     for i, ev in enumerate(evidence):
-        auth = str(common_pb2.AuthorityLevel.Name(ev.authority)).removeprefix("AUTHORITY_LEVEL_")
+        auth = enum_name(common_pb2.AuthorityLevel, ev.authority, "AUTHORITY_LEVEL_")
         data = json.dumps(json_format.MessageToDict(ev.data), sort_keys=True) if ev.data.fields else ""
         print(f"    #{i} {ev.source} {ev.reference} ({auth}, {ev.capability})" + (f" {data}" if data else ""))
 

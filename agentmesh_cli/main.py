@@ -237,7 +237,7 @@ def cmd_policy_check(args: argparse.Namespace, cfg: MeshConfig) -> int:
                    "OPERATION_KIND_REVIEW" if args.review else "OPERATION_KIND_INVOKE"),
     )
     resp = exchange(cfg, "policy", policy_grpc.PolicyServiceStub, lambda stub: stub.Authorize(req))
-    full_effect = common_pb2.PolicyEffect.Name(resp.decision.effect)
+    full_effect = enum_name(common_pb2.PolicyEffect, resp.decision.effect)
     effect = full_effect.removeprefix("POLICY_EFFECT_")
     data = {"effect": full_effect, "reason_codes": list(resp.decision.reason_codes),
             "policy_version": resp.decision.policy_version, "decision_id": resp.decision.decision_id,
@@ -282,7 +282,7 @@ def cmd_policy_kill(args: argparse.Namespace, cfg: MeshConfig) -> int:
                                           enabled=not args.off, reason=args.reason)
     ks = exchange(cfg, "policy", policy_grpc.PolicyServiceStub, lambda stub: stub.SetKillSwitch(req).kill_switch)
     state = "ON (stopped)" if ks.enabled else "off"
-    emit(args, {"scope": policy_pb2.KillSwitchScope.Name(ks.scope), "target": ks.target, "enabled": ks.enabled,
+    emit(args, {"scope": enum_name(policy_pb2.KillSwitchScope, ks.scope), "target": ks.target, "enabled": ks.enabled,
                 "changed_by": ks.changed_by},
          lambda: print(f"kill switch {args.scope.upper()} {ks.target or '(platform)'}: {state}"))
     return 0
@@ -294,7 +294,7 @@ def cmd_policy_switches(args: argparse.Namespace, cfg: MeshConfig) -> int:
 
     resp = exchange(cfg, "policy", policy_grpc.PolicyServiceStub,
                     lambda stub: stub.ListKillSwitches(policy_pb2.ListKillSwitchesRequest()))
-    rows = [{"scope": policy_pb2.KillSwitchScope.Name(k.scope),
+    rows = [{"scope": enum_name(policy_pb2.KillSwitchScope, k.scope),
              "target": k.target, "reason": k.reason, "changed_by": k.changed_by,
              "changed_at": k.changed_at.ToDatetime().isoformat()} for k in resp.kill_switches]
     shown = [{**r, "scope": r["scope"].removeprefix("KILL_SWITCH_SCOPE_")} for r in rows]
@@ -405,6 +405,7 @@ def cmd_data_load(args: argparse.Namespace, cfg: MeshConfig) -> int:
     from pathlib import Path
 
     from agentmesh.tenant_file import TenantApplyFailed, apply_tenant_file
+    from agentmesh.v1 import tenant_service_pb2 as tenant_pb2
     from capability_svc.errors import WorldFormatError
     from capability_svc.internal_runtime import InternalStore
     from capability_svc.world import load_world, world_tenant_file
@@ -426,7 +427,8 @@ def cmd_data_load(args: argparse.Namespace, cfg: MeshConfig) -> int:
         except TenantApplyFailed as err:
             raise CliError(f"{err}; no data was loaded") from err
         applied = [{"tenant": r.tenant.tenant_id, "revision": r.tenant.revision,
-                    "change": str(tenant_change_name(r.change))} for r in response.results]
+                    "change": enum_name(tenant_pb2.TenantChange, r.change, "TENANT_CHANGE_")}
+                   for r in response.results]
     try:
         summary = load_world(path, InternalStore(cfg.mesh_home.data / "internal.db"))
     except WorldFormatError as err:
@@ -444,13 +446,6 @@ def cmd_data_load(args: argparse.Namespace, cfg: MeshConfig) -> int:
         + (f"; tenant definitions applied: {definitions}" if applied else "")
         + (f"; sandbox LMS restarted at {lms_url}" if lms_url else "")))
     return 0
-
-
-def tenant_change_name(value: int) -> str:
-    """``TENANT_CHANGE_CREATED`` → ``CREATED``."""
-    from agentmesh.v1 import tenant_service_pb2 as tenant_pb2
-
-    return str(tenant_pb2.TenantChange.Name(value)).removeprefix("TENANT_CHANGE_")
 
 
 # --- parser ----------------------------------------------------------------

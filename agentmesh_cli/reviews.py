@@ -120,15 +120,17 @@ def _decision_center(cfg: MeshConfig, call: Callable[[Any], T]) -> T:
 
 
 def _kind(review: dc_pb2.ReviewItem) -> str:
+    from agentmesh.execution_text import enum_name
     from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
 
-    return str(dc_pb2.ReviewKind.Name(review.kind)).removeprefix("REVIEW_KIND_")
+    return enum_name(dc_pb2.ReviewKind, review.kind, "REVIEW_KIND_")
 
 
 def _status(review: dc_pb2.ReviewItem) -> str:
+    from agentmesh.execution_text import enum_name
     from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
 
-    return str(dc_pb2.ReviewStatus.Name(review.status)).removeprefix("REVIEW_STATUS_")
+    return enum_name(dc_pb2.ReviewStatus, review.status, "REVIEW_STATUS_")
 
 
 def _short(text: str) -> str:
@@ -163,18 +165,17 @@ def cmd_reviews_list(args: argparse.Namespace, cfg: MeshConfig) -> int:
 
 def print_review(review: dc_pb2.ReviewItem) -> None:
     """The human form of one review."""
-    from agentmesh.execution_text import when
+    from agentmesh.execution_text import enum_name, when
     from agentmesh.v1 import common_pb2
     from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
-    from agentmesh_cli.common import print_action, print_conflict
+    from agentmesh_cli.common import print_action, print_bullets, print_conflict
 
     print(f"review    {review.review_id}  {_kind(review)}  ({_status(review)})")
     print(f"execution {review.execution_id}")
     print(f"requester {review.requester}")
     print(f"assignee  {review.assignee or '-'}")
     if review.analysis_decision:
-        decision = str(common_pb2.AnalysisDecision.Name(review.analysis_decision))
-        print(f"analysis  {decision.removeprefix('ANALYSIS_DECISION_')}")
+        print(f"analysis  {enum_name(common_pb2.AnalysisDecision, review.analysis_decision, 'ANALYSIS_DECISION_')}")
     print(f"opened    {when(review.created_at)}   updated {when(review.updated_at)}")
     print()
     print(review.summary)
@@ -183,18 +184,14 @@ def print_review(review: dc_pb2.ReviewItem) -> None:
         print_conflict(c, (c.agent_a or "first side", c.agent_b or "second side"))
     if review.HasField("action"):
         print_action(review.action)
-    if review.recommended_resources:
-        print("\nrecommended resources:")
-        for r in review.recommended_resources:
-            print(f"  - {r}")
+    print_bullets("recommended resources", review.recommended_resources)
     if review.history:
         print("\nhistory:")
         for ev in review.history:
-            what = str(dc_pb2.ReviewDecision.Name(ev.decision)).removeprefix("REVIEW_DECISION_")
+            what = enum_name(dc_pb2.ReviewDecision, ev.decision, "REVIEW_DECISION_")
             extra = f" -> {ev.assignee}" if ev.assignee else ""
             if ev.override_decision:
-                extra += " -> " + str(common_pb2.AnalysisDecision.Name(ev.override_decision)).removeprefix(
-                    "ANALYSIS_DECISION_")
+                extra += " -> " + enum_name(common_pb2.AnalysisDecision, ev.override_decision, "ANALYSIS_DECISION_")
             print(f"  {when(ev.at)}  {what}{extra} by {ev.reviewer}" + (f": {ev.reason}" if ev.reason else "")
                   + (f"  (policy decision {ev.policy_decision_id})" if ev.policy_decision_id else ""))
 
@@ -221,7 +218,7 @@ def cmd_reviews_show(args: argparse.Namespace, cfg: MeshConfig) -> int:
 
 def cmd_reviews_decide(args: argparse.Namespace, cfg: MeshConfig) -> int:
     """approve, reject, request-info, override and assign: one SubmitReviewDecision each."""
-    from agentmesh.execution_text import action_outcome
+    from agentmesh.execution_text import action_outcome, enum_name
     from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
     from agentmesh.v1 import supervisor_service_pb2 as sup_pb2
     from agentmesh_cli.common import confirm_command, emit, execution_dict, user_assertion
@@ -242,10 +239,10 @@ def cmd_reviews_decide(args: argparse.Namespace, cfg: MeshConfig) -> int:
         to = f", assigned to {review.assignee}" if review.assignee else ""
         print(f"review {review.review_id}: {_status(review)}{to}  ({_kind(review)}{by})")
         if resp.HasField("execution"):
-            status = str(sup_pb2.ExecutionStatus.Name(ex.status)).removeprefix("EXECUTION_STATUS_")
+            status = enum_name(sup_pb2.ExecutionStatus, ex.status, "EXECUTION_STATUS_")
             line = f"execution {ex.execution_id}: {status}"
             if ex.HasField("action"):
-                state = str(sup_pb2.ActionState.Name(ex.action.state)).removeprefix("ACTION_STATE_")
+                state = enum_name(sup_pb2.ActionState, ex.action.state, "ACTION_STATE_")
                 line += f"; action {ex.action.capability_id} {ex.action.resource_id} {state}: " \
                         f"{action_outcome(ex.action)}"
             print(line)

@@ -61,7 +61,9 @@ def register(sub: Any, common: argparse.ArgumentParser, out: argparse.ArgumentPa
 
 
 def _change(value: int) -> str:
-    return str(tenant_pb2.TenantChange.Name(value)).removeprefix("TENANT_CHANGE_")
+    from agentmesh.execution_text import enum_name
+
+    return enum_name(tenant_pb2.TenantChange, value, "TENANT_CHANGE_")
 
 
 def cmd_tenants_apply(args: argparse.Namespace, cfg: MeshConfig) -> int:
