@@ -28,7 +28,10 @@ spends its time on. :class:`GroupAppender` is the one path every append of
   the RPC); each record carries its own ids in its body regardless;
 * :meth:`GroupAppender.submit_all` appends several records as one unit: they
   go in the same call, at consecutive indexes, all or none (a governed read's
-  decision and outcome).
+  decision and outcome);
+* :meth:`GroupAppender.submit_each` queues several records that are each a unit
+  of their own at once, so they go in one call with one answer each (the
+  delegations of a stage's tasks, gathered by their caller).
 """
 
 from __future__ import annotations
@@ -77,6 +80,21 @@ class _Append:
                    sum(r.ByteSize() for r in records))
 
 
+def _first(answers: Future[list[audit_pb2.AppendRecordResponse]]) -> Future[audit_pb2.AppendRecordResponse]:
+    """The answer of a unit of one record, as a future of that record's own answer."""
+    one: Future[audit_pb2.AppendRecordResponse] = Future()
+
+    def settle(done: Future[list[audit_pb2.AppendRecordResponse]]) -> None:
+        failure = done.exception()
+        if failure is not None:
+            one.set_exception(failure)
+        else:
+            one.set_result(done.result()[0])
+
+    answers.add_done_callback(settle)
+    return one
+
+
 class GroupAppender:
     """Appends records to audit, concurrent ones together; :meth:`append` returns the caller's own answer.
 
@@ -97,31 +115,36 @@ class GroupAppender:
 
     def submit(self, record: audit_pb2.AuditRecord, timeout_s: float) -> Future[audit_pb2.AppendRecordResponse]:
         """Queues one record; the future holds its answer, or the :class:`~agentmesh.errors.MeshError`."""
-        one: Future[audit_pb2.AppendRecordResponse] = Future()
-
-        def settle(answers: Future[list[audit_pb2.AppendRecordResponse]]) -> None:
-            failure = answers.exception()
-            if failure is not None:
-                one.set_exception(failure)
-            else:
-                one.set_result(answers.result()[0])
-
-        self.submit_all([record], timeout_s).add_done_callback(settle)
-        return one
+        return _first(self.submit_all([record], timeout_s))
 
     def submit_all(self, records: list[audit_pb2.AuditRecord],
                    timeout_s: float) -> Future[list[audit_pb2.AppendRecordResponse]]:
         """Queues records that go together (one call, consecutive indexes, all or none); one answer each."""
         item = _Append.of(records, timeout_s)
         with self._ready:
-            if len(self._threads) < self._senders:
-                thread = threading.Thread(target=self._send_forever, name=f"audit-append-{len(self._threads)}",
-                                          daemon=True)
-                self._threads.append(thread)
-                thread.start()
+            self._add_sender()
             self._queue.append(item)
             self._ready.notify()
         return item.answer
+
+    def submit_each(self, records: list[audit_pb2.AuditRecord],
+                    timeout_s: float) -> list[Future[audit_pb2.AppendRecordResponse]]:
+        """Queues records that are each their own unit, all at once, so a sender takes them together
+        (within :data:`MAX_RECORDS` / :data:`MAX_BYTES`); one future each, with its own answer or error."""
+        items = [_Append.of([record], timeout_s) for record in records]
+        with self._ready:
+            self._add_sender()
+            self._queue.extend(items)
+            self._ready.notify()
+        return [_first(item.answer) for item in items]
+
+    def _add_sender(self) -> None:
+        """Starts one more sender thread while there are fewer than ``senders`` (under ``_ready``)."""
+        if len(self._threads) < self._senders:
+            thread = threading.Thread(target=self._send_forever, name=f"audit-append-{len(self._threads)}",
+                                      daemon=True)
+            self._threads.append(thread)
+            thread.start()
 
     def append(self, record: audit_pb2.AuditRecord, timeout_s: float) -> audit_pb2.AppendRecordResponse:
         """Appends one record and returns once it is durable; raises a MeshError otherwise."""

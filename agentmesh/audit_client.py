@@ -56,7 +56,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import IO, Any, Final
@@ -357,6 +357,11 @@ class AuditRecorder:
     def record_later(self, event_type: int, **fields: Any) -> Future[audit_pb2.AppendRecordResponse]:
         """Sends one record without waiting for it; pass the returned future to :meth:`wait`."""
         return self._appender.submit(self.build(event_type, **fields), self._timeout)
+
+    def append_each(self, records: Sequence[audit_pb2.AuditRecord]) -> list[Future[audit_pb2.AppendRecordResponse]]:
+        """Sends records built with :meth:`build` (each in its own caller's context) in one call, each its own
+        unit: one future each, holding that record's answer once it is durable, or its MeshError."""
+        return self._appender.submit_each(list(records), self._timeout)
 
     def wait(self, sent: Iterable[Future[audit_pb2.AppendRecordResponse]]) -> bool:
         """Waits until records sent with :meth:`record_later` are durable; False (logged) if any failed."""

@@ -43,6 +43,7 @@ import contextlib
 import contextvars
 import dataclasses
 import datetime as dt
+import functools
 import hashlib
 import hmac
 import logging
@@ -95,7 +96,7 @@ from supervisor_svc.planner import (
 )
 from supervisor_svc.privacy import CANCEL, READ, Authorizer, ExecutionGuard, not_found
 from supervisor_svc.projection import Projector, to_struct
-from supervisor_svc.recording import Recorder, governing, governing_all, narrative
+from supervisor_svc.recording import Gathering, Recorder, governing, governing_all, narrative
 from supervisor_svc.registry import AgentRegistry
 from supervisor_svc.routing import Endpoint, Route
 from supervisor_svc.selection import AgentSelector
@@ -233,6 +234,8 @@ class _Live:
     """The limit a task or handoff reached: the stage ends and the execution stops there."""
     retries: RetryBudget | None = None
     """The retries the execution may still make (``retry.execution_budget``), made at its first retry."""
+    gathering: Gathering | None = None
+    """The running stage's first delegations, appended together (None: a stage of one task)."""
 
 
 @dataclass(frozen=True)
@@ -759,10 +762,14 @@ class Orchestrator:
                     runnable.append(task_id)
             context = self._context_for_stage(plan, results)
             ctx = contextvars.copy_context()
-            running = {t: self._pool.submit(ctx.copy().run, self._run_task, live, t, context) for t in runnable}
+            # The stage's tasks are delegated at nearly the same moment: their records go in one append.
+            live.gathering = Gathering(self._audit, runnable) if len(runnable) > 1 else None
+            running = {t: self._pool.submit(ctx.copy().run, self._run_in_stage, live, t, context)
+                       for t in runnable}
             # Every task of the stage ends (and is on the record) before anything is concluded, also when
             # one of them fails inside the supervisor.
             futures.wait(running.values())
+            live.gathering = None
             for task_id, fut in running.items():
                 outcome = fut.result()
                 outcomes[task_id] = outcome
@@ -829,6 +836,16 @@ class Orchestrator:
                       tenant_id=live.user.tenant_id, user_id=live.user.user_id, task_id=task_id,
                       agent_id=node.target_agent_id if node is not None else "",
                       reason_codes=[state.value, reason, why])
+
+    def _run_in_stage(self, live: _Live, task_id: str, context: dict[str, Any] | None) -> TaskOutcome:
+        """:meth:`_run_task`, then out of its stage's gathering (a task that ended before its delegation
+        holds back none of its siblings' records)."""
+        try:
+            return self._run_task(live, task_id, context)
+        finally:
+            gathering = live.gathering
+            if gathering is not None:
+                gathering.leave(task_id)
 
     def _run_task(self, live: _Live, task_id: str, context: dict[str, Any] | None) -> TaskOutcome:
         """Runs one task to its end: the agent version the router chooses is called (again after a transient
@@ -1192,16 +1209,20 @@ class Orchestrator:
                         n.status = common_pb2.TASK_STATUS_RUNNING
             self._store.save(live.execution)
         try:
-            # The delegation is durable in the audit log before the agent hears of it.
-            governing(self._audit, audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED,
-                      outcome=audit_pb2.AUDIT_OUTCOME_PENDING, tenant_id=user.tenant_id, user_id=user.user_id,
-                      task_id=task_id, agent_id=agent_id, principal=principal,
-                      input_digest=node.projection.digest,
-                      reason_codes=[*(["HANDOFF_OUTCOMES", *(f"{h.action_id}={common_pb2.HandoffState.Name(h.state)}"
-                                                             for h in handoffs)] if again else []),
-                                    f"attempt={attempt}", f"agent_version={route.version}",
-                                    f"endpoint={route.endpoint.shown}", *([route.reason] if route.canary else [])],
-                      versions=common_pb2.VersionStamp(agent_version=route.version))
+            # The delegation is durable in the audit log before the agent hears of it (together with its
+            # siblings' when the stage's tasks are delegated at once).
+            gathering = live.gathering
+            record = functools.partial(gathering.governing, task_id) if gathering is not None \
+                else functools.partial(governing, self._audit)
+            record(audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED,
+                   outcome=audit_pb2.AUDIT_OUTCOME_PENDING, tenant_id=user.tenant_id, user_id=user.user_id,
+                   task_id=task_id, agent_id=agent_id, principal=principal,
+                   input_digest=node.projection.digest,
+                   reason_codes=[*(["HANDOFF_OUTCOMES", *(f"{h.action_id}={common_pb2.HandoffState.Name(h.state)}"
+                                                          for h in handoffs)] if again else []),
+                                 f"attempt={attempt}", f"agent_version={route.version}",
+                                 f"endpoint={route.endpoint.shown}", *([route.reason] if route.canary else [])],
+                   versions=common_pb2.VersionStamp(agent_version=route.version))
         except errors.Unavailable as err:
             # Not run. Whether the delegation record is in the log is unknown (audit may have written
             # it and gone before answering), so it is closed either way, through the outbox: no

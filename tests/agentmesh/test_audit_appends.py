@@ -180,3 +180,22 @@ def test_with_nothing_in_flight_the_caller_sends_from_its_own_thread(
     # Not waited for: always through a sender thread.
     assert watching.submit(_record("later"), timeout_s=5).result(5).index == 1
     assert threads[1].startswith("audit-append-")
+
+
+def test_records_queued_each_on_its_own_go_in_one_call_with_one_answer_each(
+        audit: tuple[HeldAudit, GroupAppender]) -> None:
+    fake, appender = audit
+    fake.hold.set()
+    answers = appender.submit_each([_record("a"), _record("b"), _record("c")], timeout_s=5)
+    assert [a.result(5).index for a in answers] == [0, 1, 2]
+    assert fake.calls == [("AppendRecords", 3)]
+
+
+def test_records_queued_each_on_its_own_are_refused_one_by_one(audit: tuple[HeldAudit, GroupAppender]) -> None:
+    fake, appender = audit
+    fake.hold.set()
+    good, bad, other = appender.submit_each([_record("good"), _record("bad"), _record("other")], timeout_s=5)
+    assert (good.result(5).index, other.result(5).index) == (0, 1)
+    err = bad.exception(5)
+    assert isinstance(err, errors.InvalidArgument) and err.field == "record.reason_codes"
+    assert fake.calls == [("AppendRecords", 3), ("AppendRecord", 1), ("AppendRecord", 1), ("AppendRecord", 1)]

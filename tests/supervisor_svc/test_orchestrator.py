@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,9 @@ class Audit:
         self.records: list[audit_pb2.AuditRecord] = []
         self.outbox: list[audit_pb2.AuditRecord] = []
         self.down = False
+        self.calls_of_each: list[int] = []
+        self.unreachable_for: set[str] = set()
+        """Agents whose records, sent together with others (``append_each``), audit does not take."""
 
     def record(self, event_type: int, **fields: Any) -> audit_pb2.AppendRecordResponse:
         if self.down:
@@ -129,6 +133,23 @@ class Audit:
         if self.down:  # all or none, as the real log
             raise errors.Unavailable("connection refused", reason="UNAVAILABLE")
         return [self.record(event_type, **fields) for event_type, fields in records]
+
+    def build(self, event_type: int, **fields: Any) -> audit_pb2.AuditRecord:
+        return audit_pb2.AuditRecord(event_type=event_type, **fields)  # type: ignore[arg-type]
+
+    def append_each(self, records: Any) -> list[Future[audit_pb2.AppendRecordResponse]]:
+        """Each record its own unit, in one call (``calls_of_each`` counts the calls)."""
+        self.calls_of_each.append(len(records))
+        answers: list[Future[audit_pb2.AppendRecordResponse]] = []
+        for record in records:
+            answer: Future[audit_pb2.AppendRecordResponse] = Future()
+            if self.down or record.agent_id in self.unreachable_for:
+                answer.set_exception(errors.Unavailable("connection refused", reason="UNAVAILABLE"))
+            else:
+                self.records.append(record)
+                answer.set_result(audit_pb2.AppendRecordResponse())
+            answers.append(answer)
+        return answers
 
 
 READERS = {"reviewer", "admin", "operator"}
@@ -239,6 +260,31 @@ def _every_delegation_closed(audit: Audit) -> None:
     delegated = {r.task_id for r in _trail(audit) if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED}
     finished = {r.task_id for r in _trail(audit) if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED}
     assert delegated <= finished
+
+
+def test_the_delegations_of_stage_two_are_one_append_each_before_its_agent_is_called(world: Any) -> None:
+    orch, specialists, audit, token, _ = world
+    ex = _analyze(orch, token)
+    assert ex.decision == common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE
+    assert audit.calls_of_each == [3]  # stage one is one task: its delegation went alone
+    delegated = [r.agent_id for r in audit.records if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED]
+    assert delegated[0] == "work-permit-agent"
+    assert sorted(delegated[1:]) == ["compliance-agent", "risk-agent", "training-agent"]
+    _every_delegation_closed(audit)
+
+
+def test_a_delegation_audit_does_not_take_stops_only_its_own_task(world: Any) -> None:
+    orch, specialists, audit, token, _ = world
+    audit.unreachable_for = {"risk-agent"}
+    ex = _analyze(orch, token)
+    assert not specialists.calls_of("risk-agent")  # never told of a task whose delegation is not on the record
+    assert specialists.calls_of("training-agent") and specialists.calls_of("compliance-agent")
+    risk = next(n for n in ex.graph.nodes if n.target_agent_id == "risk-agent")
+    assert risk.status == common_pb2.TASK_STATUS_FAILED
+    assert ex.decision != common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE
+    closed = [r for r in _trail(audit) if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED
+              and r.agent_id == "risk-agent"]
+    assert closed and "NOT_RUN" in closed[0].reason_codes
 
 
 def test_a_handoff_result_goes_back_to_the_agent_that_asked_which_finishes_with_it(world: Any) -> None:
