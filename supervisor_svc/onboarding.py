@@ -411,11 +411,9 @@ class Onboarding:
 
     def _shipped(self, agent_id: str | None = None) -> builtins.list[AgentVersionRecord]:
         out = []
-        for entry in self._registry.shipped():
-            if agent_id and entry.agent_id != agent_id:
-                continue
+        for entry, changes in self._registry.shipped_histories(agent_id):
             history = tuple(Transition(h.old_status, h.new_status, h.reason, h.changed_by, h.changed_at)
-                            for h in self._registry.history(entry.agent_id))
+                            for h in changes)
             out.append(AgentVersionRecord(entry.manifest, entry.status, "", entry.manifest.spiffe_id,
                                           f"manifest:{Path(entry.manifest.source).name}", "", history, ()))
         return out

@@ -219,6 +219,11 @@ class StatusChange:
     changed_at: str
 
 
+def _change(row: sqlite3.Row) -> StatusChange:
+    return StatusChange(row["agent_id"], LifecycleStatus(row["old_status"]), LifecycleStatus(row["new_status"]),
+                        row["reason"], row["changed_by"], row["changed_at"])
+
+
 # --- manifest validation ---------------------------------------------------------------------------
 
 _Id = Annotated[str, pydantic.StringConstraints(pattern=AGENT_ID_PATTERN)]
@@ -542,6 +547,15 @@ class AgentRegistry:
         rows = self._stored()[0]
         return [self._entry(m, rows.get(k)) for k, m in sorted(self._manifests.items())]
 
+    def shipped_histories(
+        self, agent_id: str | None = None
+    ) -> builtins.list[tuple[AgentEntry, builtins.list[StatusChange]]]:
+        """:meth:`shipped` (of one agent), each with its :meth:`history`, from one read of the file: the
+        router asks on every task dispatch."""
+        rows, histories = self._stored()
+        return [(self._entry(m, rows.get(k)), [_change(r) for r in histories.get(k, [])])
+                for k, m in sorted(self._manifests.items()) if agent_id is None or k == agent_id]
+
     def list(self) -> builtins.list[AgentEntry]:
         """Every registered agent with its current status, ordered by agent id.
 
@@ -592,12 +606,7 @@ class AgentRegistry:
             AgentNotFound: no such agent.
         """
         self.get(agent_id)
-        rows = self._stored()[1].get(agent_id, [])
-        return [
-            StatusChange(r["agent_id"], LifecycleStatus(r["old_status"]), LifecycleStatus(r["new_status"]),
-                         r["reason"], r["changed_by"], r["changed_at"])
-            for r in rows
-        ]
+        return [_change(r) for r in self._stored()[1].get(agent_id, [])]
 
     # -- dependencies
 

@@ -101,6 +101,19 @@ def test_status_change_seen_by_another_registry_on_the_same_database(tmp_path: P
             b.ensure_active("risk-agent")
         assert [h.reason for h in b.history("risk-agent")] == ["incident"]
         assert {e.agent_id: e.status for e in b.shipped()}["risk-agent"] is LifecycleStatus.DISABLED
+        [(entry, changes)] = b.shipped_histories("risk-agent")
+        assert entry.status is LifecycleStatus.DISABLED and [h.reason for h in changes] == ["incident"]
+
+
+def test_the_shipped_versions_with_their_histories_are_one_read_of_an_unchanged_file(tmp_path: Path) -> None:
+    with AgentRegistry(tmp_path / "agents.db") as registry:
+        registry.set_status("risk-agent", LifecycleStatus.DISABLED, "incident", "client:ops")
+        expected = [(e, registry.history(e.agent_id)) for e in registry.shipped()]
+        statements: list[str] = []
+        registry._db.set_trace_callback(statements.append)
+        assert registry.shipped_histories() == expected
+        assert registry.shipped_histories("risk-agent") == [(e, h) for e, h in expected if e.agent_id == "risk-agent"]
+        assert statements == ["PRAGMA data_version"] * 2  # the file is unchanged: nothing read again
 
 
 def test_setting_the_same_status_records_nothing(registry: AgentRegistry) -> None:
