@@ -10,6 +10,7 @@ import sys
 import grpc
 
 from agentmesh import spiffe
+from agentmesh.agent_manifest import ManifestError
 from agentmesh.clock import mesh_today
 from agentmesh.service import ServiceContext, ServiceSpec, StartupError, base_parser, knows_peer, run
 from agentmesh.v1 import capability_service_pb2_grpc as capability_grpc
@@ -17,7 +18,6 @@ from agentmesh.v1 import model_service_pb2_grpc as model_grpc
 from agentmesh.v1 import specialist_service_pb2_grpc as specialist_grpc
 from specialist_svc.agent import SpecialistAgent, UnknownAgent
 from specialist_svc.servicer import SpecialistServicer
-from supervisor_svc.errors import AgentManifestError
 
 SERVICES = ("agentmesh.v1.SpecialistService",)
 
@@ -28,7 +28,7 @@ def spec(args: argparse.Namespace) -> ServiceSpec:
         agent = SpecialistAgent.load(args.agent)
     except UnknownAgent as err:
         raise StartupError(f"--agent: {err}") from err
-    except AgentManifestError as err:
+    except ManifestError as err:
         raise StartupError(str(err)) from err
     try:
         identity = spiffe.agent(agent.agent_id)

@@ -21,14 +21,17 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from jsonschema import Draft202012Validator
 
 from agentmesh import errors
+from agentmesh.agent_manifest import AgentManifest, definition, load_manifests
 from agentmesh.data_file import format_path
 from agentmesh.v1 import common_pb2
 from specialist_svc.agents import RULES, AgentRules
 from specialist_svc.phrases import speaking
 from specialist_svc.rules import CapabilityClient, ModelPort, TaskContext, TaskInputInvalid, plain
-from supervisor_svc.registry import AgentEntry, AgentManifest, default_agents_dir, load_manifests
 
 __all__ = ["RUNTIME_VERSION", "SpecialistAgent", "UnknownAgent"]
+
+SHIPPED_MANIFESTS = Path(__file__).resolve().parents[1] / "supervisor_svc" / "agents"
+"""The manifests of the agents the mesh ships, kept with the registry that serves them (read as files)."""
 
 RUNTIME_VERSION = "agentmesh-specialist/0.1.0"
 """``VersionStamp.runtime_version`` of every result."""
@@ -57,9 +60,9 @@ class SpecialistAgent:
         Raises:
             UnknownAgent: no manifest or no rules for ``agent_id``, or the rules call a
                 capability the manifest does not register.
-            supervisor_svc.errors.AgentManifestError: a manifest file is invalid.
+            agentmesh.agent_manifest.ManifestError: a manifest file is invalid.
         """
-        manifests = {m.agent_id: m for m in load_manifests(agents_dir or default_agents_dir())}
+        manifests = {m.agent_id: m for m in load_manifests(agents_dir or SHIPPED_MANIFESTS)}
         known = sorted(set(manifests) & set(RULES))
         if agent_id not in manifests or agent_id not in RULES:
             raise UnknownAgent(f"unknown agent {agent_id!r} (known: {', '.join(known)})")
@@ -90,7 +93,7 @@ class SpecialistAgent:
 
     def definition(self) -> common_pb2.AgentDefinition:
         """The ``AgentDefinition`` of the manifest (its declared status; the supervisor's registry may differ)."""
-        return AgentEntry(self.manifest, self.manifest.status, "", "", "").to_proto()
+        return definition(self.manifest, self.manifest.status)
 
     def task_input(self, task: common_pb2.AgentTask) -> dict[str, Any]:
         """The task's input as plain data, checked against the manifest's ``input_schema``.

@@ -56,13 +56,13 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import pydantic
 
+from agentmesh.agent_manifest import AGENT_ID_PATTERN
 from agentmesh.result_contract import FIELD_TYPES, Condition, ResultContract, ResultField
 from agentmesh.v1 import supervisor_service_pb2
 from supervisor_svc._datafile import Document, PathKey, format_path, load_document, validation_error
 from supervisor_svc.aggregation import EvidencePolicy
 from supervisor_svc.errors import ConfigError
 from supervisor_svc.normalized_text import normalize
-from supervisor_svc.registry import AGENT_ID_PATTERN
 from supervisor_svc.selection import Requirement
 
 if TYPE_CHECKING:

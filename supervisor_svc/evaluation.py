@@ -63,13 +63,13 @@ from google.protobuf import json_format, struct_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentmesh import errors, grants, spiffe, validation
+from agentmesh.agent_manifest import AgentManifest
 from agentmesh.v1 import agent_registry_service_pb2 as registry_pb2
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import specialist_service_pb2 as spec_pb2
 from supervisor_svc._datafile import Document, load_document, validation_error
 from supervisor_svc.errors import ConfigError, SupervisorError
 from supervisor_svc.onboarding import AgentVersionRecord, EvaluationRun, EvaluationRunner
-from supervisor_svc.registry import AgentManifest
 
 __all__ = [
     "Dataset",

@@ -72,10 +72,10 @@ from typing import Annotated, Any
 import pydantic
 from google.protobuf import struct_pb2, timestamp_pb2
 
+from agentmesh.agent_manifest import AGENT_ID_PATTERN
 from agentmesh.v1 import common_pb2
 from supervisor_svc._datafile import load_document, validation_error
 from supervisor_svc.errors import ConfigError
-from supervisor_svc.registry import AGENT_ID_PATTERN
 
 __all__ = [
     "ProjectionConfig",

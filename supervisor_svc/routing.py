@@ -34,9 +34,10 @@ from typing import Annotated, Protocol
 
 import pydantic
 
+from agentmesh.agent_manifest import AGENT_ID_PATTERN, AgentManifest
 from agentmesh.vocabulary import LifecycleStatus
 from supervisor_svc._datafile import load_document, validation_error
-from supervisor_svc.registry import AGENT_ID_PATTERN, AgentEntry, AgentManifest
+from supervisor_svc.registry import AgentEntry
 
 __all__ = [
     "CONFIG_ENDPOINT",
