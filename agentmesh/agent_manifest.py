@@ -43,7 +43,7 @@ import pydantic
 from google.protobuf import struct_pb2
 
 from agentmesh import spiffe
-from agentmesh.data_file import Document, FileErrorFactory, format_path, load_document, validation_error
+from agentmesh.data_file import DataFileError, Document, FileErrorFactory, format_path, load_document, validation_error
 from agentmesh.v1 import common_pb2
 from agentmesh.vocabulary import LifecycleStatus, RiskLevel
 
@@ -119,18 +119,10 @@ class AgentManifest:
     Whether it runs for a task is the policy engine's decision (``use_fallback_agent``)."""
 
 
-class ManifestError(ValueError):
+class ManifestError(DataFileError):
     """An agent manifest is invalid (syntax, a field, a duplicate id, a reference); names file, field and line."""
 
-    def __init__(self, message: str, *, file: str, field: str | None = None, line: int | None = None,
-                 reason: str | None = None) -> None:
-        where = file if line is None else f"{file}:{line}"
-        super().__init__(f"{where}{f' at {field!r}' if field else ''}: {message}")
-        self.message = message
-        self.file = file
-        self.field = field or ""
-        self.line = line
-        self.reason = reason or "AGENT_MANIFEST_INVALID"
+    default_reason = "AGENT_MANIFEST_INVALID"
 
 
 def definition(manifest: AgentManifest, status: LifecycleStatus) -> common_pb2.AgentDefinition:

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import pydantic
 import yaml
 
-__all__ = ["MAX_FILE_BYTES", "Document", "FileErrorFactory", "PathKey", "format_path", "load_document",
+__all__ = ["MAX_FILE_BYTES", "DataFileError", "Document", "FileErrorFactory", "PathKey", "format_path", "load_document",
            "validation_error"]
 
 PathKey = tuple[str | int, ...]
@@ -26,6 +26,26 @@ PathKey = tuple[str | int, ...]
 
 MAX_FILE_BYTES = 1024 * 1024
 """The largest data file read."""
+
+
+class DataFileError(ValueError):
+    """A data file is not valid: its message names the file, the line and the field.
+
+    ``reason`` says what kind of problem it is when the reader knows (``CONFIG_UNREADABLE``,
+    ``CONFIG_TOO_LARGE``, ``CONFIG_SYNTAX_INVALID``), else the subclass's :attr:`default_reason`.
+    """
+
+    default_reason = "DATA_FILE_INVALID"
+
+    def __init__(self, message: str, *, file: str, field: str | None = "", line: int | None = None,
+                 reason: str | None = None) -> None:
+        where = file if line is None else f"{file}:{line}"
+        super().__init__(f"{where}{f' at {field!r}' if field else ''}: {message}")
+        self.message = message
+        self.file = file
+        self.field = field or ""
+        self.line = line
+        self.reason = reason or self.default_reason
 
 
 class FileErrorFactory(Protocol):

@@ -40,7 +40,7 @@ import grpc
 import pydantic
 
 from agentmesh import errors
-from agentmesh.data_file import Document, PathKey, load_document, validation_error
+from agentmesh.data_file import DataFileError, Document, PathKey, load_document, validation_error
 from agentmesh.v1 import tenant_service_pb2 as tenant_pb2
 from agentmesh.v1 import tenant_service_pb2_grpc as tenant_grpc
 
@@ -67,7 +67,7 @@ LIMIT_REASONS = ("MAX_DEPTH_EXCEEDED", "MAX_TASKS_EXCEEDED", "MAX_HANDOFFS_EXCEE
                  "MAX_COST_EXCEEDED", "MAX_TOKENS_EXCEEDED", "MAX_MODEL_CALLS_EXCEEDED", "MAX_MODEL_COST_EXCEEDED")
 """The keys of ``on_exceeded`` besides ``default``."""
 
-class TenantFileError(ValueError):
+class TenantFileError(DataFileError):
     """A tenant file (or a world's tenant definitions) is not valid; names the file, line and field.
 
     ``reason`` says what kind of problem it is when the reader knows (``CONFIG_UNREADABLE``,
@@ -75,15 +75,7 @@ class TenantFileError(ValueError):
     ``TENANT_FILE_INVALID``.
     """
 
-    def __init__(self, message: str, *, file: str, field: str | None = "", line: int | None = None,
-                 reason: str | None = None) -> None:
-        where = file if line is None else f"{file}:{line}"
-        super().__init__(f"{where}{f' at {field!r}' if field else ''}: {message}")
-        self.message = message
-        self.file = file
-        self.field = field or ""
-        self.line = line
-        self.reason = reason or "TENANT_FILE_INVALID"
+    default_reason = "TENANT_FILE_INVALID"
 
 
 @dataclass
