@@ -12,7 +12,8 @@ Starts a whole mesh (`agentmesh up --ports-auto`) in a temporary home twice:
     minus the critical path (stage one + the slowest stage-two task, measured
     from the task timestamps the supervisor records);
   * without delay: analyses per second with --concurrency parallel callers, and the
-    CPU time each mesh process spent per analysis (user + system, from /proc/PID/stat),
+    CPU time each mesh process spent per analysis (user + system, from /proc/PID/stat;
+    the kernel's part; the context switches of its threads, from /proc/PID/task/*/status),
     plus the benchmark's own client process;
   * with --offered RATE ...: an open loop instead of the callers: analyses started at a
     fixed rate for --seconds whatever the mesh's pace, each timed from its planned start
@@ -36,6 +37,7 @@ import threading
 import time
 from concurrent import futures
 from pathlib import Path
+from typing import NamedTuple
 
 import grpc
 
@@ -105,29 +107,61 @@ def latency(delay_ms: int, runs: int) -> None:
             launcher.down(cfg)
 
 
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far (0 if it is gone)."""
+class Usage(NamedTuple):
+    """What a process spent so far: CPU seconds (user + system), of which system, and the
+    context switches of its live threads (voluntary: a thread waited, e.g. handing work to
+    another thread or waiting for the GIL; involuntary: the scheduler took the core)."""
+
+    cpu_s: float = 0.0
+    system_s: float = 0.0
+    voluntary: float = 0
+    involuntary: float = 0
+
+
+def _usage(pid: int) -> Usage:
+    """A process's :class:`Usage` from /proc (all zero if it is gone)."""
+    tick = os.sysconf("SC_CLK_TCK")
     try:
         with open(f"/proc/{pid}/stat") as fh:
             fields = fh.read().rsplit(")", 1)[1].split()
+        threads = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return Usage()
+    switches = {"voluntary_ctxt_switches": 0, "nonvoluntary_ctxt_switches": 0}
+    for tid in threads:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as fh:
+                for line in fh:
+                    key, _, value = line.partition(":")
+                    if key in switches:
+                        switches[key] += int(value)
+        except OSError:
+            continue  # the thread ended meanwhile
+    user, system = int(fields[11]), int(fields[12])
+    return Usage((user + system) / tick, system / tick,
+                 switches["voluntary_ctxt_switches"], switches["nonvoluntary_ctxt_switches"])
 
 
-def _cpu_by_process(cfg: config.MeshConfig) -> dict[str, float]:
-    usage = {p.name: _cpu_s(p.pid) for p in launcher.read_state(cfg)}
-    usage["(benchmark client)"] = _cpu_s(os.getpid())
+def _cpu_by_process(cfg: config.MeshConfig) -> dict[str, Usage]:
+    usage = {p.name: _usage(p.pid) for p in launcher.read_state(cfg)}
+    usage["(benchmark client)"] = _usage(os.getpid())
     return usage
 
 
-def _print_cpu(before: dict[str, float], after: dict[str, float], analyses: int) -> None:
-    per = {name: (after[name] - before.get(name, 0.0)) * 1000 / max(1, analyses) for name in after}
-    mesh = sum(v for k, v in per.items() if not k.startswith("("))
-    print(f"  CPU per analysis: {mesh:.1f} ms in the mesh's processes "
-          f"(2 cores allow {2000 / max(mesh, 0.001):.0f} analyses/s at most)")
-    for name, ms in sorted(per.items(), key=lambda kv: -kv[1]):
-        print(f"    {name:<24} {ms:7.2f} ms")
+def _print_cpu(before: dict[str, Usage], after: dict[str, Usage], analyses: int) -> None:
+    n = max(1, analyses)
+    per = {name: Usage(*((a - b) / n for a, b in zip(after[name], before.get(name, Usage()), strict=True)))
+           for name in after}
+    mesh = [u for k, u in per.items() if not k.startswith("(")]
+    total = sum(u.cpu_s for u in mesh) * 1000
+    print(f"  CPU per analysis: {total:.1f} ms in the mesh's processes "
+          f"(2 cores allow {2000 / max(total, 0.001):.0f} analyses/s at most), "
+          f"{sum(u.system_s for u in mesh) * 1000:.1f} ms of it in the kernel; "
+          f"{sum(u.voluntary for u in mesh):.0f} voluntary and {sum(u.involuntary for u in mesh):.0f} "
+          "involuntary context switches")
+    print(f"    {'process':<24} {'CPU ms':>7} {'kernel':>7} {'vol. cs':>8} {'invol.':>7}")
+    for name, u in sorted(per.items(), key=lambda kv: -kv[1].cpu_s):
+        print(f"    {name:<24} {u.cpu_s * 1000:7.2f} {u.system_s * 1000:7.2f} {u.voluntary:8.1f} {u.involuntary:7.1f}")
 
 
 def _audit_records(cfg: config.MeshConfig) -> int:

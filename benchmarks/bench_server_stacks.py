@@ -8,9 +8,9 @@ Each round starts a server in a process of its own — ``grpc.server`` with a th
 (what every mesh service runs) or ``grpc.aio.server`` on an event loop — whose one
 method does nothing, over mTLS with the mesh's certificates, and calls it from this
 process with a bare channel: one caller at a time, then 8 callers in threads. It prints
-the server process's CPU time per RPC (user + system, from /proc) and the calls per
-second, as medians of the rounds; rounds alternate the two servers, so a noisy
-neighbour slows both.
+the server process's CPU time per RPC (user + system, from /proc), the calls per
+second and the server threads' voluntary context switches per RPC, as medians of the
+rounds; rounds alternate the two servers, so a noisy neighbour slows both.
 
 It answers one question of issue 13 ("asyncio servers where thread hand-offs
 dominate"): whether the server side of a round trip gets cheaper on an event loop.
@@ -50,6 +50,19 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _switches(pid: int) -> int:
+    """Voluntary context switches of a process's threads so far (a thread waited: for
+    another thread's hand-off, for the GIL, for the network)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as fh:
+                total += sum(int(line.split()[1]) for line in fh if line.startswith("voluntary_ctxt_switches"))
+        except OSError:
+            continue  # the thread ended meanwhile
+    return total
+
+
 def _serve_asyncio(cfg: config.MeshConfig) -> None:
     async def nothing(request: Any, context: Any) -> Any:
         return bt.pb.AuthorizeResponse(explanation="ok")
@@ -84,8 +97,9 @@ def serve(kind: str, home: str) -> None:
     server.stop(None)
 
 
-def _measure(cfg: config.MeshConfig, home: str, kind: str, calls: int) -> dict[str, tuple[float, float]]:
-    """{"1 caller": (server CPU-ms per RPC, calls/s), "8 callers": (...)} for one server of ``kind``."""
+def _measure(cfg: config.MeshConfig, home: str, kind: str, calls: int) -> dict[str, tuple[float, float, float]]:
+    """{"1 caller": (server CPU-ms per RPC, calls/s, server context switches per RPC), "8 callers": (...)}
+    for one server of ``kind``."""
     proc = subprocess.Popen([sys.executable, __file__, "--serve", kind, home], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE)
     assert proc.stdout is not None and proc.stdin is not None
@@ -102,14 +116,14 @@ def _measure(cfg: config.MeshConfig, home: str, kind: str, calls: int) -> dict[s
                     call(bt.REQUEST, timeout=10)
 
             workers = [threading.Thread(target=work, args=(calls // threads,)) for _ in range(threads)]
-            cpu0, t0 = _cpu_s(proc.pid), time.perf_counter()
+            cpu0, cs0, t0 = _cpu_s(proc.pid), _switches(proc.pid), time.perf_counter()
             for w in workers:
                 w.start()
             for w in workers:
                 w.join()
-            wall, cpu1 = time.perf_counter() - t0, _cpu_s(proc.pid)
+            wall, cpu1, cs1 = time.perf_counter() - t0, _cpu_s(proc.pid), _switches(proc.pid)
             done = threads * (calls // threads)
-            out[name] = ((cpu1 - cpu0) * 1000 / done, done / wall)
+            out[name] = ((cpu1 - cpu0) * 1000 / done, done / wall, (cs1 - cs0) / done)
         return out
     finally:
         channel.close()
@@ -129,19 +143,22 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = config.load(home=tmp, environ={})
         init_identities(cfg)
-        results: dict[str, list[dict[str, tuple[float, float]]]] = {k: [] for k in KINDS}
+        results: dict[str, list[dict[str, tuple[float, float, float]]]] = {k: [] for k in KINDS}
         for r in range(args.rounds):
             for kind in KINDS:
                 got = _measure(cfg, tmp, kind, args.calls)
                 results[kind].append(got)
                 print(f"round {r + 1} {kind:<8} " + "   ".join(
-                    f"{name}: {cpu:.3f} CPU-ms/RPC, {rate:.0f} calls/s" for name, (cpu, rate) in got.items()))
+                    f"{name}: {cpu:.3f} CPU-ms/RPC, {rate:.0f} calls/s, {cs:.1f} switches/RPC"
+                    for name, (cpu, rate, cs) in got.items()))
         print("medians (server process only):")
         for kind in KINDS:
             for name in ("1 caller", "8 callers"):
                 cpu = statistics.median(r[name][0] for r in results[kind])
                 rate = statistics.median(r[name][1] for r in results[kind])
-                print(f"  {kind:<8} {name:<10} {cpu:.3f} CPU-ms per RPC   {rate:.0f} calls/s")
+                cs = statistics.median(r[name][2] for r in results[kind])
+                print(f"  {kind:<8} {name:<10} {cpu:.3f} CPU-ms per RPC   {rate:.0f} calls/s   "
+                      f"{cs:.1f} voluntary context switches per RPC")
     return 0
 
 
