@@ -37,11 +37,13 @@ import threading
 import time
 from concurrent import futures
 from pathlib import Path
-from typing import NamedTuple
 
 import grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from proc_usage import Usage, usage  # noqa: E402
 
 from agentmesh import assertion, config, launcher, spiffe, transport  # noqa: E402
 from agentmesh.identities import PLATFORM_CLI, client_paths  # noqa: E402
@@ -107,45 +109,10 @@ def latency(delay_ms: int, runs: int) -> None:
             launcher.down(cfg)
 
 
-class Usage(NamedTuple):
-    """What a process spent so far: CPU seconds (user + system), of which system, and the
-    context switches of its live threads (voluntary: a thread waited, e.g. handing work to
-    another thread or waiting for the GIL; involuntary: the scheduler took the core)."""
-
-    cpu_s: float = 0.0
-    system_s: float = 0.0
-    voluntary: float = 0
-    involuntary: float = 0
-
-
-def _usage(pid: int) -> Usage:
-    """A process's :class:`Usage` from /proc (all zero if it is gone)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-        threads = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return Usage()
-    switches = {"voluntary_ctxt_switches": 0, "nonvoluntary_ctxt_switches": 0}
-    for tid in threads:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/status") as fh:
-                for line in fh:
-                    key, _, value = line.partition(":")
-                    if key in switches:
-                        switches[key] += int(value)
-        except OSError:
-            continue  # the thread ended meanwhile
-    user, system = int(fields[11]), int(fields[12])
-    return Usage((user + system) / tick, system / tick,
-                 switches["voluntary_ctxt_switches"], switches["nonvoluntary_ctxt_switches"])
-
-
 def _cpu_by_process(cfg: config.MeshConfig) -> dict[str, Usage]:
-    usage = {p.name: _usage(p.pid) for p in launcher.read_state(cfg)}
-    usage["(benchmark client)"] = _usage(os.getpid())
-    return usage
+    spent = {p.name: usage(p.pid) for p in launcher.read_state(cfg)}
+    spent["(benchmark client)"] = usage(os.getpid())
+    return spent
 
 
 def _print_cpu(before: dict[str, Usage], after: dict[str, Usage], analyses: int) -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import subprocess
 import sys
@@ -36,31 +35,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_transport as bt  # noqa: E402
+from proc_usage import usage  # noqa: E402
 
 from agentmesh import config  # noqa: E402
 from agentmesh.identities import init_identities  # noqa: E402
 from agentmesh.pki import leaf_paths  # noqa: E402
 
 KINDS = ("threads", "asyncio")
-
-
-def _cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _switches(pid: int) -> int:
-    """Voluntary context switches of a process's threads so far (a thread waited: for
-    another thread's hand-off, for the GIL, for the network)."""
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/status") as fh:
-                total += sum(int(line.split()[1]) for line in fh if line.startswith("voluntary_ctxt_switches"))
-        except OSError:
-            continue  # the thread ended meanwhile
-    return total
 
 
 def _serve_asyncio(cfg: config.MeshConfig) -> None:
@@ -116,14 +97,15 @@ def _measure(cfg: config.MeshConfig, home: str, kind: str, calls: int) -> dict[s
                     call(bt.REQUEST, timeout=10)
 
             workers = [threading.Thread(target=work, args=(calls // threads,)) for _ in range(threads)]
-            cpu0, cs0, t0 = _cpu_s(proc.pid), _switches(proc.pid), time.perf_counter()
+            before, t0 = usage(proc.pid), time.perf_counter()
             for w in workers:
                 w.start()
             for w in workers:
                 w.join()
-            wall, cpu1, cs1 = time.perf_counter() - t0, _cpu_s(proc.pid), _switches(proc.pid)
+            wall, after = time.perf_counter() - t0, usage(proc.pid)
             done = threads * (calls // threads)
-            out[name] = ((cpu1 - cpu0) * 1000 / done, done / wall, (cs1 - cs0) / done)
+            out[name] = ((after.cpu_s - before.cpu_s) * 1000 / done, done / wall,
+                         (after.voluntary - before.voluntary) / done)
         return out
     finally:
         channel.close()

@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_transport as bt  # noqa: E402
+from proc_usage import usage  # noqa: E402
 
 from agentmesh import config  # noqa: E402
 from agentmesh.identities import init_identities  # noqa: E402
@@ -44,12 +45,6 @@ from agentmesh.pki import leaf_paths  # noqa: E402
 
 STREAM = f"/{bt.SERVICE}/Stream"
 KINDS = ("unary", "stream")
-
-
-def _cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _answer_each(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
@@ -102,12 +97,12 @@ def _measure(send: Callable[[], None], server_pid: int, calls: int) -> tuple[flo
     for _ in range(200):
         send()
     walls = []
-    mine, theirs = os.times(), _cpu_s(server_pid)
+    mine, theirs = os.times(), usage(server_pid).cpu_s
     for _ in range(calls):
         t0 = time.perf_counter()
         send()
         walls.append(time.perf_counter() - t0)
-    after, theirs_after = os.times(), _cpu_s(server_pid)
+    after, theirs_after = os.times(), usage(server_pid).cpu_s
     caller = (after.user - mine.user) + (after.system - mine.system)
     return statistics.median(walls) * 1000, caller * 1000 / calls, (theirs_after - theirs) * 1000 / calls
 
