@@ -12,9 +12,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import jsonschema
-import jsonschema_rs
 import pydantic
 
+from agentmesh import schema_check
 from capability_svc._yaml_lines import LinedDocument, format_path
 from capability_svc.errors import FieldViolation
 
@@ -53,33 +53,12 @@ def pydantic_violations(
     return _sorted(out)
 
 
-class SchemaCheck:
-    """One schema prepared once: a compiled check for the common case, the precise one for the errors.
-
-    ``jsonschema_rs`` (compiled, formats checked) answers "valid" in microseconds; only when
-    it finds a problem does :func:`schema_violations` (the Python ``jsonschema`` validator,
-    which names each field) run. The Python validator is the authority: where the compiled
-    one is stricter than it (a ``$`` before a trailing newline), the Python answer stands.
-    """
-
-    def __init__(self, schema: dict[str, Any]) -> None:
-        self.precise = jsonschema.Draft202012Validator(
-            schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
-        try:
-            self._fast: jsonschema_rs.Draft202012Validator | None = jsonschema_rs.Draft202012Validator(
-                schema, validate_formats=True)
-        except Exception:  # noqa: BLE001 - a schema it cannot compile (a regex it lacks): the precise check only
-            self._fast = None
-
-    def errors(self, instance: Any) -> list[jsonschema.ValidationError]:
-        """The precise validator's errors for ``instance`` (empty: valid); it runs only if the compiled check fails."""
-        if self._fast is not None and self._fast.is_valid(instance):
-            return []
-        return list(self.precise.iter_errors(instance))
+class SchemaCheck(schema_check.SchemaCheck):
+    """:class:`agentmesh.schema_check.SchemaCheck` (formats checked) that also reports every violation."""
 
     def violations(self, instance: Any) -> tuple[FieldViolation, ...]:
         """Every violation of ``instance`` (empty: valid), as :func:`schema_violations` reports them."""
-        if self._fast is not None and self._fast.is_valid(instance):
+        if self.passes_fast(instance):
             return ()
         return schema_violations(self.precise, instance)
 

@@ -300,8 +300,7 @@ class ModelGateway:
     def _inputs(self, req: pb.CompleteRequest, caller: _Caller,
                 prompt: Prompt) -> tuple[dict[str, Any], list[DataPart]]:
         parameters: dict[str, Any] = json_format.MessageToDict(req.parameters)
-        error = next(iter(sorted(prompt.parameters_validator.iter_errors(parameters),
-                                 key=lambda e: list(map(str, e.absolute_path)))), None)
+        error = prompt.parameters_check.first_error(parameters)
         if error is not None:
             where = format_path(["parameters", *error.absolute_path])
             raise self._refuse(errors.InvalidArgument(f"{where}: {error.message[:200]}", reason="PARAMETERS_INVALID",
@@ -429,8 +428,7 @@ class ModelGateway:
             return _AnswerMalformed("the answer is not one JSON object")
         if not isinstance(answer, dict):
             return _AnswerMalformed("the answer is not one JSON object")
-        error = next(iter(sorted(prompt.answer_validator.iter_errors(answer),
-                                 key=lambda e: list(map(str, e.absolute_path)))), None)
+        error = prompt.answer_check.first_error(answer)
         if error is not None:
             return _AnswerInvalid(f"the answer breaks the schema of {prompt.ref} at "
                                   + format_path(["answer", *error.absolute_path]))

@@ -38,6 +38,8 @@ import yaml
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
+from agentmesh.schema_check import SchemaCheck
+
 __all__ = ["DEFAULT_PROMPTS_DIR", "DataPart", "Prompt", "PromptError", "PromptRegistry", "Rendered", "render"]
 
 DEFAULT_PROMPTS_DIR = Path(__file__).parent / "prompts"
@@ -90,12 +92,12 @@ class Prompt:
         return f"{self.id}@{self.version}"
 
     @cached_property
-    def parameters_validator(self) -> Draft202012Validator:
-        return Draft202012Validator(self.parameters_schema)
+    def parameters_check(self) -> SchemaCheck:
+        return SchemaCheck(self.parameters_schema, formats=False)
 
     @cached_property
-    def answer_validator(self) -> Draft202012Validator:
-        return Draft202012Validator(self.answer_schema)
+    def answer_check(self) -> SchemaCheck:
+        return SchemaCheck(self.answer_schema, formats=False)
 
 
 def _load(path: Path) -> Prompt:

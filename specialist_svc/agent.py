@@ -18,11 +18,11 @@ from typing import Any
 
 from google.protobuf import json_format
 from google.protobuf.timestamp_pb2 import Timestamp
-from jsonschema import Draft202012Validator
 
 from agentmesh import errors
 from agentmesh.agent_manifest import AgentManifest, definition, load_manifests
 from agentmesh.data_file import format_path
+from agentmesh.schema_check import SchemaCheck
 from agentmesh.v1 import common_pb2
 from specialist_svc.agents import RULES, AgentRules
 from specialist_svc.phrases import speaking
@@ -74,12 +74,12 @@ class SpecialistAgent:
         return cls(manifest, rules, today=today) if today is not None else cls(manifest, rules)
 
     @cached_property
-    def _input_validator(self) -> Draft202012Validator:
-        return Draft202012Validator(self.manifest.input_schema)
+    def _input_check(self) -> SchemaCheck:
+        return SchemaCheck(self.manifest.input_schema, formats=False)
 
     @cached_property
-    def _output_validator(self) -> Draft202012Validator:
-        return Draft202012Validator(self.manifest.output_schema)
+    def _output_check(self) -> SchemaCheck:
+        return SchemaCheck(self.manifest.output_schema, formats=False)
 
     @property
     def agent_id(self) -> str:
@@ -102,8 +102,7 @@ class SpecialistAgent:
             agentmesh.errors.InvalidArgument: ``TASK_INPUT_INVALID`` naming the field.
         """
         data: dict[str, Any] = plain(json_format.MessageToDict(task.input))
-        error = next(iter(sorted(self._input_validator.iter_errors(data),
-                                 key=lambda e: list(map(str, e.absolute_path)))), None)
+        error = self._input_check.first_error(data)
         if error is not None:
             field = format_path(["task", "input", *error.absolute_path])
             raise errors.InvalidArgument(f"{field}: {error.message}", reason="TASK_INPUT_INVALID", field=field)
@@ -136,7 +135,7 @@ class SpecialistAgent:
             raise errors.InvalidArgument(str(err), reason="TASK_INPUT_INVALID", field=field) from err
         if result.status not in (common_pb2.RESULT_STATUS_FAILED, common_pb2.RESULT_STATUS_WAITING):
             produced = plain(json_format.MessageToDict(result.result))
-            for error in self._output_validator.iter_errors(produced):
+            for error in self._output_check.errors(produced):
                 raise errors.Internal(f"result breaks {self.agent_id}'s output schema: {error.message}",
                                       reason="RESULT_SCHEMA_VIOLATION")
         result.task_id = task.task_id

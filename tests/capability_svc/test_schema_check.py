@@ -1,4 +1,6 @@
-"""SchemaCheck: the compiled check answers the valid case, the precise validator names the errors."""
+"""The capability service's SchemaCheck: every violation, as the precise validator reports them.
+
+The compiled check and its fallback are tested with :mod:`agentmesh.schema_check`."""
 
 from __future__ import annotations
 
@@ -31,17 +33,15 @@ SCHEMA: dict[str, Any] = {
     {"permit_id": 7},
     [],
 ])
-def test_the_same_answer_as_the_precise_validator(instance: Any) -> None:
+def test_the_same_violations_as_the_precise_validator(instance: Any) -> None:
     check = SchemaCheck(SCHEMA)
     assert check.violations(instance) == schema_violations(check.precise, instance)
-    assert [e.message for e in check.errors(instance)] == [e.message for e in check.precise.iter_errors(instance)]
 
 
 def test_where_the_compiled_check_is_stricter_the_precise_answer_stands() -> None:
     # Python's "$" matches before a trailing newline; the compiled check's does not.
     check = SchemaCheck(SCHEMA)
     assert check.violations({"permit_id": "WP-10231\n"}) == ()
-    assert check.errors({"permit_id": "WP-10231\n"}) == []
 
 
 def test_an_error_names_the_field() -> None:
