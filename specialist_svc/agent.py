@@ -16,7 +16,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from google.protobuf import json_format
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentmesh import errors
@@ -26,7 +25,7 @@ from agentmesh.schema_check import SchemaCheck
 from agentmesh.v1 import common_pb2
 from specialist_svc.agents import RULES, AgentRules
 from specialist_svc.phrases import speaking
-from specialist_svc.rules import CapabilityClient, ModelPort, TaskContext, TaskInputInvalid, plain
+from specialist_svc.rules import CapabilityClient, ModelPort, TaskContext, TaskInputInvalid, plain_struct
 
 __all__ = ["RUNTIME_VERSION", "SpecialistAgent", "UnknownAgent"]
 
@@ -101,7 +100,7 @@ class SpecialistAgent:
         Raises:
             agentmesh.errors.InvalidArgument: ``TASK_INPUT_INVALID`` naming the field.
         """
-        data: dict[str, Any] = plain(json_format.MessageToDict(task.input))
+        data: dict[str, Any] = plain_struct(task.input)
         error = self._input_check.first_error(data)
         if error is not None:
             field = format_path(["task", "input", *error.absolute_path])
@@ -134,7 +133,7 @@ class SpecialistAgent:
             field = f"task.input.{err.field}"
             raise errors.InvalidArgument(str(err), reason="TASK_INPUT_INVALID", field=field) from err
         if result.status not in (common_pb2.RESULT_STATUS_FAILED, common_pb2.RESULT_STATUS_WAITING):
-            produced = plain(json_format.MessageToDict(result.result))
+            produced = plain_struct(result.result)
             for error in self._output_check.errors(produced):
                 raise errors.Internal(f"result breaks {self.agent_id}'s output schema: {error.message}",
                                       reason="RESULT_SCHEMA_VIOLATION")

@@ -17,13 +17,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import grpc
-from google.protobuf import json_format, struct_pb2
+from google.protobuf import struct_pb2
 
 from agentmesh import errors
 from agentmesh.v1 import capability_service_pb2 as cap_pb2
 from agentmesh.v1 import capability_service_pb2_grpc as cap_grpc
 from agentmesh.v1 import common_pb2
-from specialist_svc.rules import Answered, plain
+from specialist_svc.rules import Answered, plain_struct
 
 __all__ = ["MAX_BATCH", "Deadline", "GrpcCapabilityClient", "principal_for"]
 
@@ -189,5 +189,5 @@ class GrpcCapabilityClient:
                 self._policy_versions.add(response.decision.policy_version)
             if response.knowledge_version:
                 self._knowledge_versions.add(response.knowledge_version)
-        output: dict[str, Any] = plain(json_format.MessageToDict(response.output))
+        output: dict[str, Any] = plain_struct(response.output)
         return output, list(response.evidence)

@@ -15,14 +15,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import grpc
-from google.protobuf import json_format, struct_pb2
+from google.protobuf import struct_pb2
 
 from agentmesh import errors
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import model_service_pb2 as model_pb2
 from agentmesh.v1 import model_service_pb2_grpc as model_grpc
 from specialist_svc.capability_client import Deadline
-from specialist_svc.rules import ModelAnswer, ModelInput, plain
+from specialist_svc.rules import ModelAnswer, ModelInput, plain_struct
 
 __all__ = ["BUDGET_REASONS", "GrpcModelClient"]
 
@@ -102,6 +102,6 @@ class GrpcModelClient:
         with self._lock:
             if response.model_version and response.model_version not in self._versions:
                 self._versions.append(response.model_version)
-        return ModelAnswer(answer=plain(json_format.MessageToDict(response.answer)), call_id=response.call_id,
+        return ModelAnswer(answer=plain_struct(response.answer), call_id=response.call_id,
                            model_id=response.model_id, model_version=response.model_version, prompt=response.prompt,
                            answer_digest=response.answer_digest)
