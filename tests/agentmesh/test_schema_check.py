@@ -1,4 +1,4 @@
-"""SchemaCheck: the compiled check answers the valid case, the precise validator names the errors and has the last word."""
+"""SchemaCheck: the compiled check answers the valid case; the precise validator names the errors, has the last word."""
 
 from __future__ import annotations
 
