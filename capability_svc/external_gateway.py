@@ -29,9 +29,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import certifi
 
 from agentmesh.external import BreakerState, CircuitBreaker, DuplicateJsonKey, strict_json_loads
+from agentmesh.http_client import HttpError, HttpPool, HttpResponse, HttpTimeout
 from capability_svc._validation import SchemaCheck
 from capability_svc.errors import (
     CapabilityNotFound,
@@ -85,8 +86,8 @@ class GatewayConfig:
     """CA bundle for an ``https`` base URL with a private CA; system CAs otherwise."""
 
     def __post_init__(self) -> None:
-        url = httpx.URL(self.base_url)
-        if url.scheme not in ("http", "https") or not url.host:
+        url = urllib.parse.urlsplit(self.base_url)
+        if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"base_url must be an absolute http(s) URL, got {self.base_url!r}")
         checks = {
             "timeout_s": self.timeout_s > 0,
@@ -122,7 +123,7 @@ def _utc_now() -> _dt.datetime:
 def _default_ssl_context() -> ssl.SSLContext:
     # Building a verifying context loads the CA bundle (~80 ms); one shared,
     # read-only context serves every gateway in the process.
-    return httpx.create_ssl_context()
+    return ssl.create_default_context(cafile=certifi.where())
 
 
 class ExternalGateway:
@@ -136,7 +137,6 @@ class ExternalGateway:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         wall_clock: Callable[[], _dt.datetime] = _utc_now,
-        transport: httpx.BaseTransport | None = None,
     ):
         """Create the client.
 
@@ -146,7 +146,6 @@ class ExternalGateway:
             clock: Monotonic seconds, for budgets and the breaker.
             sleep: Waits between retries (tests may pass a no-op).
             wall_clock: Timezone-aware now, for ``fetched_at``.
-            transport: Optional httpx transport (e.g. ``httpx.MockTransport``).
         """
         self.config = config
         self.name = name
@@ -161,17 +160,16 @@ class ExternalGateway:
             if config.ca_file is None
             else ssl.create_default_context(cafile=config.ca_file)
         )
-        self._client = httpx.Client(
-            base_url=config.base_url,
+        # Redirects are never followed: a 3xx is an answer (a misconfiguration).
+        self._http = HttpPool(
+            config.base_url,
             headers={"Accept": "application/json", **dict(config.headers)},
-            verify=verify,
-            transport=transport,
-            follow_redirects=False,
+            ssl_context=verify if config.base_url.startswith("https") else None,
         )
 
     def close(self) -> None:
         """Close pooled connections."""
-        self._client.close()
+        self._http.close()
 
     def get_json(
         self,
@@ -195,7 +193,7 @@ class ExternalGateway:
             ExternalMalformed: bad JSON, wrong content type, schema violation.
             ExternalTooLarge: the body exceeded ``max_response_bytes``.
         """
-        url = str(self._client.build_request("GET", path).url)
+        url = self._http.url(path)
         if budget_s is not None and budget_s <= 0:
             # Checked before the breaker: the caller's spent budget says nothing
             # about the external system's health.
@@ -269,19 +267,28 @@ class ExternalGateway:
     ) -> ExternalResponse:
         started = self._clock()
         try:
-            with self._client.stream("GET", path, timeout=httpx.Timeout(timeout)) as response:
-                status = response.status_code
+            with self._http.request("GET", path, timeout=timeout) as response:
+                status = response.status
                 if status not in schemas:
                     raise self._status_error(status, url, attempt)
+                encoding = response.header("content-encoding", "identity").strip().lower()
+                if encoding != "identity":
+                    raise ExternalMalformed(
+                        f"{self.name} answered with content encoding {encoding[:40]!r}, not identity",
+                        reason="EXTERNAL_CONTENT_TYPE",
+                        url=url,
+                        attempts=attempt,
+                    )
                 body = self._read_limited(response, url, attempt, started + timeout)
-                content_type = response.headers.get("content-type", "")
-        except httpx.TimeoutException:
+                content_type = response.header("content-type")
+        except HttpTimeout:
             raise ExternalTimeout(
                 f"{self.name} did not answer within {timeout:.3f}s", url=url, attempts=attempt
             ) from None
-        except httpx.TransportError as exc:
+        except HttpError as exc:
+            cause = exc.__cause__ if exc.__cause__ is not None else exc
             raise ExternalUnavailable(
-                f"{self.name} unreachable: {type(exc).__name__}",
+                f"{self.name} unreachable: {type(cause).__name__}",
                 reason="EXTERNAL_CONNECTION_FAILED",
                 url=url,
                 attempts=attempt,
@@ -348,11 +355,11 @@ class ExternalGateway:
         )
 
     def _read_limited(
-        self, response: httpx.Response, url: str, attempt: int, attempt_deadline: float
+        self, response: HttpResponse, url: str, attempt: int, attempt_deadline: float
     ) -> bytes:
         limit = self.config.max_response_bytes
-        declared = response.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
+        declared = response.header("content-length")
+        if declared.isdigit() and int(declared) > limit:
             raise ExternalTooLarge(
                 f"{self.name} response declares {declared} bytes, limit is {limit}",
                 url=url,
@@ -360,7 +367,7 @@ class ExternalGateway:
             )
         chunks: list[bytes] = []
         size = 0
-        for chunk in response.iter_bytes():
+        for chunk in response.chunks():
             size += len(chunk)
             if size > limit:
                 raise ExternalTooLarge(
@@ -369,7 +376,7 @@ class ExternalGateway:
                     attempts=attempt,
                 )
             if self._clock() > attempt_deadline:
-                # httpx timeouts are per read; a server trickling bytes would
+                # The timeout is per read; a server trickling bytes would
                 # never trip them, so the attempt as a whole is bounded here.
                 raise ExternalTimeout(
                     f"{self.name} response did not complete in time", url=url, attempts=attempt

@@ -22,16 +22,19 @@ Only transient failures let the gateway fall back to another model.
 
 from __future__ import annotations
 
+import json
 import os
+import ssl
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import certifi
 
 from agentmesh.config import ModelBackend
 from agentmesh.external import strict_json_loads
+from agentmesh.http_client import HttpError, HttpPool, HttpResponse, HttpTimeout
 
 __all__ = ["BackendError", "BackendMalformed", "BackendRefused", "BackendTimeout", "BackendUnavailable",
            "ChatBackend", "Completion"]
@@ -106,12 +109,12 @@ class ChatBackend:
             if key:
                 headers["Authorization"] = f"Bearer {key}"
         self._max = max_response_bytes
-        self._client = httpx.Client(headers=headers, timeout=config.timeout_s,
-                                    limits=httpx.Limits(max_connections=32, max_keepalive_connections=16))
+        context = ssl.create_default_context(cafile=certifi.where()) if self.base_url.startswith("https") else None
+        self._http = HttpPool(self.base_url, headers=headers, ssl_context=context, max_idle=16)
 
     def close(self) -> None:
         """Closes the pooled connections."""
-        self._client.close()
+        self._http.close()
 
     def complete(self, messages: Sequence[Mapping[str, str]], *, max_tokens: int,
                  timeout_s: float | None = None) -> Completion:
@@ -122,15 +125,16 @@ class ChatBackend:
         if timeout <= 0:
             raise BackendTimeout("no time left for the call")
         started = time.monotonic()
+        payload = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
         try:
-            with self._client.stream("POST", f"{self.base_url}/chat/completions", json=body,
-                                     timeout=httpx.Timeout(timeout)) as resp:
+            with self._http.request("POST", "/chat/completions", body=payload, timeout=timeout) as resp:
                 raw = self._read(resp, started + timeout)
-                status = resp.status_code
-        except httpx.TimeoutException as err:
+                status = resp.status
+        except HttpTimeout as err:
             raise BackendTimeout(f"no answer within {timeout:.1f} s") from err
-        except (httpx.TransportError, httpx.StreamError) as err:
-            raise BackendUnavailable(f"cannot reach the backend: {type(err).__name__}") from err
+        except HttpError as err:
+            cause = err.__cause__ if err.__cause__ is not None else err
+            raise BackendUnavailable(f"cannot reach the backend: {type(cause).__name__}") from err
         latency_ms = int((time.monotonic() - started) * 1000)
         if status >= 500 or status == 429:
             raise BackendUnavailable(f"the backend answered HTTP {status}")
@@ -157,10 +161,12 @@ class ChatBackend:
         return Completion(content, finish if isinstance(finish, str) else "unknown", _count(usage, "prompt_tokens"),
                           _count(usage, "completion_tokens"), version[:200], latency_ms)
 
-    def _read(self, resp: httpx.Response, deadline: float) -> bytes:
+    def _read(self, resp: HttpResponse, deadline: float) -> bytes:
+        if resp.header("content-encoding", "identity").strip().lower() != "identity":
+            raise BackendMalformed("the backend's answer is content-encoded although identity was asked for")
         chunks: list[bytes] = []
         size = 0
-        for chunk in resp.iter_bytes():
+        for chunk in resp.chunks():
             size += len(chunk)
             if size > self._max:
                 raise BackendMalformed(f"the backend's answer is larger than {self._max} bytes")

@@ -119,7 +119,7 @@ def make_gateway() -> Iterator[GatewayFactory]:
             "backoff_initial_s": 0.01,
             "breaker_failure_threshold": 50,
         }
-        runtime = {k: overrides.pop(k) for k in ("clock", "sleep", "transport") if k in overrides}
+        runtime = {k: overrides.pop(k) for k in ("clock", "sleep") if k in overrides}
         kwargs.update(overrides)
         config = GatewayConfig(base_url, **kwargs)  # type: ignore[arg-type]
         gateway = ExternalGateway(config, name="lms", **runtime)  # type: ignore[arg-type]

@@ -6,9 +6,10 @@ did not give. Every fault mode must raise; only real answers come back, as data.
 
 from __future__ import annotations
 
-import json
 import socket
-from collections.abc import Callable
+import ssl
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -30,6 +31,7 @@ from capability_svc.external_gateway import (
 )
 from capability_svc.invocation import InvocationContext
 from lms_sandbox import HOSTILE_ISSUER, HOSTILE_TITLE, LmsSandbox
+from tests.http_answers import Answer, AnsweringServer, Seen, self_signed_certificate
 
 GatewayFactory = Callable[..., ExternalGateway]
 # One TLS context for the admin calls: httpx builds a new one (~80 ms) per call otherwise.
@@ -241,14 +243,24 @@ def test_budget_caps_total_time(lms: LmsSandbox, make_gateway: GatewayFactory) -
     assert info.value.attempts == 1
 
 
-# --- protocol edge cases (mock transport) ------------------------------------------
+# --- protocol edge cases (a scripted server) ---------------------------------------
 
 
-def mock_gateway(make_gateway: GatewayFactory, handler: Callable[[httpx.Request], httpx.Response],
-                 **overrides: Any) -> LmsClient:
-    return LmsClient(
-        make_gateway("http://lms.test", transport=httpx.MockTransport(handler), **overrides)
-    )
+@pytest.fixture
+def mock_gateway(make_gateway: GatewayFactory) -> Iterator[Callable[..., LmsClient]]:
+    """An LMS client against a real local HTTP server that answers ``handler(seen)``."""
+    servers: list[AnsweringServer] = []
+
+    def make(handler: Callable[[Seen], Answer], **overrides: Any) -> LmsClient:
+        server = AnsweringServer(handler).__enter__()
+        servers.append(server)
+        return LmsClient(make_gateway(server.base_url, **overrides))
+
+    try:
+        yield make
+    finally:
+        for server in servers:
+            server.__exit__(None, None, None)
 
 
 def body(tenant: str = "acme", worker: str = "W-1") -> dict[str, Any]:
@@ -263,9 +275,9 @@ def body(tenant: str = "acme", worker: str = "W-1") -> dict[str, Any]:
 
 
 def test_unknown_fields_are_dropped_and_missing_optional_ones_are_null(
-    make_gateway: GatewayFactory,
+    mock_gateway: Callable[..., LmsClient],
 ) -> None:
-    client = mock_gateway(make_gateway, lambda r: httpx.Response(200, json=body()))
+    client = mock_gateway(lambda r: Answer(200, json=body()))
     record = client.get_trainings("acme", "W-1").trainings[0]
     assert "extra_field" not in record
     assert record["valid_until"] is None and record["status"] == "COMPLETED"
@@ -274,56 +286,103 @@ def test_unknown_fields_are_dropped_and_missing_optional_ones_are_null(
 @pytest.mark.parametrize(
     ("response", "error", "reason"),
     [
-        (httpx.Response(200, json=body(worker="W-2")), ExternalMalformed,
+        (Answer(200, json=body(worker="W-2")), ExternalMalformed,
          "EXTERNAL_RESPONSE_MISMATCH"),
-        (httpx.Response(200, json=body(tenant="globex")), ExternalMalformed,
+        (Answer(200, json=body(tenant="globex")), ExternalMalformed,
          "EXTERNAL_RESPONSE_MISMATCH"),
-        (httpx.Response(200, text=json.dumps(body()), headers={"content-type": "text/html"}),
+        (Answer(200, json=body(), headers={"content-type": "text/html"}),
          ExternalMalformed, "EXTERNAL_CONTENT_TYPE"),
-        (httpx.Response(200, content=b'{"tenant_id": "acme", "tenant_id": "acme"}',
+        (Answer(200, content=b'{"tenant_id": "acme", "tenant_id": "acme"}',
                         headers={"content-type": "application/json"}),
          ExternalMalformed, "EXTERNAL_MALFORMED_JSON"),
-        (httpx.Response(200, content=b'{"tenant_id": NaN}',
+        (Answer(200, content=b'{"tenant_id": NaN}',
                         headers={"content-type": "application/json"}),
          ExternalMalformed, "EXTERNAL_MALFORMED_JSON"),
-        (httpx.Response(404, json={"error": {"code": "NOT_FOUND"}}), ExternalMalformed,
+        (Answer(404, json={"error": {"code": "NOT_FOUND"}}), ExternalMalformed,
          "EXTERNAL_SCHEMA_INVALID"),
-        (httpx.Response(401, json={}), ExternalUnavailable, "EXTERNAL_HTTP_STATUS"),
-        (httpx.Response(302, headers={"location": "http://evil.test/"}), ExternalUnavailable,
+        (Answer(401, json={}), ExternalUnavailable, "EXTERNAL_HTTP_STATUS"),
+        (Answer(302, headers={"location": "http://evil.test/"}), ExternalUnavailable,
          "EXTERNAL_HTTP_STATUS"),
-        (httpx.Response(200, content=b"x" * 10, headers={"content-type": "application/json",
+        (Answer(200, content=b"x" * 10, headers={"content-type": "application/json",
                                                          "content-length": "999999999"}),
          ExternalTooLarge, "EXTERNAL_TOO_LARGE"),
+        (Answer(200, content=b"\x1f\x8b not json", headers={"content-type": "application/json",
+                                                             "content-encoding": "gzip"}),
+         ExternalMalformed, "EXTERNAL_CONTENT_TYPE"),
     ],
 )
 def test_bad_answers_are_typed_errors_without_retry(
-    make_gateway: GatewayFactory, response: httpx.Response, error: type[ExternalError],
+    mock_gateway: Callable[..., LmsClient], response: Answer, error: type[ExternalError],
     reason: str,
 ) -> None:
     calls: list[str] = []
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        calls.append(str(request.url))
+    def handler(request: Seen) -> Answer:
+        calls.append(request.path)
         return response
 
-    client = mock_gateway(make_gateway, handler)
+    client = mock_gateway(handler)
     with pytest.raises(error) as info:
         client.get_trainings("acme", "W-1")
     assert info.value.reason == reason
     assert len(calls) == 1
 
 
-def test_429_is_retried(make_gateway: GatewayFactory) -> None:
-    answers = [httpx.Response(429), httpx.Response(200, json=body())]
-    client = mock_gateway(make_gateway, lambda r: answers.pop(0))
+def test_lookups_share_one_kept_connection_and_chunked_answers_are_read(
+    mock_gateway: Callable[..., LmsClient],
+) -> None:
+    servers: list[Seen] = []
+
+    def handler(request: Seen) -> Answer:
+        servers.append(request)
+        return Answer(200, json=body(), chunked=len(servers) % 2 == 0)
+
+    client = mock_gateway(handler)
+    for _ in range(4):
+        assert client.get_trainings("acme", "W-1").trainings[0]["record_id"] == "R1"
+    assert [s.connection for s in servers] == [1, 1, 1, 1]
+    assert servers[0].path == "/v1/tenants/acme/workers/W-1/trainings"
+    assert servers[0].headers["accept"] == "application/json"
+
+
+def test_a_body_cut_short_is_a_connection_failure_and_retried(
+    mock_gateway: Callable[..., LmsClient],
+) -> None:
+    answers = [Answer(200, content=b'{"tenant_id": "ac', headers={"content-type": "application/json",
+                                                                  "content-length": "500"}),
+               Answer(200, json=body())]
+    client = mock_gateway(lambda r: answers.pop(0))
     assert client.get_trainings("acme", "W-1").attempts == 2
 
 
-def test_transient_then_success_with_backoff(make_gateway: GatewayFactory) -> None:
+def test_an_https_lms_is_verified_against_the_configured_ca(
+    tmp_path: Path, make_gateway: GatewayFactory
+) -> None:
+    cert, key = self_signed_certificate(tmp_path)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    with AnsweringServer(lambda r: Answer(200, json=body()), tls=tls) as server:
+        trusting = LmsClient(make_gateway(server.base_url, ca_file=str(cert)))
+        assert trusting.get_trainings("acme", "W-1").provenance.reference.startswith("https://127.0.0.1:")
+        # The system CAs do not vouch for this certificate: no answer is read.
+        with pytest.raises(ExternalUnavailable) as info:
+            LmsClient(make_gateway(server.base_url)).get_trainings("acme", "W-1")
+        assert info.value.reason == "EXTERNAL_CONNECTION_FAILED"
+        assert "SSLCertVerificationError" in str(info.value)
+    assert len(server.seen) == 1
+
+
+def test_429_is_retried(mock_gateway: Callable[..., LmsClient]) -> None:
+    answers = [Answer(429), Answer(200, json=body())]
+    client = mock_gateway(lambda r: answers.pop(0))
+    assert client.get_trainings("acme", "W-1").attempts == 2
+
+
+def test_transient_then_success_with_backoff(mock_gateway: Callable[..., LmsClient]) -> None:
     waits: list[float] = []
-    answers = [httpx.Response(503), httpx.Response(503), httpx.Response(200, json=body())]
+    answers = [Answer(503), Answer(503), Answer(200, json=body())]
     client = mock_gateway(
-        make_gateway, lambda r: answers.pop(0), max_attempts=3, backoff_initial_s=0.1,
+        lambda r: answers.pop(0), max_attempts=3, backoff_initial_s=0.1,
         sleep=waits.append,
     )
     lookup = client.get_trainings("acme", "W-1")
@@ -390,16 +449,16 @@ def test_breaker_opens_and_half_opens_against_the_sandbox(
 
 
 def test_failed_probe_reopens_without_retries(
-    make_gateway: GatewayFactory, monotonic: Any
+    mock_gateway: Callable[..., LmsClient], monotonic: Any
 ) -> None:
     calls: list[int] = []
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(request: Seen) -> Answer:
         calls.append(1)
-        return httpx.Response(503)
+        return Answer(503)
 
     client = mock_gateway(
-        make_gateway, handler, breaker_failure_threshold=1, breaker_cooldown_s=5.0,
+        handler, breaker_failure_threshold=1, breaker_cooldown_s=5.0,
         clock=monotonic, max_attempts=3,
     )
     with pytest.raises(ExternalUnavailable):
@@ -438,14 +497,14 @@ def test_config_is_validated() -> None:
         GatewayConfig("http://127.0.0.1:1", timeout_s=0)
 
 
-def test_no_budget_left_is_a_timeout_without_a_call(make_gateway: GatewayFactory) -> None:
+def test_no_budget_left_is_a_timeout_without_a_call(mock_gateway: Callable[..., LmsClient]) -> None:
     calls: list[int] = []
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(request: Seen) -> Answer:
         calls.append(1)
-        return httpx.Response(200, json=body())
+        return Answer(200, json=body())
 
-    client = mock_gateway(make_gateway, handler, breaker_failure_threshold=1)
+    client = mock_gateway(handler, breaker_failure_threshold=1)
     with pytest.raises(ExternalTimeout) as info:
         client.get_trainings("acme", "W-1", budget_s=0)
     assert info.value.attempts == 0
