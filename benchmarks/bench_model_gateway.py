@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx  # noqa: E402
 
-from agentmesh import config, grants, spiffe, transport  # noqa: E402
+from agentmesh import config, grants, launcher, spiffe, transport  # noqa: E402
 from agentmesh.identities import init_identities  # noqa: E402
 from agentmesh.pki import leaf_paths  # noqa: E402
 from agentmesh.service import address_file  # noqa: E402
@@ -104,6 +104,8 @@ def main() -> int:
             procs.append(audit)
             policy, policy_addr = _start(home, "policy_svc", "policy", {"audit": audit_addr})
             procs.append(policy)
+            # The demo tenants, as `agentmesh up` applies them: which models acme's risk agent may use is theirs.
+            launcher.seed_tenants(cfg, policy_addr)
             model, model_addr = _start(home, "model_svc", "model", {"audit": audit_addr, "policy": policy_addr},
                                        ("--sandbox-url", sandbox_url))
             procs.append(model)
