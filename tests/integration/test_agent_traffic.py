@@ -135,20 +135,26 @@ def test_an_agent_that_stalls_is_tried_again_and_each_attempt_is_visible(
     assert ex.decision == common_pb2.ANALYSIS_DECISION_RECOMMENDED_FOR_RELEASE
     attempts = _attempts(ex, _task(ex, "training-agent"))
     # A stopped process accepts the connection and answers nothing: the call fails UNAVAILABLE (its TLS
-    # handshake never completes) or runs out of its 5 s, depending on where it stopped.
+    # handshake never completes) or runs out of its 5 s, depending on where it stopped. On a slow machine
+    # the supervisor's health probe may find it stalled before the task gets there: then the first
+    # attempt is not called at all, and says why.
     first = attempts[0].outcome
-    assert first in (pb.ATTEMPT_OUTCOME_UNAVAILABLE, pb.ATTEMPT_OUTCOME_TIMED_OUT), attempts[0]
+    assert first in (pb.ATTEMPT_OUTCOME_UNAVAILABLE, pb.ATTEMPT_OUTCOME_TIMED_OUT,
+                     pb.ATTEMPT_OUTCOME_NOT_CALLED), attempts[0]
     assert [(a.attempt, a.kind, a.outcome, a.backoff_ms) for a in attempts] == [
         (1, pb.ATTEMPT_KIND_FIRST, first, 0),
         (2, pb.ATTEMPT_KIND_RETRY, pb.ATTEMPT_OUTCOME_ANSWERED, 300)]
-    assert attempts[0].reason.startswith(("UNAVAILABLE", "DEADLINE_EXCEEDED after 5000 ms")), attempts[0].reason
+    called_first = first != pb.ATTEMPT_OUTCOME_NOT_CALLED
+    expected_reason = ("UNAVAILABLE", "DEADLINE_EXCEEDED after 5000 ms") if called_first else (
+        "AGENT_UNAVAILABLE: training-agent@1.0.0",)
+    assert attempts[0].reason.startswith(expected_reason), attempts[0].reason
     assert all((a.agent_version, a.endpoint) == ("1.0.0", "config") for a in attempts)
     assert next(r for r in ex.results if r.task_id == attempts[0].task_id).status == common_pb2.RESULT_STATUS_SUCCESS
-    # Each attempt is its own delegation on the record ...
+    # Each attempt that called the agent is its own delegation on the record ...
     delegated = [r for r in audit_records(cfg, execution_id=ex.execution_id)
                  if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED and r.task_id == attempts[0].task_id]
-    assert [next(c for c in r.reason_codes if c.startswith("attempt=")) for r in delegated] == [
-        "attempt=1", "attempt=2"]
+    assert [next(c for c in r.reason_codes if c.startswith("attempt=")) for r in delegated] == (
+        ["attempt=1", "attempt=2"] if called_first else ["attempt=2"])
 
     # ... and an event of the supervisor's span of the task.
     def task_span(spans: list[dict[str, Any]]) -> dict[str, Any] | None:
