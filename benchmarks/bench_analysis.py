@@ -15,6 +15,10 @@ Starts a whole mesh (`agentmesh up --ports-auto`) in a temporary home twice:
     CPU time each mesh process spent per analysis (user + system, from /proc/PID/stat;
     the kernel's part; the context switches of its threads, from /proc/PID/task/*/status),
     plus the benchmark's own client process;
+  * with --function-cpu MODULE:NAME,...: also, for the throughput run, each named function's
+    calls and thread CPU per analysis in every mesh process that calls it (the probe in
+    benchmarks/function_cpu/, put on the processes' PYTHONPATH; the calling thread's own CPU,
+    not its waits), e.g. --function-cpu supervisor_svc.executions:ExecutionStore.save;
   * with --offered RATE ...: an open loop instead of the callers: analyses started at a
     fixed rate for --seconds whatever the mesh's pace, each timed from its planned start
     (so a backlog counts), reporting what completed per second, the latency p50/p99 and
@@ -27,7 +31,9 @@ overhead <= 10 ms p50 with 50 ms specialists; >= 60 analyses/s with 8-16 callers
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import signal
 import sqlite3
 import statistics
 import subprocess
@@ -52,9 +58,11 @@ from agentmesh.v1 import supervisor_service_pb2 as pb  # noqa: E402
 from agentmesh.v1 import supervisor_service_pb2_grpc as pb_grpc  # noqa: E402
 
 REQUEST = "Analyze permit WP-10231 and tell me if it can be released"
+PROBE = Path(__file__).resolve().parent / "function_cpu"
 
 
 def _mesh(home: Path, delay_ms: int) -> config.MeshConfig:
+    home.mkdir(exist_ok=True)
     (home / "config.yaml").write_text(f"specialist_delay_ms: {delay_ms}\n")
     cfg = config.load(home=str(home), environ={})
     cfg = cfg.model_copy(update={"ports": {k: 0 for k in cfg.ports}})
@@ -131,15 +139,68 @@ def _print_cpu(before: dict[str, Usage], after: dict[str, Usage], analyses: int)
         print(f"    {name:<24} {u.cpu_s * 1000:7.2f} {u.system_s * 1000:7.2f} {u.voluntary:8.1f} {u.involuntary:7.1f}")
 
 
+def _probe_functions(spec: str, directory: Path) -> None:
+    """Makes every process started from now on load the function probe (see --function-cpu)."""
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROBE), os.environ.get("PYTHONPATH")) if p)
+    os.environ["AGENTMESH_FUNCTION_CPU_DIR"] = str(directory)
+    os.environ["AGENTMESH_FUNCTION_CPU"] = spec
+
+
+def _function_snapshot(cfg: config.MeshConfig, directory: Path) -> dict[str, dict[str, list[int]]]:
+    """What each probed mesh process counted so far, by process name: function -> [calls, CPU ns].
+
+    Under the name ``(missing)``: the functions no probed process has (each one's count is 0)."""
+    out: dict[str, dict[str, list[int]]] = {}
+    missing: set[str] | None = None
+    for p in launcher.read_state(cfg):
+        if not (directory / f"{p.pid}.ready").exists():
+            continue  # not a probed Python process (the Node.js agent, say)
+        path = directory / f"{p.pid}.json"
+        seq = json.loads(path.read_text())["seq"] if path.exists() else 0
+        os.kill(p.pid, signal.SIGUSR2)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            if path.exists() and (doc := json.loads(path.read_text()))["seq"] > seq:
+                out[p.name] = doc["functions"]
+                missing = set(doc["missing"]) if missing is None else missing & set(doc["missing"])
+                break
+            time.sleep(0.02)
+        else:
+            print(f"  (no function counts from {p.name})")
+    out["(missing)"] = {name: [0, 0] for name in sorted(missing or ())}
+    return out
+
+
+def _print_functions(before: dict[str, dict[str, list[int]]], after: dict[str, dict[str, list[int]]],
+                     cpu: dict[str, Usage], analyses: int) -> None:
+    n = max(1, analyses)
+    for function in after.pop("(missing)", {}):
+        print(f"  function {function}: no mesh process has it (not imported, or no such name)")
+    print(f"  functions, per analysis:  {'process':<20} {'calls':>7} {'CPU ms':>7} {'us/call':>8} {'of proc.':>8}")
+    for name in sorted(after):
+        for function, (calls, ns) in sorted(after[name].items(), key=lambda kv: -kv[1][1]):
+            calls -= before.get(name, {}).get(function, [0, 0])[0]
+            ns -= before.get(name, {}).get(function, [0, 0])[1]
+            if calls <= 0:
+                continue
+            share = ns / 1e9 / n / cpu[name].cpu_s if cpu.get(name) and cpu[name].cpu_s else 0.0
+            print(f"    {function:<46.46} {name:<20.20} {calls / n:7.1f} {ns / 1e6 / n:7.2f} "
+                  f"{ns / 1e3 / calls:8.1f} {share:8.1%}")
+
+
 def _audit_records(cfg: config.MeshConfig) -> int:
     """Records in the audit log so far (read from its file, next to the running service)."""
     with sqlite3.connect(f"file:{cfg.mesh_home.data / 'audit.db'}?mode=ro", uri=True) as db:
         return int(db.execute("SELECT COUNT(*) FROM entries").fetchone()[0])
 
 
-def throughput(concurrency: int, seconds: float) -> None:
+def throughput(concurrency: int, seconds: float, functions: str = "") -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = _mesh(Path(tmp), 0)
+        probed = Path(tmp) / "function-cpu"
+        if functions:
+            probed.mkdir()
+            _probe_functions(functions, probed)
+        cfg = _mesh(Path(tmp) / "home", 0)
         try:
             stub, tok = _stub(cfg), _token(cfg)
             stub.Analyze(pb.AnalyzeRequest(user_assertion=tok, tenant_id="acme", request_text=REQUEST))
@@ -160,6 +221,7 @@ def throughput(concurrency: int, seconds: float) -> None:
 
             threads = [threading.Thread(target=worker) for _ in range(concurrency)]
             records_before = _audit_records(cfg)
+            functions_before = _function_snapshot(cfg, probed) if functions else {}
             cpu_before = _cpu_by_process(cfg)
             t0 = time.monotonic()
             for t in threads:
@@ -168,9 +230,15 @@ def throughput(concurrency: int, seconds: float) -> None:
                 t.join()
             rate = done[0] / (time.monotonic() - t0)
             cpu_after = _cpu_by_process(cfg)
+            functions_after = _function_snapshot(cfg, probed) if functions else {}
             print(f"throughput, no delay, {concurrency} concurrent callers for {seconds:.0f} s")
             print(f"  {rate:.1f} analyses/s ({done[0]} analyses, {failed[0]} not SUCCEEDED)")
             _print_cpu(cpu_before, cpu_after, done[0])
+            if functions:
+                per = {k: Usage(*((a - b) / max(1, done[0]) for a, b in
+                                  zip(cpu_after[k], cpu_before.get(k, Usage()), strict=True)))
+                       for k in cpu_after}
+                _print_functions(functions_before, functions_after, per, done[0])
             records = _audit_records(cfg) - records_before
             print(f"  audit records per analysis: {records / max(1, done[0]):.1f}")
             verify = subprocess.run([sys.executable, "-m", "agentmesh_cli", "--home", str(cfg.home), "audit", "verify"],
@@ -239,6 +307,10 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=8, help="parallel callers for throughput (default 8)")
     parser.add_argument("--seconds", type=float, default=15, help="duration of the throughput run (default 15)")
     parser.add_argument("--throughput-only", action="store_true", help="skip the latency run")
+    parser.add_argument("--function-cpu", metavar="MODULE:NAME,...", default="",
+                        help="also count these functions' calls and thread CPU per analysis in every mesh process "
+                             "during the throughput run, e.g. agentmesh.validation:problem,"
+                             "supervisor_svc.executions:ExecutionStore.save")
     parser.add_argument("--offered", type=float, nargs="+", metavar="RATE",
                         help="analyses per second to offer in an open loop, one run each (instead of the latency "
                              "and throughput runs), e.g. --offered 10 20 40")
@@ -250,7 +322,7 @@ def main() -> int:
         return 0
     if not args.throughput_only:
         latency(args.delay_ms, args.runs)
-    throughput(args.concurrency, args.seconds)
+    throughput(args.concurrency, args.seconds, args.function_cpu)
     return 0
 
 
