@@ -176,7 +176,8 @@ def _print_functions(before: dict[str, dict[str, list[int]]], after: dict[str, d
     n = max(1, analyses)
     for function in after.pop("(missing)", {}):
         print(f"  function {function}: no mesh process has it (not imported, or no such name)")
-    print(f"  functions, per analysis:  {'process':<20} {'calls':>7} {'CPU ms':>7} {'us/call':>8} {'of proc.':>8}")
+    print(f"  {'functions, per analysis':<62} {'process':<20} {'calls':>7} {'CPU ms':>7} {'us/call':>8} "
+          f"{'of proc.':>8}")
     for name in sorted(after):
         for function, (calls, ns) in sorted(after[name].items(), key=lambda kv: -kv[1][1]):
             calls -= before.get(name, {}).get(function, [0, 0])[0]
@@ -184,7 +185,7 @@ def _print_functions(before: dict[str, dict[str, list[int]]], after: dict[str, d
             if calls <= 0:
                 continue
             share = ns / 1e9 / n / cpu[name].cpu_s if cpu.get(name) and cpu[name].cpu_s else 0.0
-            print(f"    {function:<46.46} {name:<20.20} {calls / n:7.1f} {ns / 1e6 / n:7.2f} "
+            print(f"    {function:<60.60} {name:<20.20} {calls / n:7.1f} {ns / 1e6 / n:7.2f} "
                   f"{ns / 1e3 / calls:8.1f} {share:8.1%}")
 
 
