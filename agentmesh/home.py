@@ -24,7 +24,9 @@ A role process reads its own ``workloads/`` directory and ``trust/`` only.
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,3 +153,12 @@ class MeshHome:
         self.trust.mkdir(parents=True, exist_ok=True)
         self.trust.chmod(0o755)
         return self
+
+
+def record_address(path: Path, fields: Mapping[str, object]) -> None:
+    """Writes a process's address file whole or not at all (written aside, then renamed into place):
+    whoever polls for the file, the launcher or a test, never reads it empty or half-written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    aside = path.with_name(path.name + ".tmp")
+    aside.write_text(json.dumps(dict(fields)))
+    os.replace(aside, path)

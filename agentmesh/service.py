@@ -14,7 +14,6 @@ NOT_SERVING, with the reasons, while any of them fails.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
@@ -31,6 +30,7 @@ from agentmesh import errors, health, spiffe, transport
 from agentmesh.access import AccessTable, AccessTableError
 from agentmesh.audit_client import AuditOutbox, AuditRecorder, outbox_path
 from agentmesh.config import ConfigError, MeshConfig
+from agentmesh.home import record_address
 from agentmesh.pki import PkiError, leaf_paths
 
 log = logging.getLogger(__name__)
@@ -223,9 +223,7 @@ def run(
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     server.start()
     addr_file = address_file(cfg, spec.name)
-    addr_file.parent.mkdir(parents=True, exist_ok=True)
-    addr_file.write_text(json.dumps({"address": f"{cfg.host}:{port}", "pid": os.getpid(),
-                                     "spiffe_id": str(spec.identity)}))
+    record_address(addr_file, {"address": f"{cfg.host}:{port}", "pid": os.getpid(), "spiffe_id": str(spec.identity)})
     monitor.start()
     log.info("%s serving as %s on %s:%d (health checks: %s)", spec.name, spec.identity, cfg.host, port,
              ", ".join(monitor.checks) or "none")

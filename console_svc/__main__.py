@@ -25,6 +25,7 @@ from agentmesh import assertion, health, signing, spiffe, transport
 from agentmesh import config as mesh_config
 from agentmesh.audit_client import AuditOutbox, AuditRecorder, outbox_path
 from agentmesh.config import ConfigError, MeshConfig
+from agentmesh.home import record_address
 from agentmesh.http_app import HttpServer
 from agentmesh.identities import CONSOLE, IDP_PUBLIC_KEY
 from agentmesh.pki import PkiError
@@ -116,9 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     server.start()
     monitor.start()
     addr = home.run / "console.addr"
-    addr.parent.mkdir(parents=True, exist_ok=True)
-    addr.write_text(json.dumps({"address": server.url, "url": server.url, "pid": os.getpid(),
-                                "spiffe_id": str(CONSOLE)}))
+    record_address(addr, {"address": server.url, "url": server.url, "pid": os.getpid(), "spiffe_id": str(CONSOLE)})
     log.info("web console serving on %s as %s (health checks: %s)", server.url, CONSOLE,
              ", ".join(monitor.checks))
     stop.wait()

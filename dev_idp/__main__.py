@@ -20,6 +20,7 @@ import threading
 
 from agentmesh import config as mesh_config
 from agentmesh.config import ConfigError, MeshConfig
+from agentmesh.home import record_address
 from agentmesh.http_app import HttpServer
 from agentmesh.signing import SigningKeyError, load_private_key
 from dev_idp.directory import DirectoryError, load
@@ -67,8 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     server.start()
     addr = cfg.mesh_home.run / "dev-idp.addr"
-    addr.parent.mkdir(parents=True, exist_ok=True)
-    addr.write_text(json.dumps({"address": server.url, "url": server.url, "pid": os.getpid()}))
+    record_address(addr, {"address": server.url, "url": server.url, "pid": os.getpid()})
     logging.getLogger("dev_idp").info("dev identity provider serving %d users on %s", len(users), server.url)
     stop.wait()
     server.stop()

@@ -13,7 +13,7 @@ from cryptography import x509
 
 from agentmesh import config, launcher, pki, spiffe
 from agentmesh.config import MeshConfig
-from agentmesh.home import MeshHome
+from agentmesh.home import MeshHome, record_address
 from agentmesh.identities import (
     CONSOLE,
     OPERATOR,
@@ -287,3 +287,14 @@ def test_status_shows_each_leafs_expiry_and_warns_in_its_last_tenth(tmp_path: Pa
     assert "expires in" in str(late["cert_warning"]) and "supervising loop" in str(late["cert_warning"])
     gone = launcher.leaf_status(cfg, str(policy), now=v.not_after)
     assert "expired at" in str(gone["cert_warning"])
+
+
+def test_an_address_file_is_replaced_whole(tmp_path: Path) -> None:
+    addr = tmp_path / "run" / "audit.addr"
+    record_address(addr, {"address": "127.0.0.1:1", "pid": 1})
+    first = addr.stat().st_ino
+    record_address(addr, {"address": "127.0.0.1:2", "pid": 2})
+    # A new file renamed over the old one: a reader holds either whole, never a truncated one.
+    assert addr.stat().st_ino != first
+    assert json.loads(addr.read_text()) == {"address": "127.0.0.1:2", "pid": 2}
+    assert sorted(p.name for p in addr.parent.iterdir()) == ["audit.addr"]
