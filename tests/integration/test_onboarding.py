@@ -190,10 +190,15 @@ def _second_process(cfg: MeshConfig, tmp: Path, agent: str) -> tuple[subprocess.
                              "--port", "0", *peers], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     addr = own / "run" / f"{agent}.addr"
     deadline = time.monotonic() + 60
-    while not addr.exists():
-        assert proc.poll() is None and time.monotonic() < deadline, "the second agent process did not start"
-        time.sleep(0.2)
-    return proc, json.loads(addr.read_text())["address"]
+    try:
+        while not addr.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the second agent process did not start"
+            time.sleep(0.2)
+        return proc, json.loads(addr.read_text())["address"]
+    except BaseException:
+        proc.kill()  # the caller never gets it to stop
+        proc.wait()
+        raise
 
 
 def test_a_registered_version_goes_through_evaluation_approval_canary_and_promotion(
