@@ -19,7 +19,6 @@ status is only ever one the LMS gave: every failure is a typed
 from __future__ import annotations
 
 import datetime as _dt
-import functools
 import json
 import ssl
 import time
@@ -29,10 +28,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import certifi
-
 from agentmesh.external import BreakerState, CircuitBreaker, DuplicateJsonKey, strict_json_loads
-from agentmesh.http_client import HttpError, HttpPool, HttpResponse, HttpTimeout
+from agentmesh.http_client import HttpError, HttpPool, HttpResponse, HttpTimeout, default_ssl_context
 from capability_svc._validation import SchemaCheck
 from capability_svc.errors import (
     CapabilityNotFound,
@@ -119,13 +116,6 @@ def _utc_now() -> _dt.datetime:
     return _dt.datetime.now(_dt.UTC)
 
 
-@functools.cache
-def _default_ssl_context() -> ssl.SSLContext:
-    # Building a verifying context loads the CA bundle (~80 ms); one shared,
-    # read-only context serves every gateway in the process.
-    return ssl.create_default_context(cafile=certifi.where())
-
-
 class ExternalGateway:
     """Guarded GET-JSON client for one external system (see module docstring). Thread-safe."""
 
@@ -156,7 +146,7 @@ class ExternalGateway:
             config.breaker_failure_threshold, config.breaker_cooldown_s, clock=clock
         )
         verify = (
-            _default_ssl_context()
+            default_ssl_context()
             if config.ca_file is None
             else ssl.create_default_context(cafile=config.ca_file)
         )
@@ -271,7 +261,7 @@ class ExternalGateway:
                 status = response.status
                 if status not in schemas:
                     raise self._status_error(status, url, attempt)
-                encoding = response.header("content-encoding", "identity").strip().lower()
+                encoding = response.content_encoding
                 if encoding != "identity":
                     raise ExternalMalformed(
                         f"{self.name} answered with content encoding {encoding[:40]!r}, not identity",
@@ -286,9 +276,8 @@ class ExternalGateway:
                 f"{self.name} did not answer within {timeout:.3f}s", url=url, attempts=attempt
             ) from None
         except HttpError as exc:
-            cause = exc.__cause__ if exc.__cause__ is not None else exc
             raise ExternalUnavailable(
-                f"{self.name} unreachable: {type(cause).__name__}",
+                f"{self.name} unreachable: {exc.cause}",
                 reason="EXTERNAL_CONNECTION_FAILED",
                 url=url,
                 attempts=attempt,

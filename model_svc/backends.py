@@ -24,17 +24,14 @@ from __future__ import annotations
 
 import json
 import os
-import ssl
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import certifi
-
 from agentmesh.config import ModelBackend
 from agentmesh.external import strict_json_loads
-from agentmesh.http_client import HttpError, HttpPool, HttpResponse, HttpTimeout
+from agentmesh.http_client import HttpError, HttpPool, HttpResponse, HttpTimeout, default_ssl_context
 
 __all__ = ["BackendError", "BackendMalformed", "BackendRefused", "BackendTimeout", "BackendUnavailable",
            "ChatBackend", "Completion"]
@@ -109,7 +106,7 @@ class ChatBackend:
             if key:
                 headers["Authorization"] = f"Bearer {key}"
         self._max = max_response_bytes
-        context = ssl.create_default_context(cafile=certifi.where()) if self.base_url.startswith("https") else None
+        context = default_ssl_context() if self.base_url.startswith("https") else None
         self._http = HttpPool(self.base_url, headers=headers, ssl_context=context, max_idle=16)
 
     def close(self) -> None:
@@ -133,8 +130,7 @@ class ChatBackend:
         except HttpTimeout as err:
             raise BackendTimeout(f"no answer within {timeout:.1f} s") from err
         except HttpError as err:
-            cause = err.__cause__ if err.__cause__ is not None else err
-            raise BackendUnavailable(f"cannot reach the backend: {type(cause).__name__}") from err
+            raise BackendUnavailable(f"cannot reach the backend: {err.cause}") from err
         latency_ms = int((time.monotonic() - started) * 1000)
         if status >= 500 or status == 429:
             raise BackendUnavailable(f"the backend answered HTTP {status}")
@@ -162,7 +158,7 @@ class ChatBackend:
                           _count(usage, "completion_tokens"), version[:200], latency_ms)
 
     def _read(self, resp: HttpResponse, deadline: float) -> bytes:
-        if resp.header("content-encoding", "identity").strip().lower() != "identity":
+        if resp.content_encoding != "identity":
             raise BackendMalformed("the backend's answer is content-encoded although identity was asked for")
         chunks: list[bytes] = []
         size = 0
