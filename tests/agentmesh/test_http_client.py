@@ -7,13 +7,21 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import pytest
 
 from agentmesh.http_client import HttpError, HttpPool, HttpTimeout
 from tests.http_answers import Answer, AnsweringServer, Seen, self_signed_certificate
+
+
+@contextmanager
+def serving(answer: Callable[[Seen], Answer]) -> Iterator[tuple[AnsweringServer, HttpPool]]:
+    """A scripted server answering ``answer(seen)`` and a pool to it, both stopped at the end."""
+    with AnsweringServer(answer) as server, closing(HttpPool(server.base_url)) as pool:
+        yield server, pool
 
 
 def read_all(pool: HttpPool, method: str = "GET", path: str = "/x", **kwargs: object) -> tuple[int, bytes]:
@@ -28,12 +36,9 @@ def ok_server() -> Iterator[AnsweringServer]:
 
 
 def test_requests_share_one_kept_connection(ok_server: AnsweringServer) -> None:
-    pool = HttpPool(ok_server.base_url + "/api/")
-    try:
+    with closing(HttpPool(ok_server.base_url + "/api/")) as pool:
         for _ in range(5):
             assert read_all(pool) == (200, b'{"path": "/api/x"}')
-    finally:
-        pool.close()
     assert ok_server.connections == 1
     assert [s.connection for s in ok_server.seen] == [1] * 5
     assert ok_server.seen[0].headers["accept-encoding"] == "identity"
@@ -62,15 +67,11 @@ def test_parallel_requests_each_get_a_connection_and_keep_it(ok_server: Answerin
 
 
 def test_a_connection_the_server_closed_is_not_used_again() -> None:
-    with AnsweringServer(lambda seen: Answer(200, json={}, close=True)) as server:
-        pool = HttpPool(server.base_url)
-        try:
-            for _ in range(3):
-                # A POST, which is never sent twice: each must find its idle connection dead before use.
-                assert read_all(pool, "POST", body=b"{}") == (200, b"{}")
-                time.sleep(0.05)  # the server's close has reached us: the idle socket reads EOF
-        finally:
-            pool.close()
+    with serving(lambda seen: Answer(200, json={}, close=True)) as (server, pool):
+        for _ in range(3):
+            # A POST, which is never sent twice: each must find its idle connection dead before use.
+            assert read_all(pool, "POST", body=b"{}") == (200, b"{}")
+            time.sleep(0.05)  # the server's close has reached us: the idle socket reads EOF
     assert server.connections == 3
 
 
@@ -84,71 +85,48 @@ def second_request_dropped(seen: Seen, first: dict[int, bool]) -> Answer:
 
 def test_a_get_dropped_on_a_reused_connection_is_sent_once_more() -> None:
     first: dict[int, bool] = {}
-    with AnsweringServer(lambda seen: second_request_dropped(seen, first)) as server:
-        pool = HttpPool(server.base_url)
-        try:
-            assert read_all(pool) == (200, b'{"n": 1}')
-            assert read_all(pool) == (200, b'{"n": 2}')
-        finally:
-            pool.close()
+    with serving(lambda seen: second_request_dropped(seen, first)) as (server, pool):
+        assert read_all(pool) == (200, b'{"n": 1}')
+        assert read_all(pool) == (200, b'{"n": 2}')
     assert [s.connection for s in server.seen] == [1, 1, 2]
 
 
 def test_a_post_dropped_on_a_reused_connection_is_never_sent_twice() -> None:
     first: dict[int, bool] = {}
-    with AnsweringServer(lambda seen: second_request_dropped(seen, first)) as server:
-        pool = HttpPool(server.base_url)
-        try:
-            assert read_all(pool, "POST", body=b"{}") == (200, b'{"n": 1}')
-            with pytest.raises(HttpError) as info:
-                read_all(pool, "POST", body=b"{}")
-            assert not isinstance(info.value, HttpTimeout)
-        finally:
-            pool.close()
+    with serving(lambda seen: second_request_dropped(seen, first)) as (server, pool):
+        assert read_all(pool, "POST", body=b"{}") == (200, b'{"n": 1}')
+        with pytest.raises(HttpError) as info:
+            read_all(pool, "POST", body=b"{}")
+        assert not isinstance(info.value, HttpTimeout)
     assert [(s.method, s.connection, s.body) for s in server.seen] == [("POST", 1, b"{}"), ("POST", 1, b"{}")]
 
 
 def test_a_get_dropped_on_a_new_connection_is_an_error() -> None:
-    with AnsweringServer(lambda seen: Answer(200, drop=True)) as server:
-        pool = HttpPool(server.base_url)
-        try:
-            with pytest.raises(HttpError):
-                read_all(pool)
-        finally:
-            pool.close()
+    with serving(lambda seen: Answer(200, drop=True)) as (server, pool), pytest.raises(HttpError):
+        read_all(pool)
     assert len(server.seen) == 1
 
 
 def test_chunked_answers_are_decoded_and_the_connection_kept() -> None:
-    with AnsweringServer(lambda seen: Answer(200, content=b"0123456789abcdef", chunked=True)) as server:
-        pool = HttpPool(server.base_url)
-        try:
-            assert read_all(pool) == (200, b"0123456789abcdef")
-            assert read_all(pool) == (200, b"0123456789abcdef")
-        finally:
-            pool.close()
+    with serving(lambda seen: Answer(200, content=b"0123456789abcdef", chunked=True)) as (server, pool):
+        assert read_all(pool) == (200, b"0123456789abcdef")
+        assert read_all(pool) == (200, b"0123456789abcdef")
     assert server.connections == 1
 
 
 def test_an_answer_left_unread_closes_its_connection(ok_server: AnsweringServer) -> None:
-    pool = HttpPool(ok_server.base_url)
-    try:
+    with closing(HttpPool(ok_server.base_url)) as pool:
         with pool.request("GET", "/x", timeout=2.0) as response:
             assert response.status == 200  # body never read
         assert read_all(pool)[0] == 200
-    finally:
-        pool.close()
     assert ok_server.connections == 2
 
 
 def test_an_error_inside_the_request_closes_its_connection(ok_server: AnsweringServer) -> None:
-    pool = HttpPool(ok_server.base_url)
-    try:
+    with closing(HttpPool(ok_server.base_url)) as pool:
         with pytest.raises(RuntimeError), pool.request("GET", "/x", timeout=2.0):
             raise RuntimeError("the caller gave up")
         assert read_all(pool)[0] == 200
-    finally:
-        pool.close()
     assert ok_server.connections == 2
 
 
@@ -176,11 +154,8 @@ def test_nothing_listening_is_an_error_naming_the_cause() -> None:
 
 def test_user_and_password_in_the_url_are_basic_auth_and_not_shown(ok_server: AnsweringServer) -> None:
     url = ok_server.base_url.replace("http://", "http://svc%40acme:s%3Acret@")
-    pool = HttpPool(url, headers={"X-Extra": "1"})
-    try:
+    with closing(HttpPool(url, headers={"X-Extra": "1"})) as pool:
         read_all(pool, headers={"X-Request": "2"})
-    finally:
-        pool.close()
     headers = ok_server.seen[0].headers
     assert headers["authorization"] == "Basic " + base64.b64encode(b"svc@acme:s:cret").decode()
     assert headers["x-extra"] == "1" and headers["x-request"] == "2"
@@ -200,13 +175,8 @@ def test_https_needs_a_context() -> None:
 
 def test_a_body_shorter_than_its_length_is_an_error() -> None:
     answer = Answer(200, content=b"short", headers={"Content-Length": "50"})
-    with AnsweringServer(lambda seen: answer) as server:
-        pool = HttpPool(server.base_url)
-        try:
-            with pytest.raises(HttpError, match="45 bytes before"):
-                read_all(pool)
-        finally:
-            pool.close()
+    with serving(lambda seen: answer) as (server, pool), pytest.raises(HttpError, match="45 bytes before"):
+        read_all(pool)
 
 
 @pytest.fixture(scope="module")
@@ -225,12 +195,10 @@ def https_server(server_certificate: tuple[Path, Path]) -> Iterator[AnsweringSer
 def test_https_against_a_private_ca_keeps_its_connection(
     https_server: AnsweringServer, server_certificate: tuple[Path, Path]
 ) -> None:
-    pool = HttpPool(https_server.base_url, ssl_context=ssl.create_default_context(cafile=server_certificate[0]))
-    try:
+    context = ssl.create_default_context(cafile=server_certificate[0])
+    with closing(HttpPool(https_server.base_url, ssl_context=context)) as pool:
         assert read_all(pool) == (200, b'{"path": "/x"}')
         assert read_all(pool) == (200, b'{"path": "/x"}')
-    finally:
-        pool.close()
     assert https_server.connections == 1
 
 
