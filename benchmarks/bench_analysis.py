@@ -123,10 +123,13 @@ def _cpu_by_process(cfg: config.MeshConfig) -> dict[str, Usage]:
     return spent
 
 
-def _print_cpu(before: dict[str, Usage], after: dict[str, Usage], analyses: int) -> None:
+def _per_analysis(before: dict[str, Usage], after: dict[str, Usage], analyses: int) -> dict[str, Usage]:
     n = max(1, analyses)
-    per = {name: Usage(*((a - b) / n for a, b in zip(after[name], before.get(name, Usage()), strict=True)))
-           for name in after}
+    return {name: Usage(*((a - b) / n for a, b in zip(after[name], before.get(name, Usage()), strict=True)))
+            for name in after}
+
+
+def _print_cpu(per: dict[str, Usage]) -> None:
     mesh = [u for k, u in per.items() if not k.startswith("(")]
     total = sum(u.cpu_s for u in mesh) * 1000
     print(f"  CPU per analysis: {total:.1f} ms in the mesh's processes "
@@ -146,11 +149,13 @@ def _probe_functions(spec: str, directory: Path) -> None:
     os.environ["AGENTMESH_FUNCTION_CPU"] = spec
 
 
-def _function_snapshot(cfg: config.MeshConfig, directory: Path) -> dict[str, dict[str, list[int]]]:
-    """What each probed mesh process counted so far, by process name: function -> [calls, CPU ns].
+Counts = dict[str, dict[str, list[int]]]
+"""By process name: function -> [calls, CPU ns] so far."""
 
-    Under the name ``(missing)``: the functions no probed process has (each one's count is 0)."""
-    out: dict[str, dict[str, list[int]]] = {}
+
+def _function_snapshot(cfg: config.MeshConfig, directory: Path) -> tuple[Counts, set[str]]:
+    """What each probed mesh process counted so far, and the functions no probed process has."""
+    out: Counts = {}
     missing: set[str] | None = None
     for p in launcher.read_state(cfg):
         if not (directory / f"{p.pid}.ready").exists():
@@ -167,14 +172,12 @@ def _function_snapshot(cfg: config.MeshConfig, directory: Path) -> dict[str, dic
             time.sleep(0.02)
         else:
             print(f"  (no function counts from {p.name})")
-    out["(missing)"] = {name: [0, 0] for name in sorted(missing or ())}
-    return out
+    return out, missing or set()
 
 
-def _print_functions(before: dict[str, dict[str, list[int]]], after: dict[str, dict[str, list[int]]],
-                     cpu: dict[str, Usage], analyses: int) -> None:
+def _print_functions(before: Counts, after: Counts, missing: set[str], cpu: dict[str, Usage], analyses: int) -> None:
     n = max(1, analyses)
-    for function in after.pop("(missing)", {}):
+    for function in sorted(missing):
         print(f"  function {function}: no mesh process has it (not imported, or no such name)")
     print(f"  {'functions, per analysis':<62} {'process':<20} {'calls':>7} {'CPU ms':>7} {'us/call':>8} "
           f"{'of proc.':>8}")
@@ -222,7 +225,7 @@ def throughput(concurrency: int, seconds: float, functions: str = "") -> None:
 
             threads = [threading.Thread(target=worker) for _ in range(concurrency)]
             records_before = _audit_records(cfg)
-            functions_before = _function_snapshot(cfg, probed) if functions else {}
+            functions_before = _function_snapshot(cfg, probed)[0] if functions else {}
             cpu_before = _cpu_by_process(cfg)
             t0 = time.monotonic()
             for t in threads:
@@ -231,15 +234,13 @@ def throughput(concurrency: int, seconds: float, functions: str = "") -> None:
                 t.join()
             rate = done[0] / (time.monotonic() - t0)
             cpu_after = _cpu_by_process(cfg)
-            functions_after = _function_snapshot(cfg, probed) if functions else {}
+            functions_after, missing = _function_snapshot(cfg, probed) if functions else ({}, set())
             print(f"throughput, no delay, {concurrency} concurrent callers for {seconds:.0f} s")
             print(f"  {rate:.1f} analyses/s ({done[0]} analyses, {failed[0]} not SUCCEEDED)")
-            _print_cpu(cpu_before, cpu_after, done[0])
+            per = _per_analysis(cpu_before, cpu_after, done[0])
+            _print_cpu(per)
             if functions:
-                per = {k: Usage(*((a - b) / max(1, done[0]) for a, b in
-                                  zip(cpu_after[k], cpu_before.get(k, Usage()), strict=True)))
-                       for k in cpu_after}
-                _print_functions(functions_before, functions_after, per, done[0])
+                _print_functions(functions_before, functions_after, missing, per, done[0])
             records = _audit_records(cfg) - records_before
             print(f"  audit records per analysis: {records / max(1, done[0]):.1f}")
             verify = subprocess.run([sys.executable, "-m", "agentmesh_cli", "--home", str(cfg.home), "audit", "verify"],
