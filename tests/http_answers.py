@@ -125,8 +125,10 @@ class AnsweringServer:
                     self.send_header("transfer-encoding", "chunked")
                     self.end_headers()
                     half = len(body) // 2
-                    for part in (body[:half], body[half:], b""):
-                        self.wfile.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+                    for part in (body[:half], body[half:]):
+                        if part:  # an empty chunk would end the body
+                            self.wfile.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+                    self.wfile.write(b"0\r\n\r\n")
                 else:
                     if "content-length" in headers:
                         self.close_connection = True

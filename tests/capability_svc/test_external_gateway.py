@@ -6,6 +6,7 @@ did not give. Every fault mode must raise; only real answers come back, as data.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 from collections.abc import Callable, Iterator
@@ -247,20 +248,15 @@ def test_budget_caps_total_time(lms: LmsSandbox, make_gateway: GatewayFactory) -
 
 
 @pytest.fixture
-def mock_gateway(make_gateway: GatewayFactory) -> Iterator[Callable[..., LmsClient]]:
-    """An LMS client against a real local HTTP server that answers ``handler(seen)``."""
-    servers: list[AnsweringServer] = []
+def scripted_lms(make_gateway: GatewayFactory) -> Iterator[Callable[..., LmsClient]]:
+    """An LMS client against a real local HTTP server that answers ``handler(seen)``; servers stopped at the end."""
+    with contextlib.ExitStack() as servers:
 
-    def make(handler: Callable[[Seen], Answer], **overrides: Any) -> LmsClient:
-        server = AnsweringServer(handler).__enter__()
-        servers.append(server)
-        return LmsClient(make_gateway(server.base_url, **overrides))
+        def make(handler: Callable[[Seen], Answer], **overrides: Any) -> LmsClient:
+            server = servers.enter_context(AnsweringServer(handler))
+            return LmsClient(make_gateway(server.base_url, **overrides))
 
-    try:
         yield make
-    finally:
-        for server in servers:
-            server.__exit__(None, None, None)
 
 
 def body(tenant: str = "acme", worker: str = "W-1") -> dict[str, Any]:
@@ -275,9 +271,9 @@ def body(tenant: str = "acme", worker: str = "W-1") -> dict[str, Any]:
 
 
 def test_unknown_fields_are_dropped_and_missing_optional_ones_are_null(
-    mock_gateway: Callable[..., LmsClient],
+    scripted_lms: Callable[..., LmsClient],
 ) -> None:
-    client = mock_gateway(lambda r: Answer(200, json=body()))
+    client = scripted_lms(lambda r: Answer(200, json=body()))
     record = client.get_trainings("acme", "W-1").trainings[0]
     assert "extra_field" not in record
     assert record["valid_until"] is None and record["status"] == "COMPLETED"
@@ -312,7 +308,7 @@ def test_unknown_fields_are_dropped_and_missing_optional_ones_are_null(
     ],
 )
 def test_bad_answers_are_typed_errors_without_retry(
-    mock_gateway: Callable[..., LmsClient], response: Answer, error: type[ExternalError],
+    scripted_lms: Callable[..., LmsClient], response: Answer, error: type[ExternalError],
     reason: str,
 ) -> None:
     calls: list[str] = []
@@ -321,7 +317,7 @@ def test_bad_answers_are_typed_errors_without_retry(
         calls.append(request.path)
         return response
 
-    client = mock_gateway(handler)
+    client = scripted_lms(handler)
     with pytest.raises(error) as info:
         client.get_trainings("acme", "W-1")
     assert info.value.reason == reason
@@ -329,7 +325,7 @@ def test_bad_answers_are_typed_errors_without_retry(
 
 
 def test_lookups_share_one_kept_connection_and_chunked_answers_are_read(
-    mock_gateway: Callable[..., LmsClient],
+    scripted_lms: Callable[..., LmsClient],
 ) -> None:
     servers: list[Seen] = []
 
@@ -337,7 +333,7 @@ def test_lookups_share_one_kept_connection_and_chunked_answers_are_read(
         servers.append(request)
         return Answer(200, json=body(), chunked=len(servers) % 2 == 0)
 
-    client = mock_gateway(handler)
+    client = scripted_lms(handler)
     for _ in range(4):
         assert client.get_trainings("acme", "W-1").trainings[0]["record_id"] == "R1"
     assert [s.connection for s in servers] == [1, 1, 1, 1]
@@ -346,12 +342,12 @@ def test_lookups_share_one_kept_connection_and_chunked_answers_are_read(
 
 
 def test_a_body_cut_short_is_a_connection_failure_and_retried(
-    mock_gateway: Callable[..., LmsClient],
+    scripted_lms: Callable[..., LmsClient],
 ) -> None:
     answers = [Answer(200, content=b'{"tenant_id": "ac', headers={"content-type": "application/json",
                                                                   "content-length": "500"}),
                Answer(200, json=body())]
-    client = mock_gateway(lambda r: answers.pop(0))
+    client = scripted_lms(lambda r: answers.pop(0))
     assert client.get_trainings("acme", "W-1").attempts == 2
 
 
@@ -372,16 +368,16 @@ def test_an_https_lms_is_verified_against_the_configured_ca(
     assert len(server.seen) == 1
 
 
-def test_429_is_retried(mock_gateway: Callable[..., LmsClient]) -> None:
+def test_429_is_retried(scripted_lms: Callable[..., LmsClient]) -> None:
     answers = [Answer(429), Answer(200, json=body())]
-    client = mock_gateway(lambda r: answers.pop(0))
+    client = scripted_lms(lambda r: answers.pop(0))
     assert client.get_trainings("acme", "W-1").attempts == 2
 
 
-def test_transient_then_success_with_backoff(mock_gateway: Callable[..., LmsClient]) -> None:
+def test_transient_then_success_with_backoff(scripted_lms: Callable[..., LmsClient]) -> None:
     waits: list[float] = []
     answers = [Answer(503), Answer(503), Answer(200, json=body())]
-    client = mock_gateway(
+    client = scripted_lms(
         lambda r: answers.pop(0), max_attempts=3, backoff_initial_s=0.1,
         sleep=waits.append,
     )
@@ -449,7 +445,7 @@ def test_breaker_opens_and_half_opens_against_the_sandbox(
 
 
 def test_failed_probe_reopens_without_retries(
-    mock_gateway: Callable[..., LmsClient], monotonic: Any
+    scripted_lms: Callable[..., LmsClient], monotonic: Any
 ) -> None:
     calls: list[int] = []
 
@@ -457,7 +453,7 @@ def test_failed_probe_reopens_without_retries(
         calls.append(1)
         return Answer(503)
 
-    client = mock_gateway(
+    client = scripted_lms(
         handler, breaker_failure_threshold=1, breaker_cooldown_s=5.0,
         clock=monotonic, max_attempts=3,
     )
@@ -497,14 +493,14 @@ def test_config_is_validated() -> None:
         GatewayConfig("http://127.0.0.1:1", timeout_s=0)
 
 
-def test_no_budget_left_is_a_timeout_without_a_call(mock_gateway: Callable[..., LmsClient]) -> None:
+def test_no_budget_left_is_a_timeout_without_a_call(scripted_lms: Callable[..., LmsClient]) -> None:
     calls: list[int] = []
 
     def handler(request: Seen) -> Answer:
         calls.append(1)
         return Answer(200, json=body())
 
-    client = mock_gateway(handler, breaker_failure_threshold=1)
+    client = scripted_lms(handler, breaker_failure_threshold=1)
     with pytest.raises(ExternalTimeout) as info:
         client.get_trainings("acme", "W-1", budget_s=0)
     assert info.value.attempts == 0
