@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -106,7 +107,8 @@ class ChatBackend:
             if key:
                 headers["Authorization"] = f"Bearer {key}"
         self._max = max_response_bytes
-        context = default_ssl_context() if self.base_url.startswith("https") else None
+        https = urllib.parse.urlsplit(self.base_url).scheme == "https"
+        context = default_ssl_context() if https else None
         self._http = HttpPool(self.base_url, headers=headers, ssl_context=context, max_idle=16)
 
     def close(self) -> None:
