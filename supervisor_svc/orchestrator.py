@@ -205,6 +205,11 @@ def _ts(moment: dt.datetime | None = None) -> Timestamp:
     return ts
 
 
+_RUNNING: contextvars.ContextVar[_Live | None] = contextvars.ContextVar("agentmesh_running_execution",
+                                                                        default=None)
+"""The execution whose work the current thread does (set by :meth:`Orchestrator._execute`)."""
+
+
 @dataclass
 class _Live:
     """In-memory state of a running execution (rebuilt from the store is never needed: see end_interrupted)."""
@@ -236,6 +241,11 @@ class _Live:
     """The retries the execution may still make (``retry.execution_budget``), made at its first retry."""
     gathering: Gathering | None = None
     """The running stage's first delegations, appended together (None: a stage of one task)."""
+    stage_running: set[str] = field(default_factory=set)
+    """The running stage's tasks that have not ended yet (see :meth:`Orchestrator._finish_record`)."""
+    ahead: list[futures.Future[None]] = field(default_factory=list)
+    """Records sent on ahead of the execution (a stage's last TASK_FINISHED): whatever the execution records
+    or stores next waits until they are durable (see :meth:`Orchestrator._catch_up`)."""
 
 
 @dataclass(frozen=True)
@@ -315,6 +325,8 @@ class Orchestrator:
         self._revoker = revoker if revoker is not None else (
             specialists if isinstance(specialists, Revoker) else None)
         self._pool = futures.ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="task")
+        # Its own threads: a task waiting for a record sent ahead never holds the thread that sends it.
+        self._ahead = futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="record-ahead")
         self._live: dict[str, _Live] = {}
         self._live_lock = threading.Lock()
         self._accepting: set[str] = set()
@@ -341,7 +353,46 @@ class Orchestrator:
                                                          metadata={"field": "user_assertion"})) from err
 
     def _narrate(self, event_type: int, **fields: Any) -> None:
+        live = _RUNNING.get()
+        if live is not None:
+            self._catch_up(live)  # the log keeps the execution's order
         narrative(self._audit, event_type, **fields)
+
+    @staticmethod
+    def _catch_up(live: _Live) -> None:
+        """Returns once every record sent on ahead of the execution is durable (in the log or the outbox).
+
+        What the execution records or stores next comes after it, so the log keeps the order in which
+        things happened, and a stored state never gets ahead of its records (a task stored as ended always
+        has its TASK_FINISHED).
+        """
+        with live.lock:
+            ahead = list(live.ahead)
+        if not ahead:
+            return
+        futures.wait(ahead)
+        with live.lock:
+            live.ahead = [f for f in live.ahead if not f.done()]
+
+    def _save(self, live: _Live, *, deferrable: bool = False) -> None:
+        """Stores the execution as it is now, provided every record sent on ahead of it is durable.
+
+        Called with the execution's lock held, after :meth:`_catch_up` outside it (a record travels for a
+        round trip to audit, or longer while audit is slow, and the lock serves the execution's readers and
+        its cancellation meanwhile). ``deferrable``: while such a record is still on its way nothing is
+        stored now; the execution's next store (before its next delegation, at the latest its end) stores
+        this state with the rest.
+        """
+        with live.lock:
+            pending = [f for f in live.ahead if not f.done()]
+            if pending:
+                if deferrable:
+                    return
+                # Not reached by the execution's own steps (each catches up first); if it were, the store
+                # waits rather than get ahead of a record (a record sent ahead never needs this lock).
+                futures.wait(pending)
+            live.ahead.clear()
+            self._store.save(live.execution)
 
     def _refuse(self, err: errors.MeshError, user: assertion.UserIdentity | None, **fields: Any) -> errors.MeshError:
         self._narrate(audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
@@ -677,24 +728,28 @@ class Orchestrator:
     def _execute(self, live: _Live) -> None:
         ex = live.execution
         execution_id = ex.execution_id
-        with telemetry.mesh_ids(execution_id=execution_id, correlation_id=ex.trace.correlation_id):
-            try:
-                self._run_stages(live)
-                self._propose_release(live)
-            except LeaseLost:
-                raise  # the new owner resumes it, delegations included (see run)
-            except Exception:  # noqa: BLE001 - an execution never vanishes: it ends FAILED, with the reason
-                log.exception("execution %s failed", execution_id)
-                with live.lock:
-                    left = sorted(live.delegated_before)
-                for task_id in left:
-                    # Delegated by an earlier process, not run again here: closed on the record.
-                    self._close_delegation(live, task_id, TaskState.NOT_RUN, "SUPERVISOR_ERROR")
-                with live.lock:
-                    ex.status = pb.EXECUTION_STATUS_FAILED
-                    ex.reason = "SUPERVISOR_ERROR: the execution failed inside the supervisor"
-                    ex.summary = "The analysis failed inside the supervisor; no decision was made."
-            self._finish(live)
+        running = _RUNNING.set(live)
+        try:
+            with telemetry.mesh_ids(execution_id=execution_id, correlation_id=ex.trace.correlation_id):
+                try:
+                    self._run_stages(live)
+                    self._propose_release(live)
+                except LeaseLost:
+                    raise  # the new owner resumes it, delegations included (see run)
+                except Exception:  # noqa: BLE001 - an execution never vanishes: it ends FAILED, with the reason
+                    log.exception("execution %s failed", execution_id)
+                    with live.lock:
+                        left = sorted(live.delegated_before)
+                    for task_id in left:
+                        # Delegated by an earlier process, not run again here: closed on the record.
+                        self._close_delegation(live, task_id, TaskState.NOT_RUN, "SUPERVISOR_ERROR")
+                    with live.lock:
+                        ex.status = pb.EXECUTION_STATUS_FAILED
+                        ex.reason = "SUPERVISOR_ERROR: the execution failed inside the supervisor"
+                        ex.summary = "The analysis failed inside the supervisor; no decision was made."
+                self._finish(live)
+        finally:
+            _RUNNING.reset(running)
         live.done.set()
         self._notify(live, pb.EXECUTION_EVENT_EXECUTION_FINISHED)
         self._close_watchers(live)
@@ -711,6 +766,7 @@ class Orchestrator:
         action = intent.domain.actions.get(intent.action) if intent.domain is not None and intent.action else None
         if action is None:
             return
+        self._catch_up(live)  # the proposal's records and stores come after the execution's
         with live.lock, self._actions.lock:
             self._actions.propose(ex, live.user, action, intent.subjects, live.confirmation_ttl_s)
             if ex.HasField("action"):
@@ -764,6 +820,8 @@ class Orchestrator:
             ctx = contextvars.copy_context()
             # The stage's tasks are delegated at nearly the same moment: their records go in one append.
             live.gathering = Gathering(self._audit, runnable) if len(runnable) > 1 else None
+            with live.lock:
+                live.stage_running = set(runnable)
             running = {t: self._pool.submit(ctx.copy().run, self._run_in_stage, live, t, context)
                        for t in runnable}
             # Every task of the stage ends (and is on the record) before anything is concluded, also when
@@ -812,14 +870,17 @@ class Orchestrator:
     def _elapsed_ms(self, live: _Live) -> int:
         return int((time.monotonic() - live.started) * 1000)
 
-    def _set_status(self, live: _Live, task_id: str, status: int, *, finished: bool = False) -> None:
+    def _set_status(self, live: _Live, task_id: str, status: int, *, finished: bool = False,
+                    deferrable: bool = False) -> None:
+        if not deferrable:
+            self._catch_up(live)
         with live.lock:
             for node in live.execution.graph.nodes:
                 if node.task_id == task_id:
                     node.status = status  # type: ignore[assignment]
                     if finished:
                         node.finished_at.CopyFrom(_ts())
-            self._store.save(live.execution)
+            self._save(live, deferrable=deferrable)
 
     def _close_delegation(self, live: _Live, task_id: str, state: TaskState, reason: str,
                           why: str = "DELEGATED_BEFORE_RESTART") -> None:
@@ -918,7 +979,7 @@ class Orchestrator:
             with live.lock:
                 if result is not None:
                     live.execution.results.append(result)
-            self._set_status(live, task_id, status, finished=True)
+            self._set_status(live, task_id, status, finished=True, deferrable=True)
             self._notify(live, pb.EXECUTION_EVENT_TASK_FINISHED, task_id=task_id, agent_id=agent_id, task_status=status)
             if state is not TaskState.CANCELLED:
                 # The task's end feeds the agent's history and, for a canary, its judgement (PRD §57).
@@ -1037,7 +1098,8 @@ class Orchestrator:
         attempt.finished_at.CopyFrom(_ts())
         with live.lock:
             live.execution.attempts.append(attempt)
-            self._store.save(live.execution)
+            # A task's end may be stored with the execution's next state (see _finish_record).
+            self._save(live, deferrable=True)
         span.add_event("agentmesh.attempt", {
             "agentmesh.task_id": task_id, "agentmesh.attempt": number,
             "agentmesh.attempt_kind": pb.AttemptKind.Name(kind), "agentmesh.agent_id": route.agent_id,
@@ -1073,9 +1135,10 @@ class Orchestrator:
         def refuse(*codes: str, policy: common_pb2.PolicyDecision | None = None) -> None:
             decision.allowed = False
             decision.reason_codes.extend(codes)
+            self._catch_up(live)
             with live.lock:
                 live.execution.fallbacks.append(decision)
-                self._store.save(live.execution)
+                self._save(live)
             _fallbacks.add(1, {"agent": primary.agent_id, "fallback": fallback_id, "result": codes[0]})
             self._narrate(audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
                           tenant_id=user.tenant_id, user_id=user.user_id, task_id=task_id, agent_id=fallback_id,
@@ -1139,6 +1202,7 @@ class Orchestrator:
             return None
         try:
             # The decision that lets the fallback run is durable before it runs.
+            self._catch_up(live)
             governing(self._audit, audit_pb2.AUDIT_EVENT_TYPE_AGENT_SELECTED, outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS,
                       tenant_id=user.tenant_id, user_id=user.user_id, task_id=task_id, agent_id=fallback_id,
                       policy_decision=policy, versions=common_pb2.VersionStamp(
@@ -1151,6 +1215,7 @@ class Orchestrator:
             return None
         decision.allowed = True
         decision.reason_codes.extend(policy.reason_codes)
+        self._catch_up(live)
         with live.lock:
             live.execution.fallbacks.append(decision)
             plan.specs[task_id] = dataclasses.replace(plan.specs[task_id], agent=entry)
@@ -1158,7 +1223,7 @@ class Orchestrator:
                 if n.task_id == task_id:
                     n.target_agent_id = fallback_id  # the task says it runs on the fallback
             plan.task(task_id).target_agent_id = fallback_id
-            self._store.save(live.execution)
+            self._save(live)
         _fallbacks.add(1, {"agent": primary.agent_id, "fallback": fallback_id, "result": "USED"})
         return route, task, policy.decision_id
 
@@ -1199,6 +1264,9 @@ class Orchestrator:
                                     rules=self._projector.resource_rules,
                                     ttl=dt.timedelta(seconds=timeout_s + 30),
                                     model_budgets=live.budget.grant_budgets())
+        # The records sent on ahead of this execution (the stage before ends with one) are durable first:
+        # this store and this delegation come after them.
+        self._catch_up(live)
         with live.lock:
             # Stored before the delegation is on the record: a restart in between knows the task may
             # have been delegated (see _rebuild), and closes that delegation if it does not run it.
@@ -1207,7 +1275,7 @@ class Orchestrator:
                     n.started_at.CopyFrom(node.started_at)
                     if again:  # called again after WAITING: RUNNING again from here on
                         n.status = common_pb2.TASK_STATUS_RUNNING
-            self._store.save(live.execution)
+            self._save(live)
         try:
             # The delegation is durable in the audit log before the agent hears of it (together with its
             # siblings' when the stage's tasks are delegated at once).
@@ -1240,13 +1308,14 @@ class Orchestrator:
         state, result, reason = TaskState.COMPLETED, None, ""
         failure: errors.MeshError | None = None
         try:
+            self._catch_up(live)
             with live.lock:
                 # Delegated again under the same task id: its TASK_FINISHED below closes both delegations.
                 live.delegated_before.discard(task_id)
                 for n in live.execution.graph.nodes:
                     if n.task_id == task_id:
                         n.CopyFrom(node)
-                self._store.save(live.execution)
+                self._save(live)
             self._notify(live, pb.EXECUTION_EVENT_TASK_STARTED, task_id=task_id, agent_id=agent_id,
                          task_status=common_pb2.TASK_STATUS_RUNNING)
             request = spec_pb2.RunTaskRequest(task=node, grant=grant, principal=principal,
@@ -1294,8 +1363,10 @@ class Orchestrator:
             # The record first (kept in the outbox if audit is down), then the checkpoint: a task whose
             # stored result makes a restarted supervisor skip it always has its TASK_FINISHED record;
             # a call that ended WAITING has its TASK_FINISHED before the task is stored WAITING.
-            self._narrate(
-                audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED,
+            ends = not waiting and state is not TaskState.CANCELLED and outcome_of(
+                result, failure, cancelled=False) not in TRANSIENT
+            self._finish_record(
+                live, ends,
                 outcome=outcome,
                 tenant_id=user.tenant_id, user_id=user.user_id, task_id=task_id, agent_id=agent_id,
                 reason_codes=codes,
@@ -1310,6 +1381,30 @@ class Orchestrator:
                               reason_codes=[TaskState.FAILED.value, "SUPERVISOR_ERROR"])
         return _Call(state=state, result=result, reason=reason, error=failure,
                      outcome=outcome_of(result, failure, cancelled=state is TaskState.CANCELLED))
+
+    def _finish_record(self, live: _Live, ends: bool, **fields: Any) -> None:
+        """A task's TASK_FINISHED (``ends``: the task ends here, no retry, no WAITING).
+
+        The record of the task that ends its stage, the last of the stage's tasks to end, is sent on ahead:
+        the stage's next step (the next stage's delegations, or the execution's decision and end) is made
+        while it travels, and what the execution records or stores next waits until it is durable
+        (:meth:`_catch_up`, :meth:`_save`), so the log keeps the order of events and the task is stored as
+        ended only after its record. Its siblings' records went while it still ran, each before its task's
+        stored end, as every other record does.
+        """
+        task_id = fields["task_id"]
+        with live.lock:
+            last = ends and live.stage_running == {task_id}
+            if ends:
+                live.stage_running.discard(task_id)
+        if not last:
+            self._narrate(audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED, **fields)
+            return
+        self._catch_up(live)
+        record = functools.partial(narrative, self._audit, audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED, **fields)
+        sent: futures.Future[None] = self._ahead.submit(contextvars.copy_context().run, record)
+        with live.lock:
+            live.ahead.append(sent)
 
     def _run_handoffs(self, live: _Live, task_id: str,
                       result: common_pb2.AgentResult) -> list[common_pb2.HandoffOutcome]:
@@ -1351,6 +1446,7 @@ class Orchestrator:
                         f"{action.target_agent_id} is not an agent tenant {live.user.tenant_id} may use",
                         reason="HANDOFF_TARGET_NOT_ALLOWED_FOR_TENANT", source_agent_id=result.agent_id,
                         target_agent_id=action.target_agent_id)
+                self._catch_up(live)
                 with live.lock:
                     task = admit_handoff(plan, req, lookup=self._registry.ensure_active,
                                          execution_correlation_id=live.execution.trace.correlation_id,
@@ -1362,7 +1458,7 @@ class Orchestrator:
                     task.projection.CopyFrom(projection)
                     plan.task(task.task_id).CopyFrom(task)
                     live.execution.graph.nodes.append(task)
-                    self._store.save(live.execution)
+                    self._save(live)
             except sup_errors.LimitExceeded as err:
                 _handoffs.add(1, {"result": "limit"})
                 self._limit_reached(live, err)
@@ -1449,6 +1545,7 @@ class Orchestrator:
         AWAITING_REVIEW with a LIMIT review item (a reviewer lets it go on past the limit, or stops it)."""
         ex = live.execution
         review = LimitAction(err.action) is LimitAction.HUMAN_REVIEW
+        self._catch_up(live)
         with live.lock:
             ex.status = pb.EXECUTION_STATUS_AWAITING_REVIEW if review else pb.EXECUTION_STATUS_STOPPED
             ex.decision = (common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW if review
@@ -1502,6 +1599,7 @@ class Orchestrator:
                 assessment = aggregate(all_outcomes, expected=plan.expected, policy=domain.evidence,
                                        decisions=domain.outcomes, conditions=conditions,
                                        subjects=plan.intent.subjects, language=live.language)
+        self._catch_up(live)  # decided while the last task's record travelled; recorded and stored after it
         with live.lock:
             handoff_notes = list(ex.missing)
             assessment.apply_to(ex)
@@ -1547,9 +1645,10 @@ class Orchestrator:
                       execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=ex.user_id,
                       analysis_decision=ex.decision,
                       reason_codes=[pb.ExecutionStatus.Name(ex.status), ex.reason][: 2 if ex.reason else 1])
+        self._catch_up(live)
         with live.lock:
             ex.finished_at.CopyFrom(_ts())
-            self._store.save(ex)
+            self._save(live)
 
     # -- watch / cancel / recovery ---------------------------------------------
 
@@ -1972,3 +2071,4 @@ class Orchestrator:
         """Stops the lease loop and the task pool."""
         self._closed.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._ahead.shutdown(wait=False)

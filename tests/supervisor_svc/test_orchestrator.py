@@ -1215,3 +1215,91 @@ def test_a_task_waiting_for_its_handoff_when_the_process_dies_runs_again_and_lea
               and r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED]
     assert closed and "DELEGATED_BEFORE_RESTART" in closed[-1].reason_codes
     _every_delegation_closed(audit)
+
+
+def _stored_status(tmp_path: Path, execution_id: str, agent_id: str) -> int:
+    """The task's status as another replica reads it from the store."""
+    store = ExecutionStore(tmp_path / "supervisor.db")
+    try:
+        stored = store.get(execution_id)
+        assert stored is not None
+        return next(n.status for n in stored.graph.nodes if n.target_agent_id == agent_id)
+    finally:
+        store.close()
+
+
+def test_the_record_that_ends_a_stage_travels_while_the_next_stage_is_prepared_and_comes_first(
+        world: Any, tmp_path: Path) -> None:
+    orch, specialists, audit, token, _ = world
+    arrived, go = threading.Event(), threading.Event()
+    record_durably = audit.record_durably
+
+    def held(event_type: int, **fields: Any) -> None:
+        if event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED and fields["agent_id"] == "work-permit-agent":
+            arrived.set()
+            go.wait(10)
+        record_durably(event_type, **fields)
+
+    audit.record_durably = held
+    text = "Analyze permit WP-10231 and tell me if it can be released"
+    execution_id = orch.start(pb.AnalyzeRequest(user_assertion=token, tenant_id="acme", request_text=text),
+                              "spiffe://agentmesh.local/client/test")
+    ran: list[pb.Execution] = []
+    runner = threading.Thread(target=lambda: ran.append(orch.run(execution_id)))
+    runner.start()
+    try:
+        assert arrived.wait(10)
+        time.sleep(0.3)  # the next stage goes as far as it may while the record travels
+        live = orch._live[execution_id]
+        waited = time.monotonic()
+        with live.lock:  # never held while a record travels: readers and a cancellation get it at once
+            assert time.monotonic() - waited < 1
+            # The task has ended (in memory: its result feeds the next stage) ...
+            assert next(n.status for n in live.execution.graph.nodes
+                        if n.target_agent_id == "work-permit-agent") == common_pb2.TASK_STATUS_COMPLETED
+        # ... but it is not stored as ended before its record is durable, and nothing of the next stage is on
+        # the record or run.
+        assert _stored_status(tmp_path, execution_id, "work-permit-agent") != common_pb2.TASK_STATUS_COMPLETED
+        assert [r.agent_id for r in audit.records if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED] \
+            == ["work-permit-agent"]
+        assert [r.task.target_agent_id for r in specialists.requests] == ["work-permit-agent"]
+    finally:
+        go.set()
+        runner.join(20)
+    assert ran and ran[0].status == pb.EXECUTION_STATUS_SUCCEEDED
+    kinds = [(r.event_type, r.agent_id) for r in audit.records]
+    finished = kinds.index((audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED, "work-permit-agent"))
+    delegated = [i for i, (t, a) in enumerate(kinds)
+                 if t == audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED and a != "work-permit-agent"]
+    assert len(delegated) == 3 and finished < min(delegated)
+    # Every task's end is on the record before the execution's, and stored with it.
+    ends = [i for i, (t, _) in enumerate(kinds) if t == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED]
+    assert len(ends) == 4 and max(ends) < kinds.index((audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED, ""))
+    assert all(_stored_status(tmp_path, execution_id, n.target_agent_id) == common_pb2.TASK_STATUS_COMPLETED
+               for n in ran[0].graph.nodes)
+
+
+def test_a_stage_ending_record_audit_cannot_take_waits_in_the_outbox_before_the_execution_goes_on(
+        world: Any) -> None:
+    orch, specialists, audit, token, _ = world
+    record = audit.record
+
+    def down_for_the_first_end(event_type: int, **fields: Any) -> Any:
+        if event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED and fields["agent_id"] == "work-permit-agent":
+            raise errors.Unavailable("connection refused", reason="UNAVAILABLE")
+        return record(event_type, **fields)
+
+    audit.record = down_for_the_first_end
+
+    def durably(event_type: int, **fields: Any) -> None:
+        try:
+            audit.record(event_type, **fields)
+        except errors.Unavailable:
+            audit.outbox.append(audit_pb2.AuditRecord(event_type=event_type, **fields))
+
+    audit.record_durably = durably
+    ex = _analyze(orch, token)
+    assert ex.status == pb.EXECUTION_STATUS_SUCCEEDED
+    assert [(r.event_type, r.agent_id) for r in audit.outbox] == [
+        (audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED, "work-permit-agent")]
+    assert len([r for r in audit.records if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED]) == 4
