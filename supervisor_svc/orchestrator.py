@@ -15,9 +15,12 @@ Executions are private (supervisor_svc.privacy): reading or cancelling one is
 the policy engine's decision.
 
 Executions are durable workflows. Each completed task's result is stored with
-the execution (the checkpoint); after a crash, :meth:`Orchestrator.end_interrupted`
-(called at start) first revokes the grants the dead process issued (the
-capability service refuses its orphaned tasks, ``GRANT_REVOKED``), then
+the execution (the checkpoint), never before the task's TASK_FINISHED is durable
+(the record that ends a stage travels while the next stage is prepared, and the
+execution's next record or store waits for it: :meth:`Orchestrator._finish_record`);
+after a crash, :meth:`Orchestrator.end_interrupted` (called at start) first revokes
+the grants the dead process issued (the capability service refuses its orphaned
+tasks, ``GRANT_REVOKED``), then
 resumes every execution left RUNNING from its checkpoint under the same id:
 completed tasks are not run again, the others are (they only read); a release
 in flight is handed to :meth:`ReleaseActions.resume`, which re-runs it under
