@@ -246,9 +246,13 @@ class _Live:
     """The running stage's first delegations, appended together (None: a stage of one task)."""
     stage_running: set[str] = field(default_factory=set)
     """The running stage's tasks that have not ended yet (see :meth:`Orchestrator._finish_record`)."""
-    ahead: list[futures.Future[None]] = field(default_factory=list)
-    """Records sent on ahead of the execution (a stage's last TASK_FINISHED): whatever the execution records
-    or stores next waits until they are durable (see :meth:`Orchestrator._catch_up`)."""
+    ahead: list[tuple[str, futures.Future[None]]] = field(default_factory=list)
+    """Records sent on ahead of the execution (a stage's last TASK_FINISHED), by task id: whatever the
+    execution records or stores next waits until they are durable (see :meth:`Orchestrator._catch_up`)."""
+    ahead_failure: BaseException | None = None
+    """Why a record sent ahead could not be made (not even kept in the outbox): the execution fails on it."""
+    ahead_failed: set[str] = field(default_factory=set)
+    """The tasks whose record sent ahead could not be made: FAILED in every state stored from then on."""
 
 
 @dataclass(frozen=True)
@@ -362,20 +366,48 @@ class Orchestrator:
         narrative(self._audit, event_type, **fields)
 
     @staticmethod
-    def _catch_up(live: _Live) -> None:
+    def _settle(live: _Live) -> None:
+        """With the lock held: forgets the records sent ahead that are done. One whose making raised (not a
+        refusal or an absent audit, which the outbox takes, but a failure of the supervisor) fails the
+        execution as it would have on the task's own thread: the task is FAILED, its end is on the record
+        as SUPERVISOR_ERROR (see :meth:`_record_ahead`), and :meth:`_catch_up` raises from then on."""
+        kept = []
+        for task_id, sent in live.ahead:
+            if not sent.done():
+                kept.append((task_id, sent))
+                continue
+            error = sent.exception()
+            if error is not None:
+                live.ahead_failure = live.ahead_failure or error
+                live.ahead_failed.add(task_id)
+        live.ahead = kept
+        if live.ahead_failed:  # also over a later in-memory change of the task (its own thread's tail)
+            for node in live.execution.graph.nodes:
+                if node.task_id in live.ahead_failed:
+                    node.status = common_pb2.TASK_STATUS_FAILED
+
+    @classmethod
+    def _catch_up(cls, live: _Live) -> None:
         """Returns once every record sent on ahead of the execution is durable (in the log or the outbox).
 
         What the execution records or stores next comes after it, so the log keeps the order in which
         things happened, and a stored state never gets ahead of its records (a task stored as ended always
         has its TASK_FINISHED).
+
+        Raises:
+            RuntimeError: such a record could not be made; the execution does not go on (see :meth:`_settle`).
         """
         with live.lock:
-            ahead = list(live.ahead)
-        if not ahead:
-            return
-        futures.wait(ahead)
+            if not live.ahead and live.ahead_failure is None:
+                return
+            waiting = [sent for _, sent in live.ahead if not sent.done()]
+        if waiting:
+            futures.wait(waiting)
         with live.lock:
-            live.ahead = [f for f in live.ahead if not f.done()]
+            cls._settle(live)
+            failure = live.ahead_failure
+        if failure is not None:
+            raise RuntimeError("a TASK_FINISHED record sent ahead could not be made") from failure
 
     def _save(self, live: _Live, *, deferrable: bool = False) -> None:
         """Stores the execution as it is now, provided every record sent on ahead of it is durable.
@@ -387,14 +419,18 @@ class Orchestrator:
         this state with the rest.
         """
         with live.lock:
-            pending = [f for f in live.ahead if not f.done()]
+            pending = [sent for _, sent in live.ahead if not sent.done()]
             if pending:
                 if deferrable:
                     return
                 # Not reached by the execution's own steps (each catches up first); if it were, the store
                 # waits rather than get ahead of a record (a record sent ahead never needs this lock).
                 futures.wait(pending)
-            live.ahead.clear()
+            self._settle(live)
+            if live.ahead_failure is not None:
+                if deferrable:
+                    return  # the execution fails on it at its next step (see _catch_up)
+                raise RuntimeError("a TASK_FINISHED record sent ahead could not be made") from live.ahead_failure
             self._store.save(live.execution)
 
     def _refuse(self, err: errors.MeshError, user: assertion.UserIdentity | None, **fields: Any) -> errors.MeshError:
@@ -742,6 +778,7 @@ class Orchestrator:
                 except Exception:  # noqa: BLE001 - an execution never vanishes: it ends FAILED, with the reason
                     log.exception("execution %s failed", execution_id)
                     with live.lock:
+                        live.ahead_failure = None  # seen: the execution ends on it here
                         left = sorted(live.delegated_before)
                     for task_id in left:
                         # Delegated by an earlier process, not run again here: closed on the record.
@@ -1366,8 +1403,8 @@ class Orchestrator:
             # The record first (kept in the outbox if audit is down), then the checkpoint: a task whose
             # stored result makes a restarted supervisor skip it always has its TASK_FINISHED record;
             # a call that ended WAITING has its TASK_FINISHED before the task is stored WAITING.
-            ends = not waiting and state is not TaskState.CANCELLED and outcome_of(
-                result, failure, cancelled=False) not in TRANSIENT
+            attempt_outcome = outcome_of(result, failure, cancelled=state is TaskState.CANCELLED)
+            ends = not waiting and state is not TaskState.CANCELLED and attempt_outcome not in TRANSIENT
             self._finish_record(
                 live, ends,
                 outcome=outcome,
@@ -1382,8 +1419,7 @@ class Orchestrator:
                 self._narrate(audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED, outcome=audit_pb2.AUDIT_OUTCOME_FAILURE,
                               tenant_id=user.tenant_id, user_id=user.user_id, task_id=task_id, agent_id=agent_id,
                               reason_codes=[TaskState.FAILED.value, "SUPERVISOR_ERROR"])
-        return _Call(state=state, result=result, reason=reason, error=failure,
-                     outcome=outcome_of(result, failure, cancelled=state is TaskState.CANCELLED))
+        return _Call(state=state, result=result, reason=reason, error=failure, outcome=attempt_outcome)
 
     def _finish_record(self, live: _Live, ends: bool, **fields: Any) -> None:
         """A task's TASK_FINISHED (``ends``: the task ends here, no retry, no WAITING).
@@ -1404,10 +1440,21 @@ class Orchestrator:
             self._narrate(audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED, **fields)
             return
         self._catch_up(live)
-        record = functools.partial(narrative, self._audit, audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED, **fields)
-        sent: futures.Future[None] = self._ahead.submit(contextvars.copy_context().run, record)
+        sent: futures.Future[None] = self._ahead.submit(contextvars.copy_context().run, self._record_ahead, fields)
         with live.lock:
-            live.ahead.append(sent)
+            live.ahead.append((task_id, sent))
+
+    def _record_ahead(self, fields: dict[str, Any]) -> None:
+        """A record sent ahead (see :meth:`_finish_record`), on the pool of its own. If making it raises, its
+        task's end goes on the record as the supervisor's failure, as it would from the task's own thread,
+        and the exception stays with the future (the execution fails on it, see :meth:`_settle`)."""
+        try:
+            narrative(self._audit, audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED, **fields)
+        except Exception:
+            narrative(self._audit, audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED, outcome=audit_pb2.AUDIT_OUTCOME_FAILURE,
+                      tenant_id=fields["tenant_id"], user_id=fields["user_id"], task_id=fields["task_id"],
+                      agent_id=fields["agent_id"], reason_codes=[TaskState.FAILED.value, "SUPERVISOR_ERROR"])
+            raise
 
     def _run_handoffs(self, live: _Live, task_id: str,
                       result: common_pb2.AgentResult) -> list[common_pb2.HandoffOutcome]:

@@ -1303,3 +1303,37 @@ def test_a_stage_ending_record_audit_cannot_take_waits_in_the_outbox_before_the_
     assert [(r.event_type, r.agent_id) for r in audit.outbox] == [
         (audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED, "work-permit-agent")]
     assert len([r for r in audit.records if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED]) == 4
+
+
+@pytest.mark.parametrize("agent", ["work-permit-agent", "last of stage two"])
+def test_a_stage_ending_record_that_cannot_be_made_fails_the_execution_as_on_the_tasks_own_thread(
+        world: Any, tmp_path: Path, agent: str) -> None:
+    orch, specialists, audit, token, _ = world
+    record_durably = audit.record_durably
+    broken: list[str] = []
+    ends_seen: set[str] = set()
+
+    def breaks(event_type: int, **fields: Any) -> None:
+        if event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED and "SUPERVISOR_ERROR" not in fields["reason_codes"]:
+            ends_seen.add(fields["agent_id"])
+            if fields["agent_id"] == agent or (agent == "last of stage two" and len(ends_seen) == 4):
+                broken.append(fields["agent_id"])
+                raise ValueError("the record cannot be built")  # a fault of the supervisor, not an absent audit
+        record_durably(event_type, **fields)
+
+    audit.record_durably = breaks
+    ex = _analyze(orch, token)
+    assert len(broken) == 1
+    assert ex.status == pb.EXECUTION_STATUS_FAILED and ex.reason.startswith("SUPERVISOR_ERROR")
+    # Its end is on the record as the supervisor's failure, its task is FAILED (never stored as completed),
+    # and the execution's end comes last.
+    closed = [r for r in audit.records if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED
+              and r.agent_id == broken[0]]
+    assert [list(r.reason_codes) for r in closed] == [["FAILED", "SUPERVISOR_ERROR"]]
+    assert audit.records[-1].event_type == audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED
+    assert _stored_status(tmp_path, ex.execution_id, broken[0]) == common_pb2.TASK_STATUS_FAILED
+    if agent == "work-permit-agent":  # the next stage never ran
+        assert [r.task.target_agent_id for r in specialists.requests] == ["work-permit-agent"]
+        assert [r.agent_id for r in audit.records if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED] \
+            == ["work-permit-agent"]
+    _every_delegation_closed(audit)
