@@ -133,7 +133,7 @@ class HttpPool:
         Args:
             base_url: ``http://`` or ``https://`` root; a request's path is appended to its path.
             headers: Sent with every request (a request's own headers win).
-            ssl_context: For ``https``: the verifying context (required for ``https``).
+            ssl_context: The verifying context for ``https`` (required there; unused for ``http``).
             max_idle: Connections kept open between requests; more are closed after use.
 
         Raises:

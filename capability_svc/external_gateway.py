@@ -154,7 +154,7 @@ class ExternalGateway:
         self._http = HttpPool(
             config.base_url,
             headers={"Accept": "application/json", **dict(config.headers)},
-            ssl_context=verify if urllib.parse.urlsplit(config.base_url).scheme == "https" else None,
+            ssl_context=verify,
         )
 
     def close(self) -> None:
