@@ -10,6 +10,11 @@ mesh home, then, as the capability service's identity:
   * sequential  one call at a time on one channel: round-trip p50 / p99 (ms); then the same
                 requests each with a new execution id, as an analysis' calls come (p50)
   * concurrent  --threads callers sharing one channel: decisions per second
+  * grouped     --threads callers through the services' ``PolicyClient``, which carries the
+                requests asked while calls are in flight together in one ``AuthorizeBatch``,
+                against the same client sending one RPC each (no limit on the calls in
+                flight), in alternating rounds: decisions per second, the policy process's
+                and this process's CPU per decision, and decisions per call
 
 and, for the ratio, the bare gRPC mTLS round trip of ``bench_transport.py`` (no
 interceptors, a servicer that does nothing) measured in the same run, in alternating
@@ -38,10 +43,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_transport  # noqa: E402
+from proc_usage import usage  # noqa: E402
 
 from agentmesh import config, launcher, spiffe, transport  # noqa: E402
 from agentmesh.identities import init_identities  # noqa: E402
 from agentmesh.pki import leaf_paths  # noqa: E402
+from agentmesh.policy_client import PolicyClient  # noqa: E402
 from agentmesh.service import address_file  # noqa: E402
 from agentmesh.v1 import common_pb2  # noqa: E402
 from agentmesh.v1 import policy_service_pb2 as pb  # noqa: E402
@@ -75,6 +82,54 @@ def _request(i: int) -> pb.AuthorizeRequest:
         context=pb.OperationContext(risk_profile=common_pb2.RiskProfile(max_risk=common_pb2.RISK_LEVEL_LOW)),
         operation=pb.OPERATION_KIND_INVOKE,
     )
+
+
+def _callers(client: PolicyClient, requests: list[pb.AuthorizeRequest], threads: int, seconds: float) -> int:
+    """``threads`` callers asking ``client`` for ``seconds``; the decisions they got."""
+    count = [0]
+    lock = threading.Lock()
+    stop = time.monotonic() + seconds
+
+    def worker() -> None:
+        i = 0
+        while time.monotonic() < stop:
+            client(requests[i % len(requests)])
+            i += 1
+        with lock:
+            count[0] += i
+
+    workers = [threading.Thread(target=worker) for _ in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    return count[0]
+
+
+GroupedRound = tuple[float, float, float, float]
+"""Decisions/s, the policy process's CPU-ms per decision, this process's CPU-ms per decision, decisions per call."""
+
+
+def _grouped(channel: grpc.Channel, policy_pid: int, requests: list[pb.AuthorizeRequest], threads: int,
+             seconds: float, rounds: int) -> dict[str, list[GroupedRound]]:
+    """``threads`` callers through ``PolicyClient``: grouped (its default) against one RPC each, alternating."""
+    import os
+
+    clients = {"grouped": PolicyClient(channel, 5.0), "one RPC each": PolicyClient(channel, 5.0, senders=1 << 20)}
+    for client in clients.values():
+        for i in range(100):
+            client(requests[i % len(requests)])
+    out: dict[str, list[GroupedRound]] = {name: [] for name in clients}
+    for _ in range(rounds):
+        for name, client in clients.items():
+            policy_before, own_before, calls_before = usage(policy_pid), usage(os.getpid()), client.batches
+            t0 = time.monotonic()
+            n = max(1, _callers(client, requests, threads, seconds))
+            elapsed = time.monotonic() - t0
+            out[name].append((n / elapsed, (usage(policy_pid).cpu_s - policy_before.cpu_s) / n * 1000,
+                              (usage(os.getpid()).cpu_s - own_before.cpu_s) / n * 1000,
+                              n / max(1, client.batches - calls_before)))
+    return out
 
 
 def main() -> int:
@@ -161,6 +216,7 @@ def main() -> int:
             for t in threads:
                 t.join()
             rate = count[0] / (time.monotonic() - t0)
+            grouped = _grouped(channel, policy.pid, requests, args.threads, args.seconds, args.rounds)
             print("PolicyService.Authorize over mTLS (client and server on this machine)")
             print(f"  sequential calls   {args.calls}")
             print(f"  round trip p50     {statistics.median(lat):.3f} ms")
@@ -170,6 +226,11 @@ def main() -> int:
                   f"execution id each): {statistics.median(fresh_lat) / across:.2f} x the bare round trip "
                   "across two processes")
             print(f"  decisions/s        {rate:.0f}  ({args.threads} concurrent callers, one channel)")
+            for name, rows in grouped.items():
+                print(f"  {name + ':':17s}  {args.threads} callers through PolicyClient, {args.rounds} rounds of "
+                      f"{args.seconds:g} s: " + "; ".join(
+                          f"{r[0]:.0f}/s, policy {r[1]:.3f} + client {r[2]:.3f} CPU-ms per decision, {r[3]:.2f} "
+                          "per call" for r in rows))
             for key in ratios:
                 print(f"  bare mTLS p50      {statistics.median(bares[key]):.3f} ms, client and no-op server "
                       f"{key} (median of {args.rounds} rounds)")
