@@ -99,7 +99,7 @@ from supervisor_svc.planner import (
 )
 from supervisor_svc.privacy import CANCEL, READ, Authorizer, ExecutionGuard, not_found
 from supervisor_svc.projection import Projector, to_struct
-from supervisor_svc.recording import Gathering, Recorder, governing, governing_all, narrative
+from supervisor_svc.recording import GATHER_S, Gathering, Recorder, governing, governing_all, narrative
 from supervisor_svc.registry import AgentRegistry
 from supervisor_svc.routing import Endpoint, Route
 from supervisor_svc.selection import AgentSelector
@@ -303,6 +303,7 @@ class Orchestrator:
         domains: DomainCatalog | None = None,
         intents: IntentClassifier | None = None,
         traffic: Traffic | None = None,
+        gather_s: float = GATHER_S,
     ) -> None:
         """``revoker`` stops an execution's work at the capability service; by default the
         specialists port, when it can (``GrpcSpecialists`` reaches the capability service too).
@@ -310,7 +311,8 @@ class Orchestrator:
         classifies, through the model service, a request no rule of theirs understands; without it
         such a request is refused. ``traffic``: versions, availability, history and retries
         (supervisor_svc.traffic); by default every agent is its shipped version, only circuits count
-        and no task is retried (no capability risk profiles)."""
+        and no task is retried (no capability risk profiles). ``gather_s``: how long the first delegation
+        record of a stage's tasks waits for its siblings' (supervisor_svc.recording.Gathering)."""
         self._id = identity
         self._registry = registry
         self._selector = selector
@@ -327,6 +329,7 @@ class Orchestrator:
         self._authorize = authorize
         self._traffic = traffic or Traffic.build()
         self._task_timeout_s = task_timeout_s
+        self._gather_s = gather_s
         self._actions = actions
         self._intents = intents
         self._revoker = revoker if revoker is not None else (
@@ -859,7 +862,7 @@ class Orchestrator:
             context = self._context_for_stage(plan, results)
             ctx = contextvars.copy_context()
             # The stage's tasks are delegated at nearly the same moment: their records go in one append.
-            live.gathering = Gathering(self._audit, runnable) if len(runnable) > 1 else None
+            live.gathering = Gathering(self._audit, runnable, wait_s=self._gather_s) if len(runnable) > 1 else None
             with live.lock:
                 live.stage_running = set(runnable)
             running = {t: self._pool.submit(ctx.copy().run, self._run_in_stage, live, t, context)
