@@ -19,6 +19,9 @@ Starts a whole mesh (`agentmesh up --ports-auto`) in a temporary home twice:
     calls and thread CPU per analysis in every mesh process that calls it (the probe in
     benchmarks/function_cpu/, put on the processes' PYTHONPATH; the calling thread's own CPU,
     not its waits), e.g. --function-cpu supervisor_svc.executions:ExecutionStore.save;
+  * with --rpc-counts: also, for the throughput run, the gRPC calls each method of the mesh served
+    per analysis (its servicer method's calls, counted by the same probe), e.g. how many
+    ``AppendRecords`` carried the analysis' audit records;
   * with --offered RATE ...: an open loop instead of the callers: analyses started at a
     fixed rate for --seconds whatever the mesh's pace, each timed from its planned start
     (so a backlog counts), reporting what completed per second, the latency p50/p99 and
@@ -58,6 +61,13 @@ from agentmesh.v1 import supervisor_service_pb2 as pb  # noqa: E402
 from agentmesh.v1 import supervisor_service_pb2_grpc as pb_grpc  # noqa: E402
 
 REQUEST = "Analyze permit WP-10231 and tell me if it can be released"
+RPC_METHODS = (
+    "supervisor_svc.servicer:SupervisorServicer.Analyze", "policy_svc.servicer:TenantServicer.GetTenant",
+    "specialist_svc.servicer:SpecialistServicer.RunTask", "capability_svc.servicer:CapabilityServicer.InvokeCapability",
+    "capability_svc.servicer:CapabilityServicer.InvokeCapabilities", "policy_svc.servicer:PolicyServicer.Authorize",
+    "policy_svc.servicer:PolicyServicer.AuthorizeBatch", "model_svc.servicer:ModelServicer.Complete",
+    "audit_svc.servicer:AuditServicer.AppendRecord", "audit_svc.servicer:AuditServicer.AppendRecords")
+"""The servicer methods an analysis calls (``--rpc-counts``): each call of one is one RPC served."""
 PROBE = Path(__file__).resolve().parent / "function_cpu"
 
 
@@ -192,18 +202,32 @@ def _print_functions(before: Counts, after: Counts, missing: set[str], cpu: dict
                   f"{ns / 1e3 / calls:8.1f} {share:8.1%}")
 
 
+def _print_rpcs(before: Counts, after: Counts, missing: set[str], analyses: int) -> None:
+    n = max(1, analyses)
+    for method in sorted(missing):
+        print(f"  method {method}: no mesh process has it, not counted")
+    served = {m: sum(after[p].get(m, [0, 0])[0] - before.get(p, {}).get(m, [0, 0])[0] for p in after)
+              for m in RPC_METHODS}
+    total = sum(served.values())
+    print(f"  RPCs served per analysis: {total / n:.1f} (" + ", ".join(
+        f"{m.rsplit('.', 1)[1]} {c / n:.1f}" for m, c in served.items() if c) + ")")
+
+
 def _audit_records(cfg: config.MeshConfig) -> int:
     """Records in the audit log so far (read from its file, next to the running service)."""
     with sqlite3.connect(f"file:{cfg.mesh_home.data / 'audit.db'}?mode=ro", uri=True) as db:
         return int(db.execute("SELECT COUNT(*) FROM entries").fetchone()[0])
 
 
-def throughput(concurrency: int, seconds: float, functions: str = "") -> None:
+def throughput(concurrency: int, seconds: float, functions: str = "", rpcs: bool = False) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         probed = Path(tmp) / "function-cpu"
-        if functions:
+        # The probe counts a call made inside a measured one only in the outer one: the servicer methods
+        # are never probed with other functions (main refuses both options at once).
+        probing = ",".join(RPC_METHODS) if rpcs else functions
+        if probing:
             probed.mkdir()
-            _probe_functions(functions, probed)
+            _probe_functions(probing, probed)
         cfg = _mesh(Path(tmp) / "home", 0)
         try:
             stub, tok = _stub(cfg), _token(cfg)
@@ -225,7 +249,7 @@ def throughput(concurrency: int, seconds: float, functions: str = "") -> None:
 
             threads = [threading.Thread(target=worker) for _ in range(concurrency)]
             records_before = _audit_records(cfg)
-            functions_before = _function_snapshot(cfg, probed)[0] if functions else {}
+            functions_before = _function_snapshot(cfg, probed)[0] if probing else {}
             cpu_before = _cpu_by_process(cfg)
             t0 = time.monotonic()
             for t in threads:
@@ -234,12 +258,14 @@ def throughput(concurrency: int, seconds: float, functions: str = "") -> None:
                 t.join()
             rate = done[0] / (time.monotonic() - t0)
             cpu_after = _cpu_by_process(cfg)
-            functions_after, missing = _function_snapshot(cfg, probed) if functions else ({}, set())
+            functions_after, missing = _function_snapshot(cfg, probed) if probing else ({}, set())
             print(f"throughput, no delay, {concurrency} concurrent callers for {seconds:.0f} s")
             print(f"  {rate:.1f} analyses/s ({done[0]} analyses, {failed[0]} not SUCCEEDED)")
             per = _per_analysis(cpu_before, cpu_after, done[0])
             _print_cpu(per)
-            if functions:
+            if rpcs:
+                _print_rpcs(functions_before, functions_after, missing, done[0])
+            elif functions:
                 _print_functions(functions_before, functions_after, missing, per, done[0])
             records = _audit_records(cfg) - records_before
             print(f"  audit records per analysis: {records / max(1, done[0]):.1f}")
@@ -313,10 +339,15 @@ def main() -> int:
                         help="also count these functions' calls and thread CPU per analysis in every mesh process "
                              "during the throughput run, e.g. agentmesh.validation:problem,"
                              "supervisor_svc.executions:ExecutionStore.save")
+    parser.add_argument("--rpc-counts", action="store_true",
+                        help="also count the gRPC calls each mesh method served per analysis during the throughput "
+                             "run (not with --function-cpu: a function inside a servicer method would count 0)")
     parser.add_argument("--offered", type=float, nargs="+", metavar="RATE",
                         help="analyses per second to offer in an open loop, one run each (instead of the latency "
                              "and throughput runs), e.g. --offered 10 20 40")
     args = parser.parse_args()
+    if args.rpc_counts and args.function_cpu:
+        parser.error("--rpc-counts and --function-cpu are measured in separate runs")
     if args.offered:
         if any(r <= 0 for r in args.offered):
             parser.error("--offered rates must be > 0")
@@ -324,7 +355,7 @@ def main() -> int:
         return 0
     if not args.throughput_only:
         latency(args.delay_ms, args.runs)
-    throughput(args.concurrency, args.seconds, args.function_cpu)
+    throughput(args.concurrency, args.seconds, args.function_cpu, args.rpc_counts)
     return 0
 
 
