@@ -22,6 +22,9 @@ Starts a whole mesh (`agentmesh up --ports-auto`) in a temporary home twice:
   * with --rpc-counts: also, for the throughput run, the gRPC calls each method of the mesh served
     per analysis (its servicer method's calls, counted by the same probe), e.g. how many
     ``AppendRecords`` carried the analysis' audit records;
+  * with --timeline: instead of the runs above, where one analysis' time goes: after --runs sequential
+    analyses (0 ms specialists), the one of median latency, each of its audit records with the
+    moment audit stamped it and each task's window, in milliseconds since its Analyze was sent;
   * with --offered RATE ...: an open loop instead of the callers: analyses started at a
     fixed rate for --seconds whatever the mesh's pace, each timed from its planned start
     (so a backlog counts), reporting what completed per second, the latency p50/p99 and
@@ -57,6 +60,7 @@ from proc_usage import Usage, usage  # noqa: E402
 from agentmesh import assertion, config, launcher, spiffe, transport  # noqa: E402
 from agentmesh.identities import PLATFORM_CLI, client_paths  # noqa: E402
 from agentmesh.signing import load_private_key  # noqa: E402
+from agentmesh.v1 import audit_service_pb2 as audit_pb2  # noqa: E402
 from agentmesh.v1 import supervisor_service_pb2 as pb  # noqa: E402
 from agentmesh.v1 import supervisor_service_pb2_grpc as pb_grpc  # noqa: E402
 
@@ -123,6 +127,42 @@ def latency(delay_ms: int, runs: int) -> None:
             print(f"  overhead above the critical path p50 {statistics.median(overheads):6.1f} ms   "
                   f"p99 {overheads[int(len(overheads) * .99) - 1]:6.1f} ms")
             print(f"  sequential would be >= {4 * delay_ms} ms; the two-stage critical path is >= {2 * delay_ms} ms")
+        finally:
+            launcher.down(cfg)
+
+
+def timeline(runs: int) -> None:
+    """The audit records and task windows of the median of ``runs`` sequential analyses (see --timeline)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = _mesh(Path(tmp), 0)
+        try:
+            stub, tok = _stub(cfg), _token(cfg)
+            for _ in range(3):
+                stub.Analyze(pb.AnalyzeRequest(user_assertion=tok, tenant_id="acme", request_text=REQUEST))
+            seen = []
+            for _ in range(runs):
+                sent_us = time.time_ns() // 1000
+                ex = stub.Analyze(pb.AnalyzeRequest(user_assertion=tok, tenant_id="acme",
+                                                    request_text=REQUEST)).execution
+                seen.append((time.time_ns() // 1000 - sent_us, sent_us, ex))
+            wall_us, sent_us, ex = sorted(seen, key=lambda s: s[0])[len(seen) // 2]
+            print(f"timeline of the median of {runs} sequential analyses ({ex.execution_id}, "
+                  f"{pb.ExecutionStatus.Name(ex.status)}): {wall_us / 1000:.1f} ms from Analyze sent to answered")
+            print("  ms     what (audit records: when audit stamped them)")
+            with sqlite3.connect(f"file:{cfg.mesh_home.data / 'audit.db'}?mode=ro", uri=True) as db:
+                rows = db.execute("SELECT entry, recorded_at FROM entries WHERE execution_id = ? ORDER BY idx",
+                                  (ex.execution_id,)).fetchall()
+            events = []
+            for entry, at_us in rows:
+                record = audit_pb2.AuditRecord()
+                record.ParseFromString(bytes(entry))
+                name = audit_pb2.AuditEventType.Name(record.event_type).removeprefix("AUDIT_EVENT_TYPE_")
+                events.append((at_us, f"{name} {record.agent_id} {record.capability_id}".rstrip()))
+            for node in ex.graph.nodes:
+                events.append((node.started_at.ToMicroseconds(), f"task {node.task_id} {node.target_agent_id} started"))
+                events.append((node.finished_at.ToMicroseconds(), f"task {node.task_id} {node.target_agent_id} ended"))
+            for at_us, what in sorted(events):
+                print(f"  {(at_us - sent_us) / 1000:6.2f} {what}")
         finally:
             launcher.down(cfg)
 
@@ -342,12 +382,20 @@ def main() -> int:
     parser.add_argument("--rpc-counts", action="store_true",
                         help="also count the gRPC calls each mesh method served per analysis during the throughput "
                              "run (not with --function-cpu: a function inside a servicer method would count 0)")
+    parser.add_argument("--timeline", action="store_true",
+                        help="instead: where one analysis' time goes, its audit records and task windows in ms since "
+                             "its Analyze was sent (the median of --runs sequential analyses)")
     parser.add_argument("--offered", type=float, nargs="+", metavar="RATE",
                         help="analyses per second to offer in an open loop, one run each (instead of the latency "
                              "and throughput runs), e.g. --offered 10 20 40")
     args = parser.parse_args()
     if args.rpc_counts and args.function_cpu:
         parser.error("--rpc-counts and --function-cpu are measured in separate runs")
+    if args.timeline:
+        if args.runs < 1:
+            parser.error("--runs must be >= 1")
+        timeline(args.runs)
+        return 0
     if args.offered:
         if any(r <= 0 for r in args.offered):
             parser.error("--offered rates must be > 0")
