@@ -790,6 +790,11 @@ class Orchestrator:
                         ex.status = pb.EXECUTION_STATUS_FAILED
                         ex.reason = "SUPERVISOR_ERROR: the execution failed inside the supervisor"
                         ex.summary = "The analysis failed inside the supervisor; no decision was made."
+                        for node in ex.graph.nodes:
+                            if node.status == common_pb2.TASK_STATUS_RUNNING:
+                                # Its call's end went wrong on its own thread (its TASK_FINISHED says
+                                # SUPERVISOR_ERROR): stored FAILED, not RUNNING in an execution that ended.
+                                node.status = common_pb2.TASK_STATUS_FAILED
                 self._finish(live)
         finally:
             _RUNNING.reset(running)
@@ -1418,10 +1423,11 @@ class Orchestrator:
             finished = True
         finally:
             if not finished:
-                # Failed inside the supervisor after the delegation was on the record: closed there too.
-                self._narrate(audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED, outcome=audit_pb2.AUDIT_OUTCOME_FAILURE,
-                              tenant_id=user.tenant_id, user_id=user.user_id, task_id=task_id, agent_id=agent_id,
-                              reason_codes=[TaskState.FAILED.value, "SUPERVISOR_ERROR"])
+                # Failed inside the supervisor after the delegation was on the record: closed there too, whatever
+                # failed (not through _narrate, whose catching up raises once a record sent ahead failed).
+                narrative(self._audit, audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED,
+                          outcome=audit_pb2.AUDIT_OUTCOME_FAILURE, tenant_id=user.tenant_id, user_id=user.user_id,
+                          task_id=task_id, agent_id=agent_id, reason_codes=[TaskState.FAILED.value, "SUPERVISOR_ERROR"])
         return _Call(state=state, result=result, reason=reason, error=failure, outcome=attempt_outcome)
 
     def _finish_record(self, live: _Live, ends: bool, **fields: Any) -> None:
@@ -1440,7 +1446,10 @@ class Orchestrator:
             if ends:
                 live.stage_running.discard(task_id)
         if not last:
-            self._narrate(audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED, **fields)
+            # Nothing sent on ahead comes before it (its stage's is sent after the last of its tasks ends, and
+            # the stage before was caught up before its delegation), so it goes at once: never held back, or
+            # refused, because another task's record sent ahead could not be made.
+            narrative(self._audit, audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED, **fields)
             return
         self._catch_up(live)
         sent: futures.Future[None] = self._ahead.submit(contextvars.copy_context().run, self._record_ahead, fields)

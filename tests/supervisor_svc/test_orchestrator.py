@@ -1312,6 +1312,35 @@ def test_a_stage_ending_record_audit_cannot_take_waits_in_the_outbox_before_the_
     assert len([r for r in audit.records if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED]) == 4
 
 
+def test_a_task_end_that_cannot_be_made_on_its_own_thread_fails_the_execution_and_the_task(
+        world: Any, tmp_path: Path) -> None:
+    orch, specialists, audit, token, _ = world
+    record_durably = audit.record_durably
+    broken: list[str] = []
+
+    def breaks(event_type: int, **fields: Any) -> None:
+        # Of stage two's three tasks, the two that do not end the stage record their end on their own thread.
+        if event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED and "SUPERVISOR_ERROR" not in fields["reason_codes"] \
+                and threading.current_thread().name.startswith("task") and fields["agent_id"] != "work-permit-agent" \
+                and not broken:
+            broken.append(fields["agent_id"])
+            raise ValueError("the record cannot be built")
+        record_durably(event_type, **fields)
+
+    audit.record_durably = breaks
+    ex = _analyze(orch, token)
+    assert len(broken) == 1
+    assert ex.status == pb.EXECUTION_STATUS_FAILED and ex.reason.startswith("SUPERVISOR_ERROR")
+    closed = [r for r in audit.records if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED
+              and r.agent_id == broken[0]]
+    assert [list(r.reason_codes) for r in closed] == [["FAILED", "SUPERVISOR_ERROR"]]
+    assert audit.records[-1].event_type == audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED
+    # Stored as it is on the record: FAILED, not RUNNING in an execution that ended.
+    assert _stored_status(tmp_path, ex.execution_id, broken[0]) == common_pb2.TASK_STATUS_FAILED
+    assert next(n.status for n in ex.graph.nodes if n.target_agent_id == broken[0]) == common_pb2.TASK_STATUS_FAILED
+    _every_delegation_closed(audit)
+
+
 @pytest.mark.parametrize("agent", ["work-permit-agent", "last of stage two"])
 def test_a_stage_ending_record_that_cannot_be_made_fails_the_execution_as_on_the_tasks_own_thread(
         world: Any, tmp_path: Path, agent: str) -> None:
@@ -1321,9 +1350,12 @@ def test_a_stage_ending_record_that_cannot_be_made_fails_the_execution_as_on_the
     ends_seen: set[str] = set()
 
     def breaks(event_type: int, **fields: Any) -> None:
-        if event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED and "SUPERVISOR_ERROR" not in fields["reason_codes"]:
+        # The record that ends a stage is the one made on the record-ahead pool (which of stage two's
+        # tasks ends last is up to the machine).
+        if event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED and "SUPERVISOR_ERROR" not in fields["reason_codes"] \
+                and threading.current_thread().name.startswith("record-ahead"):
             ends_seen.add(fields["agent_id"])
-            if fields["agent_id"] == agent or (agent == "last of stage two" and len(ends_seen) == 4):
+            if fields["agent_id"] == agent or (agent == "last of stage two" and len(ends_seen) == 2):
                 broken.append(fields["agent_id"])
                 raise ValueError("the record cannot be built")  # a fault of the supervisor, not an absent audit
         record_durably(event_type, **fields)
