@@ -781,6 +781,12 @@ class Orchestrator:
                 except Exception:  # noqa: BLE001 - an execution never vanishes: it ends FAILED, with the reason
                     log.exception("execution %s failed", execution_id)
                     with live.lock:
+                        pending = [sent for _, sent in live.ahead if not sent.done()]
+                    # A record its stage's last task sent on ahead before the failure ends first, so the end
+                    # recorded below never meets its failure.
+                    futures.wait(pending)
+                    with live.lock:
+                        self._settle(live)
                         live.ahead_failure = None  # seen: the execution ends on it here
                         left = sorted(live.delegated_before)
                     for task_id in left:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -1312,67 +1313,83 @@ def test_a_stage_ending_record_audit_cannot_take_waits_in_the_outbox_before_the_
     assert len([r for r in audit.records if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED]) == 4
 
 
-def test_a_task_end_that_cannot_be_made_on_its_own_thread_fails_the_execution_and_the_task(
-        world: Any, tmp_path: Path) -> None:
-    orch, specialists, audit, token, _ = world
+def _breaking(audit: Audit, breaks_it: Callable[[dict[str, Any]], bool], *, after_s: float = 0.0) -> list[str]:
+    """Makes the first TASK_FINISHED for which ``breaks_it(fields)`` holds fail to be built (a fault of the
+    supervisor, not an absent audit), ``after_s`` after it was asked for; the agents whose record broke."""
     record_durably = audit.record_durably
     broken: list[str] = []
 
     def breaks(event_type: int, **fields: Any) -> None:
-        # Of stage two's three tasks, the two that do not end the stage record their end on their own thread.
         if event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED and "SUPERVISOR_ERROR" not in fields["reason_codes"] \
-                and threading.current_thread().name.startswith("task") and fields["agent_id"] != "work-permit-agent" \
-                and not broken:
+                and not broken and breaks_it(fields):
             broken.append(fields["agent_id"])
+            time.sleep(after_s)
             raise ValueError("the record cannot be built")
         record_durably(event_type, **fields)
 
-    audit.record_durably = breaks
-    ex = _analyze(orch, token)
+    audit.record_durably = breaks  # type: ignore[method-assign]
+    return broken
+
+
+def _ended_on_supervisor_error(audit: Audit, tmp_path: Path, ex: pb.Execution, broken: list[str]) -> None:
+    """The execution FAILED inside the supervisor; the broken task's end is on the record as that failure,
+    it is FAILED in memory and in the store (never stored completed or RUNNING), every delegation is
+    closed, and the execution's end comes last."""
     assert len(broken) == 1
     assert ex.status == pb.EXECUTION_STATUS_FAILED and ex.reason.startswith("SUPERVISOR_ERROR")
     closed = [r for r in audit.records if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED
               and r.agent_id == broken[0]]
     assert [list(r.reason_codes) for r in closed] == [["FAILED", "SUPERVISOR_ERROR"]]
     assert audit.records[-1].event_type == audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED
-    # Stored as it is on the record: FAILED, not RUNNING in an execution that ended.
     assert _stored_status(tmp_path, ex.execution_id, broken[0]) == common_pb2.TASK_STATUS_FAILED
     assert next(n.status for n in ex.graph.nodes if n.target_agent_id == broken[0]) == common_pb2.TASK_STATUS_FAILED
     _every_delegation_closed(audit)
+
+
+def _on(pool: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda fields: threading.current_thread().name.startswith(pool)
+
+
+def test_a_task_end_that_cannot_be_made_on_its_own_thread_fails_the_execution_and_the_task(
+        world: Any, tmp_path: Path) -> None:
+    orch, specialists, audit, token, _ = world
+    # Of stage two's three tasks, the two that do not end the stage record their end on their own thread.
+    broken = _breaking(audit, lambda f: _on("task")(f) and f["agent_id"] != "work-permit-agent")
+    _ended_on_supervisor_error(audit, tmp_path, _analyze(orch, token), broken)
 
 
 @pytest.mark.parametrize("agent", ["work-permit-agent", "last of stage two"])
 def test_a_stage_ending_record_that_cannot_be_made_fails_the_execution_as_on_the_tasks_own_thread(
         world: Any, tmp_path: Path, agent: str) -> None:
     orch, specialists, audit, token, _ = world
-    record_durably = audit.record_durably
-    broken: list[str] = []
-    ends_seen: set[str] = set()
-
-    def breaks(event_type: int, **fields: Any) -> None:
-        # The record that ends a stage is the one made on the record-ahead pool (which of stage two's
-        # tasks ends last is up to the machine).
-        if event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED and "SUPERVISOR_ERROR" not in fields["reason_codes"] \
-                and threading.current_thread().name.startswith("record-ahead"):
-            ends_seen.add(fields["agent_id"])
-            if fields["agent_id"] == agent or (agent == "last of stage two" and len(ends_seen) == 2):
-                broken.append(fields["agent_id"])
-                raise ValueError("the record cannot be built")  # a fault of the supervisor, not an absent audit
-        record_durably(event_type, **fields)
-
-    audit.record_durably = breaks
-    ex = _analyze(orch, token)
-    assert len(broken) == 1
-    assert ex.status == pb.EXECUTION_STATUS_FAILED and ex.reason.startswith("SUPERVISOR_ERROR")
-    # Its end is on the record as the supervisor's failure, its task is FAILED (never stored as completed),
-    # and the execution's end comes last.
-    closed = [r for r in audit.records if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED
-              and r.agent_id == broken[0]]
-    assert [list(r.reason_codes) for r in closed] == [["FAILED", "SUPERVISOR_ERROR"]]
-    assert audit.records[-1].event_type == audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED
-    assert _stored_status(tmp_path, ex.execution_id, broken[0]) == common_pb2.TASK_STATUS_FAILED
+    # The record that ends a stage is the one made on the record-ahead pool (which of stage two's tasks
+    # ends last is up to the machine).
+    broken = _breaking(audit, lambda f: _on("record-ahead")(f) and (
+        f["agent_id"] == agent or (agent == "last of stage two" and f["agent_id"] != "work-permit-agent")))
+    _ended_on_supervisor_error(audit, tmp_path, _analyze(orch, token), broken)
     if agent == "work-permit-agent":  # the next stage never ran
         assert [r.task.target_agent_id for r in specialists.requests] == ["work-permit-agent"]
         assert [r.agent_id for r in audit.records if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED] \
             == ["work-permit-agent"]
-    _every_delegation_closed(audit)
+
+
+def test_a_task_that_fails_while_its_record_sent_ahead_fails_too_still_ends_the_execution_on_the_record(
+        world: Any, tmp_path: Path) -> None:
+    orch, specialists, audit, token, _ = world
+    # Stage two's last task sends its end ahead, then fails inside the supervisor while that record is
+    # still on its way, and the record then cannot be made either.
+    broken = _breaking(audit, lambda f: _on("record-ahead")(f) and f["agent_id"] != "work-permit-agent",
+                       after_s=0.3)
+    finished = orch._traffic.guard.finished
+
+    def fails_for_the_task_sent_ahead(route: Any, *, succeeded: bool) -> bool:
+        (live,) = orch._live.values()
+        with live.lock:
+            ahead = {task_id for task_id, _ in live.ahead}
+            agents = {n.task_id: n.target_agent_id for n in live.execution.graph.nodes}
+        if route.agent_id in {agents[t] for t in ahead}:
+            raise RuntimeError("the supervisor failed after the task's end was sent ahead")
+        return finished(route, succeeded=succeeded)
+
+    orch._traffic.guard.finished = fails_for_the_task_sent_ahead
+    _ended_on_supervisor_error(audit, tmp_path, _analyze(orch, token), broken)
