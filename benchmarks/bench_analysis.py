@@ -37,6 +37,7 @@ overhead <= 10 ms p50 with 50 ms specialists; >= 60 analyses/s with 8-16 callers
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -47,6 +48,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
 
@@ -100,71 +102,72 @@ def _secs(ts: object) -> float:
     return ts.ToNanoseconds() / 1e9  # type: ignore[attr-defined,no-any-return]
 
 
-def latency(delay_ms: int, runs: int) -> None:
+@contextlib.contextmanager
+def _warm_mesh(delay_ms: int) -> Iterator[tuple[config.MeshConfig, pb_grpc.SupervisorServiceStub, str]]:
+    """A mesh in a temporary home (specialists delayed ``delay_ms``), its supervisor's stub and a user's token,
+    after three analyses (connections made, caches filled); taken down after."""
     with tempfile.TemporaryDirectory() as tmp:
         cfg = _mesh(Path(tmp), delay_ms)
         try:
             stub, tok = _stub(cfg), _token(cfg)
             for _ in range(3):
                 stub.Analyze(pb.AnalyzeRequest(user_assertion=tok, tenant_id="acme", request_text=REQUEST))
-            walls, overheads = [], []
-            for _ in range(runs):
-                t0 = time.perf_counter()
-                ex = stub.Analyze(pb.AnalyzeRequest(user_assertion=tok, tenant_id="acme",
-                                                    request_text=REQUEST)).execution
-                wall = time.perf_counter() - t0
-                assert ex.status == pb.EXECUTION_STATUS_SUCCEEDED, ex.summary
-                nodes = list(ex.graph.nodes)
-                first, rest = nodes[0], nodes[1:]
-                critical = (_secs(first.finished_at) - _secs(first.started_at)) + max(
-                    _secs(n.finished_at) - _secs(n.started_at) for n in rest)
-                walls.append(wall * 1000)
-                overheads.append((wall - critical) * 1000)
-            walls.sort()
-            overheads.sort()
-            print(f"analysis, 1 + 3 parallel plan, each specialist delayed {delay_ms} ms ({runs} runs)")
-            print(f"  latency p50 {statistics.median(walls):8.1f} ms   p99 {walls[int(len(walls) * .99) - 1]:8.1f} ms")
-            print(f"  overhead above the critical path p50 {statistics.median(overheads):6.1f} ms   "
-                  f"p99 {overheads[int(len(overheads) * .99) - 1]:6.1f} ms")
-            print(f"  sequential would be >= {4 * delay_ms} ms; the two-stage critical path is >= {2 * delay_ms} ms")
+            yield cfg, stub, tok
         finally:
             launcher.down(cfg)
+
+
+def latency(delay_ms: int, runs: int) -> None:
+    with _warm_mesh(delay_ms) as (_, stub, tok):
+        walls, overheads = [], []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            ex = stub.Analyze(pb.AnalyzeRequest(user_assertion=tok, tenant_id="acme",
+                                                request_text=REQUEST)).execution
+            wall = time.perf_counter() - t0
+            assert ex.status == pb.EXECUTION_STATUS_SUCCEEDED, ex.summary
+            nodes = list(ex.graph.nodes)
+            first, rest = nodes[0], nodes[1:]
+            critical = (_secs(first.finished_at) - _secs(first.started_at)) + max(
+                _secs(n.finished_at) - _secs(n.started_at) for n in rest)
+            walls.append(wall * 1000)
+            overheads.append((wall - critical) * 1000)
+        walls.sort()
+        overheads.sort()
+        print(f"analysis, 1 + 3 parallel plan, each specialist delayed {delay_ms} ms ({runs} runs)")
+        print(f"  latency p50 {statistics.median(walls):8.1f} ms   p99 {walls[int(len(walls) * .99) - 1]:8.1f} ms")
+        print(f"  overhead above the critical path p50 {statistics.median(overheads):6.1f} ms   "
+              f"p99 {overheads[int(len(overheads) * .99) - 1]:6.1f} ms")
+        print(f"  sequential would be >= {4 * delay_ms} ms; the two-stage critical path is >= {2 * delay_ms} ms")
 
 
 def timeline(runs: int) -> None:
     """The audit records and task windows of the median of ``runs`` sequential analyses (see --timeline)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        cfg = _mesh(Path(tmp), 0)
-        try:
-            stub, tok = _stub(cfg), _token(cfg)
-            for _ in range(3):
-                stub.Analyze(pb.AnalyzeRequest(user_assertion=tok, tenant_id="acme", request_text=REQUEST))
-            seen = []
-            for _ in range(runs):
-                sent_us = time.time_ns() // 1000
-                ex = stub.Analyze(pb.AnalyzeRequest(user_assertion=tok, tenant_id="acme",
-                                                    request_text=REQUEST)).execution
-                seen.append((time.time_ns() // 1000 - sent_us, sent_us, ex))
-            wall_us, sent_us, ex = sorted(seen, key=lambda s: s[0])[len(seen) // 2]
-            print(f"timeline of the median of {runs} sequential analyses ({ex.execution_id}, "
-                  f"{pb.ExecutionStatus.Name(ex.status)}): {wall_us / 1000:.1f} ms from Analyze sent to answered")
-            print("  ms     what (audit records: when audit stamped them)")
-            with sqlite3.connect(f"file:{cfg.mesh_home.data / 'audit.db'}?mode=ro", uri=True) as db:
-                rows = db.execute("SELECT entry, recorded_at FROM entries WHERE execution_id = ? ORDER BY idx",
-                                  (ex.execution_id,)).fetchall()
-            events = []
-            for entry, at_us in rows:
-                record = audit_pb2.AuditRecord()
-                record.ParseFromString(bytes(entry))
-                name = audit_pb2.AuditEventType.Name(record.event_type).removeprefix("AUDIT_EVENT_TYPE_")
-                events.append((at_us, f"{name} {record.agent_id} {record.capability_id}".rstrip()))
-            for node in ex.graph.nodes:
-                events.append((node.started_at.ToMicroseconds(), f"task {node.task_id} {node.target_agent_id} started"))
-                events.append((node.finished_at.ToMicroseconds(), f"task {node.task_id} {node.target_agent_id} ended"))
-            for at_us, what in sorted(events):
-                print(f"  {(at_us - sent_us) / 1000:6.2f} {what}")
-        finally:
-            launcher.down(cfg)
+    with _warm_mesh(0) as (cfg, stub, tok):
+        seen = []
+        for _ in range(runs):
+            sent_us = time.time_ns() // 1000
+            ex = stub.Analyze(pb.AnalyzeRequest(user_assertion=tok, tenant_id="acme",
+                                                request_text=REQUEST)).execution
+            seen.append((time.time_ns() // 1000 - sent_us, sent_us, ex))
+        wall_us, sent_us, ex = sorted(seen, key=lambda s: s[0])[len(seen) // 2]
+        print(f"timeline of the median of {runs} sequential analyses ({ex.execution_id}, "
+              f"{pb.ExecutionStatus.Name(ex.status)}): {wall_us / 1000:.1f} ms from Analyze sent to answered")
+        print("  ms     what (audit records: when audit stamped them)")
+        with sqlite3.connect(f"file:{cfg.mesh_home.data / 'audit.db'}?mode=ro", uri=True) as db:
+            rows = db.execute("SELECT entry, recorded_at FROM entries WHERE execution_id = ? ORDER BY idx",
+                              (ex.execution_id,)).fetchall()
+        events = []
+        for entry, at_us in rows:
+            record = audit_pb2.AuditRecord()
+            record.ParseFromString(bytes(entry))
+            name = audit_pb2.AuditEventType.Name(record.event_type).removeprefix("AUDIT_EVENT_TYPE_")
+            events.append((at_us, f"{name} {record.agent_id} {record.capability_id}".rstrip()))
+        for node in ex.graph.nodes:
+            events.append((node.started_at.ToMicroseconds(), f"task {node.task_id} {node.target_agent_id} started"))
+            events.append((node.finished_at.ToMicroseconds(), f"task {node.task_id} {node.target_agent_id} ended"))
+        for at_us, what in sorted(events):
+            print(f"  {(at_us - sent_us) / 1000:6.2f} {what}")
 
 
 def _cpu_by_process(cfg: config.MeshConfig) -> dict[str, Usage]:
@@ -348,24 +351,17 @@ def _open_loop(stub: pb_grpc.SupervisorServiceStub, tok: str, rate: float, secon
 
 def offered(rates: list[float], seconds: float) -> None:
     """Open loop at each rate in turn, in one mesh (see :func:`_open_loop`)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        cfg = _mesh(Path(tmp), 0)
-        try:
-            stub, tok = _stub(cfg), _token(cfg)
-            for _ in range(3):
-                stub.Analyze(pb.AnalyzeRequest(user_assertion=tok, tenant_id="acme", request_text=REQUEST))
-            for rate in rates:
-                latencies, outcomes, starting_s, draining_s = _open_loop(stub, tok, rate, seconds)
-                p99 = latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
-                print(f"offered {rate:g}/s for {seconds:.0f} s: {len(latencies)} analyses, the last answered "
-                      f"{draining_s:.1f} s after the last start ({len(latencies) / (starting_s + draining_s):.1f}/s "
-                      "over the whole run)")
-                print(f"  latency from the planned start p50 {statistics.median(latencies):.0f} ms   "
-                      f"p99 {p99:.0f} ms   max {latencies[-1]:.0f} ms; outcomes: "
-                      + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
-                time.sleep(2)
-        finally:
-            launcher.down(cfg)
+    with _warm_mesh(0) as (_, stub, tok):
+        for rate in rates:
+            latencies, outcomes, starting_s, draining_s = _open_loop(stub, tok, rate, seconds)
+            p99 = latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
+            print(f"offered {rate:g}/s for {seconds:.0f} s: {len(latencies)} analyses, the last answered "
+                  f"{draining_s:.1f} s after the last start ({len(latencies) / (starting_s + draining_s):.1f}/s "
+                  "over the whole run)")
+            print(f"  latency from the planned start p50 {statistics.median(latencies):.0f} ms   "
+                  f"p99 {p99:.0f} ms   max {latencies[-1]:.0f} ms; outcomes: "
+                  + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
+            time.sleep(2)
 
 
 def main() -> int:
