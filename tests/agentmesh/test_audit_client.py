@@ -67,10 +67,12 @@ class FakeAudit(unimplemented_servicer(pb_grpc.AuditServiceServicer)):  # type: 
 
 
 @contextlib.contextmanager
-def serving(servicer: pb_grpc.AuditServiceServicer) -> Iterator[grpc.Channel]:
-    """``servicer`` as an AuditService on a loopback port, and a channel to it (both closed after)."""
+def serving(servicer: Any, add: Callable[[Any, grpc.Server], None] = pb_grpc.add_AuditServiceServicer_to_server
+            ) -> Iterator[grpc.Channel]:
+    """``servicer`` on a loopback port (an AuditService unless ``add`` registers another service), and a
+    channel to it (both closed after)."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    pb_grpc.add_AuditServiceServicer_to_server(servicer, server)
+    add(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")

@@ -24,6 +24,8 @@ from agentmesh.v1 import common_pb2
 from agentmesh.v1 import policy_service_pb2 as pb
 from agentmesh.v1 import policy_service_pb2_grpc as pb_grpc
 
+from .test_audit_client import serving
+
 ALLOW = common_pb2.POLICY_EFFECT_ALLOW
 
 
@@ -82,17 +84,11 @@ class HeldPolicy(unimplemented_servicer(pb_grpc.PolicyServiceServicer)):  # type
 @pytest.fixture()
 def policy() -> Iterator[tuple[HeldPolicy, PolicyClient]]:
     fake = HeldPolicy()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-    pb_grpc.add_PolicyServiceServicer_to_server(fake, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-    try:
-        yield fake, PolicyClient(channel, timeout_s=5, senders=1)  # one call in flight at a time
-    finally:
-        fake.hold.set()
-        channel.close()
-        server.stop(None)
+    with serving(fake, pb_grpc.add_PolicyServiceServicer_to_server) as channel:
+        try:
+            yield fake, PolicyClient(channel, timeout_s=5, senders=1)  # one call in flight at a time
+        finally:
+            fake.hold.set()
 
 
 def _ask(capability: str) -> pb.AuthorizeRequest:
