@@ -146,13 +146,14 @@ class CallGroups(Generic[A]):
         return batch
 
     def _dispatch_here(self, batch: list[Unit[A]]) -> None:
-        """Sends a batch from the caller's thread; an exception is the answer of each unit it left unanswered."""
+        """Sends a batch from the caller's thread (with other callers' units, perhaps): a ``send`` that raises
+        answers each unit it left unanswered with ``failed(err)``, as on a sender thread."""
         try:
             self._dispatch(batch)
-        except BaseException as err:
+        except BaseException as err:  # noqa: BLE001 - no caller may be left without an answer
             for unit in batch:
                 if not unit.answer.done():
-                    unit.answer.set_exception(err)
+                    unit.answer.set_exception(self._failed(err))
         finally:
             self._ended()
 
