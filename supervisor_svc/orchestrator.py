@@ -1152,8 +1152,11 @@ class Orchestrator:
         attempt.finished_at.CopyFrom(_ts())
         with live.lock:
             live.execution.attempts.append(attempt)
-            # A task's end may be stored with the execution's next state (see _finish_record).
-            self._save(live, deferrable=True)
+            if call.outcome in TRANSIENT:
+                # Tried again, or on its fallback, after a wait: stored now (deferred while the stage
+                # before's last record travels, see _finish_record). Any other attempt ends the call,
+                # and the task's next store, which follows at once, stores it.
+                self._save(live, deferrable=True)
         span.add_event("agentmesh.attempt", {
             "agentmesh.task_id": task_id, "agentmesh.attempt": number,
             "agentmesh.attempt_kind": pb.AttemptKind.Name(kind), "agentmesh.agent_id": route.agent_id,
@@ -1322,13 +1325,12 @@ class Orchestrator:
         # this store and this delegation come after them.
         self._catch_up(live)
         with live.lock:
-            # Stored before the delegation is on the record: a restart in between knows the task may
-            # have been delegated (see _rebuild), and closes that delegation if it does not run it.
+            # Stored RUNNING, as sent, before the delegation is on the record: a restart in between knows
+            # the task may have been delegated (see _rebuild), and closes that delegation if it does not
+            # run it. One store for both: the delegation changes nothing that is stored.
             for n in live.execution.graph.nodes:
                 if n.task_id == task_id:
-                    n.started_at.CopyFrom(node.started_at)
-                    if again:  # called again after WAITING: RUNNING again from here on
-                        n.status = common_pb2.TASK_STATUS_RUNNING
+                    n.CopyFrom(node)
             self._save(live)
         try:
             # The delegation is durable in the audit log before the agent hears of it (together with its
@@ -1362,14 +1364,9 @@ class Orchestrator:
         state, result, reason = TaskState.COMPLETED, None, ""
         failure: errors.MeshError | None = None
         try:
-            self._catch_up(live)
             with live.lock:
                 # Delegated again under the same task id: its TASK_FINISHED below closes both delegations.
                 live.delegated_before.discard(task_id)
-                for n in live.execution.graph.nodes:
-                    if n.task_id == task_id:
-                        n.CopyFrom(node)
-                self._save(live)
             self._notify(live, pb.EXECUTION_EVENT_TASK_STARTED, task_id=task_id, agent_id=agent_id,
                          task_status=common_pb2.TASK_STATUS_RUNNING)
             request = spec_pb2.RunTaskRequest(task=node, grant=grant, principal=principal,

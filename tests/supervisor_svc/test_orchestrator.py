@@ -1053,6 +1053,38 @@ def test_a_task_or_execution_is_stored_as_finished_only_once_its_record_is_kept(
     assert missing == []
 
 
+def test_a_task_reaches_its_agent_stored_running_as_sent_in_two_stores_a_task(world: Any) -> None:
+    """What a process killed once a task's delegation is on the record leaves stored is the task RUNNING,
+    as it was sent (a restart closes that delegation or runs it again, see _rebuild): it was stored so
+    before its delegation, and the delegation needs no store of its own; a task's attempt that ends it is
+    stored with its end."""
+    orch, specialists, _, token, _ = world
+    save, start = orch._store.save, specialists.start
+    saves: list[str] = []
+    stored_when_sent: list[common_pb2.AgentTask] = []
+
+    def counted(ex: pb.Execution, **kw: Any) -> None:
+        saves.append(ex.execution_id)
+        save(ex, **kw)
+
+    def sent(agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float, endpoint: Any = None) -> Call:
+        stored = orch._store.get(request.task.execution_id)
+        assert stored is not None
+        stored_when_sent.extend(n for n in stored.graph.nodes if n.task_id == request.task.task_id)
+        return start(agent_id, request, timeout_s, endpoint)
+
+    orch._store.save, specialists.start = counted, sent
+    ex = _analyze(orch, token)
+    assert ex.status == pb.EXECUTION_STATUS_SUCCEEDED
+    assert len(stored_when_sent) == len(specialists.requests) == 4
+    for node, request in zip(stored_when_sent, specialists.requests, strict=True):
+        assert node.status == common_pb2.TASK_STATUS_RUNNING, common_pb2.TaskStatus.Name(node.status)
+        assert node.input == request.task.input and node.deadline == request.task.deadline
+        assert node.projection.digest == request.task.projection.digest
+    # Before its delegation and at its end, for each task; the execution's own: accepted, ended.
+    assert len(saves) <= 2 * 4 + 2, len(saves)
+
+
 def test_a_client_request_id_claimed_by_a_process_killed_before_its_execution_existed_is_started_again(
         world: Any) -> None:
     """A supervisor killed between claiming a client_request_id and storing its execution left the claim
