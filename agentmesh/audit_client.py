@@ -389,22 +389,38 @@ class AuditRecorder:
             agentmesh.errors.Unavailable: (``AUDIT_UNAVAILABLE``) only when audit did
                 not take the record and the outbox could not store it either.
         """
-        request = audit_pb2.AppendRecordRequest(record=sanitize_ids(self.build(event_type, **fields)))
+        self.record_all_durably([(event_type, fields)])
+
+    def record_all_durably(self, records: Sequence[tuple[int, dict[str, Any]]]) -> None:
+        """:meth:`record_durably` for records made at the same moment, in their order: appended now in one call
+        (consecutive indexes, all or none) if audit answers, else each queued in the outbox, in order.
+
+        Raises:
+            agentmesh.errors.Unavailable: (``AUDIT_UNAVAILABLE``) only when audit did not take them and the
+                outbox could not store them either.
+        """
+        requests = [audit_pb2.AppendRecordRequest(record=sanitize_ids(self.build(event_type, **fields)))
+                    for event_type, fields in records]
+        if not requests:
+            return
         # Records already waiting go first: a direct append would overtake them.
         if self._outbox is None or not self._waiting():
             try:
-                self._appender.append(request.record, self._direct_timeout)
+                self._appender.append_all([request.record for request in requests], self._direct_timeout)
                 return
             except errors.MeshError as failure:
                 if self._outbox is None:
                     raise errors.Unavailable(f"audit did not take the record and there is no outbox: {failure}",
                                              reason="AUDIT_UNAVAILABLE") from failure
-                log.warning("audit did not take a %s record at once (%s); queued in %s",
-                            audit_pb2.AuditEventType.Name(event_type) if event_type in _EVENT_TYPES else event_type,
-                            failure, self._outbox.path)
+                log.warning("audit did not take %s at once (%s); queued in %s",
+                            ", ".join(audit_pb2.AuditEventType.Name(r.record.event_type)
+                                      if r.record.event_type in _EVENT_TYPES else str(r.record.event_type)
+                                      for r in requests), failure, self._outbox.path)
         assert self._outbox is not None
-        request.record.reason_codes.append(f"queued_at={_now_iso()}")
-        self._outbox.put(request)
+        queued_at = f"queued_at={_now_iso()}"
+        for request in requests:
+            request.record.reason_codes.append(queued_at)
+            self._outbox.put(request)
         self._wake.set()
 
     def _waiting(self) -> bool:

@@ -146,6 +146,35 @@ def test_queued_while_audit_is_down_then_delivered_in_order(audit: tuple[FakeAud
         recorder.close()
 
 
+def test_records_made_together_go_in_one_append_or_queue_in_their_order(audit: tuple[FakeAudit, grpc.Channel],
+                                                                        tmp_path: Path) -> None:
+    fake, channel = audit
+    recorder = _recorder(channel, tmp_path / "o.db")
+    try:
+        recorder.record_all_durably([(KILL, {"reason_codes": ["a"]}), (KILL, {"reason_codes": ["b"]})])
+        assert fake.codes() == ["a", "b"] and fake.batches == [2]  # one call, before it returned
+        fake.down = True
+        recorder.record_all_durably([(KILL, {"reason_codes": ["c"]}), (KILL, {"reason_codes": ["d"]})])
+        assert recorder.pending() == 2 and fake.codes() == ["a", "b"]
+        recorder.record_durably(KILL, reason_codes=["e"])  # queued behind them
+        fake.down = False
+        assert recorder.flush(MAX_BACKOFF_S + 3.0)
+        assert fake.codes() == ["a", "b", "c", "d", "e"]
+        assert all(any(c.startswith("queued_at=") for c in r.reason_codes) for r in fake.records[2:])
+    finally:
+        recorder.close()
+
+
+def test_records_made_together_without_an_outbox_are_refused_when_audit_is_down(
+        audit: tuple[FakeAudit, grpc.Channel]) -> None:
+    fake, channel = audit
+    fake.down = True
+    recorder = AuditRecorder(channel, timeout_s=2.0)
+    with pytest.raises(errors.Unavailable) as refused:
+        recorder.record_all_durably([(KILL, {"reason_codes": ["a"]}), (KILL, {"reason_codes": ["b"]})])
+    assert refused.value.reason == "AUDIT_UNAVAILABLE" and fake.records == []
+
+
 def test_delivery_resumes_within_the_backoff_cap(audit: tuple[FakeAudit, grpc.Channel], tmp_path: Path) -> None:
     fake, channel = audit
     fake.down = True
