@@ -99,7 +99,7 @@ from supervisor_svc.planner import (
 )
 from supervisor_svc.privacy import CANCEL, READ, Authorizer, ExecutionGuard, not_found
 from supervisor_svc.projection import Projector, to_struct
-from supervisor_svc.recording import GATHER_S, Gathering, Recorder, governing, governing_all, narrative
+from supervisor_svc.recording import GATHER_S, Gathering, Recorder, governing, governing_all, narrative, narrative_all
 from supervisor_svc.registry import AgentRegistry
 from supervisor_svc.routing import Endpoint, Route
 from supervisor_svc.selection import AgentSelector
@@ -253,6 +253,12 @@ class _Live:
     """Why a record sent ahead could not be made (not even kept in the outbox): the execution fails on it."""
     ahead_failed: set[str] = field(default_factory=set)
     """The tasks whose record sent ahead could not be made: FAILED in every state stored from then on."""
+    final_stage: bool = False
+    """The running stage is the plan's last."""
+    held: dict[str, Any] | None = None
+    """The TASK_FINISHED of the task that ended the plan's last stage, held back to go in one append with the
+    execution's EXECUTION_FINISHED (see :meth:`Orchestrator._finish_record`); anything else the execution
+    records or stores as required first sends it on its own (:meth:`Orchestrator._catch_up`)."""
 
 
 @dataclass(frozen=True)
@@ -389,9 +395,9 @@ class Orchestrator:
                 if node.task_id in live.ahead_failed:
                     node.status = common_pb2.TASK_STATUS_FAILED
 
-    @classmethod
-    def _catch_up(cls, live: _Live) -> None:
-        """Returns once every record sent on ahead of the execution is durable (in the log or the outbox).
+    def _catch_up(self, live: _Live, *, keep_held: bool = False) -> None:
+        """Returns once every record sent on ahead of the execution is durable (in the log or the outbox),
+        and the record held back for the execution's end (:attr:`_Live.held`) too, unless ``keep_held``.
 
         What the execution records or stores next comes after it, so the log keeps the order in which
         things happened, and a stored state never gets ahead of its records (a task stored as ended always
@@ -400,6 +406,8 @@ class Orchestrator:
         Raises:
             RuntimeError: such a record could not be made; the execution does not go on (see :meth:`_settle`).
         """
+        if not keep_held:
+            self._send_held(live)
         with live.lock:
             if not live.ahead and live.ahead_failure is None:
                 return
@@ -407,7 +415,7 @@ class Orchestrator:
         if waiting:
             futures.wait(waiting)
         with live.lock:
-            cls._settle(live)
+            self._settle(live)
             failure = live.ahead_failure
         if failure is not None:
             raise RuntimeError("a TASK_FINISHED record sent ahead could not be made") from failure
@@ -422,6 +430,11 @@ class Orchestrator:
         this state with the rest.
         """
         with live.lock:
+            if live.held is not None:
+                if deferrable:
+                    return
+                # As below: the execution's own steps catch up first, which sends it.
+                self._send_held(live)
             pending = [sent for _, sent in live.ahead if not sent.done()]
             if pending:
                 if deferrable:
@@ -777,6 +790,7 @@ class Orchestrator:
                     self._run_stages(live)
                     self._propose_release(live)
                 except LeaseLost:
+                    self._send_held(live)  # the task did end here
                     raise  # the new owner resumes it, delegations included (see run)
                 except Exception:  # noqa: BLE001 - an execution never vanishes: it ends FAILED, with the reason
                     log.exception("execution %s failed", execution_id)
@@ -842,7 +856,9 @@ class Orchestrator:
         assert plan is not None
         outcomes: dict[str, TaskOutcome] = {}
         results: dict[str, common_pb2.AgentResult] = {}
-        for stage in plan.stages():
+        stages = plan.stages()
+        for number, stage in enumerate(stages):
+            live.final_stage = number == len(stages) - 1
             try:
                 live.budget.check_time(self._elapsed_ms(live))
             except sup_errors.LimitExceeded as err:
@@ -1455,6 +1471,23 @@ class Orchestrator:
             narrative(self._audit, audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED, **fields)
             return
         self._catch_up(live)
+        if live.final_stage:
+            # The plan's last task to end: its record goes with the execution's end, in one append (see
+            # _finish), unless something is recorded or stored before (see _catch_up). Made now, so a record
+            # that cannot be made fails the execution before its decision, as one sent ahead does.
+            try:
+                self._audit.build(audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED, **fields)
+            except Exception as err:  # noqa: BLE001 - the execution fails on it (see _settle)
+                log.exception("the TASK_FINISHED of %s cannot be made", task_id)
+                self._supervisor_error_end(fields)
+                failed: futures.Future[None] = futures.Future()
+                failed.set_exception(err)
+                with live.lock:
+                    live.ahead.append((task_id, failed))
+                return
+            with live.lock:
+                live.held = fields
+            return
         sent: futures.Future[None] = self._ahead.submit(contextvars.copy_context().run, self._record_ahead, fields)
         with live.lock:
             live.ahead.append((task_id, sent))
@@ -1466,10 +1499,30 @@ class Orchestrator:
         try:
             narrative(self._audit, audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED, **fields)
         except Exception:
-            narrative(self._audit, audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED, outcome=audit_pb2.AUDIT_OUTCOME_FAILURE,
-                      tenant_id=fields["tenant_id"], user_id=fields["user_id"], task_id=fields["task_id"],
-                      agent_id=fields["agent_id"], reason_codes=[TaskState.FAILED.value, "SUPERVISOR_ERROR"])
+            self._supervisor_error_end(fields)
             raise
+
+    def _supervisor_error_end(self, fields: dict[str, Any]) -> None:
+        """The TASK_FINISHED of a task whose own end record could not be made: the supervisor's failure."""
+        narrative(self._audit, audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED, outcome=audit_pb2.AUDIT_OUTCOME_FAILURE,
+                  tenant_id=fields["tenant_id"], user_id=fields["user_id"], task_id=fields["task_id"],
+                  agent_id=fields["agent_id"], reason_codes=[TaskState.FAILED.value, "SUPERVISOR_ERROR"])
+
+    def _send_held(self, live: _Live) -> None:
+        """Sends the record held back for the execution's end (:attr:`_Live.held`) on its own, now, as one sent
+        ahead: what the execution records or stores next comes after it (see :meth:`_catch_up`)."""
+        with live.lock:
+            fields, live.held = live.held, None
+        if fields is None:
+            return
+        sent: futures.Future[None] = futures.Future()
+        try:
+            self._record_ahead(fields)
+            sent.set_result(None)
+        except Exception as err:  # noqa: BLE001 - the execution fails on it (see _settle)
+            sent.set_exception(err)
+        with live.lock:
+            live.ahead.append((fields["task_id"], sent))
 
     def _run_handoffs(self, live: _Live, task_id: str,
                       result: common_pb2.AgentResult) -> list[common_pb2.HandoffOutcome]:
@@ -1664,7 +1717,9 @@ class Orchestrator:
                 assessment = aggregate(all_outcomes, expected=plan.expected, policy=domain.evidence,
                                        decisions=domain.outcomes, conditions=conditions,
                                        subjects=plan.intent.subjects, language=live.language)
-        self._catch_up(live)  # decided while the last task's record travelled; recorded and stored after it
+        # Decided while the last task's record travelled, recorded and stored after it; a record held back for
+        # the execution's end still waits for it, unless a review is opened here (its record comes after).
+        self._catch_up(live, keep_held=not assessment.review_required or live.cancelled.is_set())
         with live.lock:
             handoff_notes = list(ex.missing)
             assessment.apply_to(ex)
@@ -1702,14 +1757,31 @@ class Orchestrator:
                            "status": pb.ExecutionStatus.Name(ex.status)})
         # The record first (outbox if audit is down), then the stored end: an execution a restart
         # will not resume again always has its EXECUTION_FINISHED record.
-        self._narrate(audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED,
-                      outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS if ex.status == pb.EXECUTION_STATUS_SUCCEEDED
-                      else audit_pb2.AUDIT_OUTCOME_PENDING if ex.status in (
-                          pb.EXECUTION_STATUS_AWAITING_REVIEW, pb.EXECUTION_STATUS_AWAITING_CONFIRMATION)
-                      else audit_pb2.AUDIT_OUTCOME_FAILURE,
-                      execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=ex.user_id,
-                      analysis_decision=ex.decision,
-                      reason_codes=[pb.ExecutionStatus.Name(ex.status), ex.reason][: 2 if ex.reason else 1])
+        end = dict(outcome=audit_pb2.AUDIT_OUTCOME_SUCCESS if ex.status == pb.EXECUTION_STATUS_SUCCEEDED
+                   else audit_pb2.AUDIT_OUTCOME_PENDING if ex.status in (
+                       pb.EXECUTION_STATUS_AWAITING_REVIEW, pb.EXECUTION_STATUS_AWAITING_CONFIRMATION)
+                   else audit_pb2.AUDIT_OUTCOME_FAILURE,
+                   execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=ex.user_id,
+                   analysis_decision=ex.decision,
+                   reason_codes=[pb.ExecutionStatus.Name(ex.status), ex.reason][: 2 if ex.reason else 1])
+        with live.lock:
+            held, live.held = live.held, None
+        if held is None:
+            self._narrate(audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED, **end)
+        else:
+            try:
+                self._catch_up(live)  # anything sent ahead before it (nothing, as a rule)
+            except Exception:
+                narrative(self._audit, audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED, **held)  # the task did end
+                raise
+            try:
+                # The last task's end and the execution's, in their order, in one append.
+                narrative_all(self._audit, [(audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED, held),
+                                            (audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED, end)])
+            except Exception:  # noqa: BLE001 - not made together: each is made on its own
+                log.exception("the end records of %s could not be made together", ex.execution_id)
+                narrative(self._audit, audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED, **held)
+                narrative(self._audit, audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED, **end)
         self._catch_up(live)
         with live.lock:
             ex.finished_at.CopyFrom(_ts())

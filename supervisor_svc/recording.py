@@ -50,6 +50,10 @@ class Recorder(Protocol):
         """Appends now, or keeps the record in the outbox until audit takes it; raises only if it cannot."""
         ...
 
+    def record_all_durably(self, records: Sequence[tuple[int, dict[str, Any]]]) -> None:
+        """``record_durably`` for records made at the same moment: one append, or each in the outbox, in order."""
+        ...
+
     def record_all(self, records: Sequence[tuple[int, dict[str, Any]]]) -> Any:
         """Appends records in one call (consecutive indexes, all or none), once all are durable; raises a
         MeshError otherwise (and then none of them is in the log)."""
@@ -103,6 +107,16 @@ def narrative(audit: Recorder, event_type: int, **fields: Any) -> None:
     except errors.MeshError as err:
         log.error("AUDIT RECORD LOST: %s could be neither appended nor kept in the outbox (%s %s: %s)",
                   _name(event_type), err.code.name, err.reason, err.message)
+
+
+def narrative_all(audit: Recorder, records: Sequence[tuple[int, dict[str, Any]]]) -> None:
+    """:func:`narrative` for records of what happened at the same moment, in their order: one append (or
+    each kept in the outbox), never blocking what they record."""
+    try:
+        audit.record_all_durably(records)
+    except errors.MeshError as err:
+        log.error("AUDIT RECORDS LOST: %s could be neither appended nor kept in the outbox (%s %s: %s)",
+                  ", ".join(_name(t) for t, _ in records), err.code.name, err.reason, err.message)
 
 
 def governing_all(audit: Recorder, records: Sequence[tuple[int, dict[str, Any]]]) -> None:

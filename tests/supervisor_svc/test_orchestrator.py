@@ -115,6 +115,8 @@ class Audit:
         self.outbox: list[audit_pb2.AuditRecord] = []
         self.down = False
         self.calls_of_each: list[int] = []
+        self.together: list[list[int]] = []
+        """The event types of each ``record_all_durably``."""
         self.unreachable_for: set[str] = set()
         """Agents whose records, sent together with others (``append_each``), audit does not take."""
 
@@ -129,6 +131,13 @@ class Audit:
             self.outbox.append(audit_pb2.AuditRecord(event_type=event_type, **fields))  # type: ignore[arg-type]
         else:
             self.record(event_type, **fields)
+
+    def record_all_durably(self, records: Any) -> None:
+        self.together.append([event_type for event_type, _ in records])
+        if self.down:
+            self.outbox.extend(audit_pb2.AuditRecord(event_type=event_type, **fields) for event_type, fields in records)
+        else:
+            self.record_all(records)
 
     def record_all(self, records: Any) -> list[audit_pb2.AppendRecordResponse]:
         if self.down:  # all or none, as the real log
@@ -1085,6 +1094,44 @@ def test_a_task_reaches_its_agent_stored_running_as_sent_in_two_stores_a_task(wo
     assert len(saves) <= 2 * 4 + 2, len(saves)
 
 
+def test_the_last_task_end_and_the_execution_end_are_one_append_in_their_order(world: Any) -> None:
+    orch, _, audit, token, _ = world
+    ex = _analyze(orch, token)
+    assert ex.status == pb.EXECUTION_STATUS_SUCCEEDED
+    task_finished, execution_finished = (audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED,
+                                         audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED)
+    assert audit.together == [[task_finished, execution_finished]]
+    *_, last_task, end = audit.records
+    assert end.event_type == execution_finished and end.reason_codes[0] == "EXECUTION_STATUS_SUCCEEDED"
+    assert last_task.event_type == task_finished and last_task.agent_id != "work-permit-agent"
+    assert last_task.reason_codes[0] == "COMPLETED"
+    ends = [r.task_id for r in audit.records if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED]
+    assert sorted(ends) == sorted(n.task_id for n in ex.graph.nodes)  # one each
+
+
+def test_a_review_opened_at_the_end_comes_after_the_last_task_end_on_the_record(world: Any) -> None:
+    orch, specialists, audit, token, _ = world
+    start = specialists.start
+
+    def disagreeing(agent_id: str, request: spec_pb2.RunTaskRequest, timeout_s: float, endpoint: Any = None) -> Call:
+        if agent_id != "compliance-agent":
+            return start(agent_id, request, timeout_s, endpoint)
+        with specialists.lock:
+            specialists.requests.append(request)
+        result = _fact_result(request.task, SUBJECTS["training-agent"], "CHECK_FAILED")
+        result.result.update({"verdict": "FAIL", "subjects": {SUBJECTS["training-agent"]: "FAIL"}})
+        return Call(result)
+
+    specialists.start = disagreeing  # type: ignore[method-assign]
+    ex = _analyze(orch, token)
+    assert ex.decision == common_pb2.ANALYSIS_DECISION_REQUIRES_REVIEW and len(ex.conflicts) == 1
+    kinds = [r.event_type for r in audit.records]
+    created = kinds.index(audit_pb2.AUDIT_EVENT_TYPE_REVIEW_CREATED)
+    assert kinds[created - 1] == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED
+    assert kinds.count(audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED) == 4
+    assert kinds[created + 1:] == [audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED] and audit.together == []
+
+
 def test_a_client_request_id_claimed_by_a_process_killed_before_its_execution_existed_is_started_again(
         world: Any) -> None:
     """A supervisor killed between claiming a client_request_id and storing its execution left the claim
@@ -1345,21 +1392,27 @@ def test_a_stage_ending_record_audit_cannot_take_waits_in_the_outbox_before_the_
     assert len([r for r in audit.records if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED]) == 4
 
 
-def _breaking(audit: Audit, breaks_it: Callable[[dict[str, Any]], bool], *, after_s: float = 0.0) -> list[str]:
+def _breaking(audit: Audit, breaks_it: Callable[[dict[str, Any]], bool], *, after_s: float = 0.0,
+              held: bool = False) -> list[str]:
     """Makes the first TASK_FINISHED for which ``breaks_it(fields)`` holds fail to be built (a fault of the
-    supervisor, not an absent audit), ``after_s`` after it was asked for; the agents whose record broke."""
-    record_durably = audit.record_durably
+    supervisor, not an absent audit), ``after_s`` after it was asked for; the agents whose record broke.
+    ``held``: the one held back for the execution's end (built when it is held), else one recorded."""
     broken: list[str] = []
 
-    def breaks(event_type: int, **fields: Any) -> None:
-        if event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED and "SUPERVISOR_ERROR" not in fields["reason_codes"] \
-                and not broken and breaks_it(fields):
-            broken.append(fields["agent_id"])
-            time.sleep(after_s)
-            raise ValueError("the record cannot be built")
-        record_durably(event_type, **fields)
+    def breaking(make: Callable[..., Any]) -> Callable[..., Any]:
+        def breaks(event_type: int, **fields: Any) -> Any:
+            if event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED and \
+                    "SUPERVISOR_ERROR" not in fields["reason_codes"] and not broken and breaks_it(fields):
+                broken.append(fields["agent_id"])
+                time.sleep(after_s)
+                raise ValueError("the record cannot be built")
+            return make(event_type, **fields)
+        return breaks
 
-    audit.record_durably = breaks  # type: ignore[method-assign]
+    if held:
+        audit.build = breaking(audit.build)  # type: ignore[method-assign]
+    else:
+        audit.record_durably = breaking(audit.record_durably)  # type: ignore[method-assign]
     return broken
 
 
@@ -1394,24 +1447,32 @@ def test_a_task_end_that_cannot_be_made_on_its_own_thread_fails_the_execution_an
 def test_a_stage_ending_record_that_cannot_be_made_fails_the_execution_as_on_the_tasks_own_thread(
         world: Any, tmp_path: Path, agent: str) -> None:
     orch, specialists, audit, token, _ = world
-    # The record that ends a stage is the one made on the record-ahead pool (which of stage two's tasks
-    # ends last is up to the machine).
-    broken = _breaking(audit, lambda f: _on("record-ahead")(f) and (
-        f["agent_id"] == agent or (agent == "last of stage two" and f["agent_id"] != "work-permit-agent")))
+    # The record that ends stage one is made on the record-ahead pool; the one that ends the last stage
+    # (which of stage two's tasks ends last is up to the machine) is held back for the execution's end.
+    if agent == "work-permit-agent":
+        broken = _breaking(audit, lambda f: _on("record-ahead")(f) and f["agent_id"] == agent)
+    else:
+        broken = _breaking(audit, lambda f: f["agent_id"] != "work-permit-agent", held=True)
     _ended_on_supervisor_error(audit, tmp_path, _analyze(orch, token), broken)
+    assert audit.together == []  # the execution's end went on its own
     if agent == "work-permit-agent":  # the next stage never ran
         assert [r.task.target_agent_id for r in specialists.requests] == ["work-permit-agent"]
         assert [r.agent_id for r in audit.records if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED] \
             == ["work-permit-agent"]
 
 
+@pytest.mark.parametrize("stage", ["one", "last"])
 def test_a_task_that_fails_while_its_record_sent_ahead_fails_too_still_ends_the_execution_on_the_record(
-        world: Any, tmp_path: Path) -> None:
+        world: Any, tmp_path: Path, stage: str) -> None:
     orch, specialists, audit, token, _ = world
-    # Stage two's last task sends its end ahead, then fails inside the supervisor while that record is
-    # still on its way, and the record then cannot be made either.
-    broken = _breaking(audit, lambda f: _on("record-ahead")(f) and f["agent_id"] != "work-permit-agent",
-                       after_s=0.3)
+    if stage == "one":
+        # Stage one's task sends its end ahead, then fails inside the supervisor while that record is still
+        # on its way, and the record then cannot be made either.
+        broken = _breaking(audit, lambda f: _on("record-ahead")(f) and f["agent_id"] == "work-permit-agent",
+                           after_s=0.3)
+    else:
+        # The last stage's last task holds its end back for the execution's, cannot make it, then fails.
+        broken = _breaking(audit, lambda f: f["agent_id"] != "work-permit-agent", held=True)
     finished = orch._traffic.guard.finished
 
     def fails_for_the_task_sent_ahead(route: Any, *, succeeded: bool) -> bool:
