@@ -1480,10 +1480,7 @@ class Orchestrator:
             except Exception as err:  # noqa: BLE001 - the execution fails on it (see _settle)
                 log.exception("the TASK_FINISHED of %s cannot be made", task_id)
                 self._supervisor_error_end(fields)
-                failed: futures.Future[None] = futures.Future()
-                failed.set_exception(err)
-                with live.lock:
-                    live.ahead.append((task_id, failed))
+                self._failed_ahead(live, task_id, err)
                 return
             with live.lock:
                 live.held = fields
@@ -1515,14 +1512,18 @@ class Orchestrator:
             fields, live.held = live.held, None
         if fields is None:
             return
-        sent: futures.Future[None] = futures.Future()
         try:
             self._record_ahead(fields)
-            sent.set_result(None)
         except Exception as err:  # noqa: BLE001 - the execution fails on it (see _settle)
-            sent.set_exception(err)
+            self._failed_ahead(live, fields["task_id"], err)
+
+    @staticmethod
+    def _failed_ahead(live: _Live, task_id: str, error: BaseException) -> None:
+        """A record made as one sent ahead that could not be made: the execution fails on it (see _settle)."""
+        failed: futures.Future[None] = futures.Future()
+        failed.set_exception(error)
         with live.lock:
-            live.ahead.append((fields["task_id"], sent))
+            live.ahead.append((task_id, failed))
 
     def _run_handoffs(self, live: _Live, task_id: str,
                       result: common_pb2.AgentResult) -> list[common_pb2.HandoffOutcome]:
