@@ -281,9 +281,12 @@ def test_a_stopped_agent_is_not_chosen_as_available_and_its_fallback_runs_only_w
     assert (before.availability_score, before.availability_reason) == (1.0, "SERVING")
     risk = next(p for p in launcher.read_state(cfg) if p.name == "risk-agent")
     os.kill(risk.pid, signal.SIGTERM)  # stopped on purpose: the supervising loop leaves it stopped
+    # While it stops (its grace period) it answers NOT_SERVING, which scores 0 too; stopped, nothing listens.
+    _until(lambda: not launcher.pid_alive(risk.pid), "the risk agent's process exits")
     after = _until(lambda: next((s for s in _discover(cfg, "risk").scores
-                                 if s.agent_id == "risk-agent" and s.availability_score == 0.0), None),
-                   "the stopped risk agent scores availability 0")
+                                 if s.agent_id == "risk-agent" and s.availability_score == 0.0
+                                 and s.availability_reason != "NOT_SERVING"), None),
+                   "the stopped risk agent scores availability 0 and is no longer NOT_SERVING (stopping)")
     assert after.availability_reason.startswith("UNREACHABLE") and after.final_score < before.final_score
 
     # acme's roles hold agent.fallback: the risk task runs on the risk agent's fallback.
