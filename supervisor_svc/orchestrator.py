@@ -1509,13 +1509,26 @@ class Orchestrator:
         """Sends the record held back for the execution's end (:attr:`_Live.held`) on its own, now, as one sent
         ahead: what the execution records or stores next comes after it (see :meth:`_catch_up`)."""
         with live.lock:
-            fields, live.held = live.held, None
-        if fields is None:
+            fields, sent = self._take_held(live)
+        if fields is None or sent is None:
             return
         try:
             self._record_ahead(fields)
         except Exception as err:  # noqa: BLE001 - the execution fails on it (see _settle)
-            self._failed_ahead(live, fields["task_id"], err)
+            sent.set_exception(err)
+        else:
+            sent.set_result(None)
+
+    @staticmethod
+    def _take_held(live: _Live) -> tuple[dict[str, Any] | None, futures.Future[None] | None]:
+        """With the lock held: the record held back, no longer held, and the future of its sending, among the
+        records sent ahead, so that a catch-up on another thread (a cancellation's) waits for it too."""
+        fields, live.held = live.held, None
+        if fields is None:
+            return None, None
+        sent: futures.Future[None] = futures.Future()
+        live.ahead.append((fields["task_id"], sent))
+        return fields, sent
 
     @staticmethod
     def _failed_ahead(live: _Live, task_id: str, error: BaseException) -> None:
@@ -1765,16 +1778,16 @@ class Orchestrator:
                    execution_id=ex.execution_id, tenant_id=ex.tenant_id, user_id=ex.user_id,
                    analysis_decision=ex.decision,
                    reason_codes=[pb.ExecutionStatus.Name(ex.status), ex.reason][: 2 if ex.reason else 1])
+        try:
+            self._catch_up(live, keep_held=True)  # anything sent ahead before (nothing, as a rule)
+        except Exception:
+            self._send_held(live)  # the task did end
+            raise
         with live.lock:
-            held, live.held = live.held, None
-        if held is None:
+            held, sent = self._take_held(live)
+        if held is None or sent is None:
             self._narrate(audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED, **end)
         else:
-            try:
-                self._catch_up(live)  # anything sent ahead before it (nothing, as a rule)
-            except Exception:
-                narrative(self._audit, audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED, **held)  # the task did end
-                raise
             try:
                 # The last task's end and the execution's, in their order, in one append.
                 narrative_all(self._audit, [(audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED, held),
@@ -1783,6 +1796,8 @@ class Orchestrator:
                 log.exception("the end records of %s could not be made together", ex.execution_id)
                 narrative(self._audit, audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED, **held)
                 narrative(self._audit, audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED, **end)
+            finally:
+                sent.set_result(None)
         self._catch_up(live)
         with live.lock:
             ex.finished_at.CopyFrom(_ts())
@@ -1897,9 +1912,13 @@ class Orchestrator:
         self._stop_calls(live)
         # Whatever a cancelled task still tries is refused at the capability service.
         self._revoke(execution_id, "CANCELLED")
-        self._narrate(audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
-                      execution_id=execution_id, tenant_id=user.tenant_id, user_id=user.user_id,
-                      reason_codes=["CANCEL_REQUESTED", reason or "no reason given"])
+        # Stopped already; on the record after what the execution did before it (a task's end sent ahead or held
+        # back is made first), so the log keeps the order of events.
+        with contextlib.suppress(RuntimeError):  # such a record could not be made: the execution fails on it
+            self._catch_up(live)
+        narrative(self._audit, audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED, outcome=audit_pb2.AUDIT_OUTCOME_PENDING,
+                  execution_id=execution_id, tenant_id=user.tenant_id, user_id=user.user_id,
+                  reason_codes=["CANCEL_REQUESTED", reason or "no reason given"])
         live.done.wait(timeout=30)
         return self._snapshot(live)
 

@@ -1366,6 +1366,77 @@ def test_the_record_that_ends_a_stage_travels_while_the_next_stage_is_prepared_a
                for n in ran[0].graph.nodes)
 
 
+def test_a_cancellation_goes_on_the_record_after_the_task_end_that_travels_when_it_comes(
+        world: Any, idp: Ed25519PrivateKey) -> None:
+    orch, specialists, audit, token, _ = world
+    arrived, go = threading.Event(), threading.Event()
+    record_durably = audit.record_durably
+
+    def slow(event_type: int, **fields: Any) -> None:
+        if event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED and fields["agent_id"] == "work-permit-agent":
+            arrived.set()
+            go.wait(10)  # stage one's end, sent ahead, still on its way when the cancellation comes
+        record_durably(event_type, **fields)
+
+    audit.record_durably = slow
+    execution_id = orch.start(pb.AnalyzeRequest(user_assertion=token, tenant_id="acme", request_text=(
+        "Analyze permit WP-10231 and tell me if it can be released")), "spiffe://agentmesh.local/client/test")
+    runner = threading.Thread(target=orch.run, args=(execution_id,))
+    runner.start()
+    cancelled: list[pb.Execution] = []
+    canceller = threading.Thread(target=lambda: cancelled.append(
+        orch.cancel(_user(orch, idp, "alice", "analyst"), execution_id, "stop")))
+    try:
+        assert arrived.wait(10)
+        canceller.start()
+        time.sleep(0.3)  # the cancellation is under way: its calls stopped, its grants revoked
+        assert orch._live[execution_id].cancelled.is_set()
+    finally:
+        go.set()
+        runner.join(20)
+        if canceller.is_alive() or cancelled == []:
+            canceller.join(20)
+    assert cancelled and cancelled[0].status == pb.EXECUTION_STATUS_CANCELLED
+    kinds = [(r.event_type, r.agent_id, list(r.reason_codes)) for r in audit.records]
+    stage_one_end = kinds.index(next(k for k in kinds if k[:2] == (audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED,
+                                                                   "work-permit-agent")))
+    cancel = next(i for i, (_, _, codes) in enumerate(kinds) if codes[:1] == ["CANCEL_REQUESTED"])
+    assert stage_one_end < cancel
+    _every_delegation_closed(audit)
+
+
+def test_a_cancellation_during_the_execution_end_goes_on_the_record_after_it(
+        world: Any, idp: Ed25519PrivateKey) -> None:
+    orch, specialists, audit, token, _ = world
+    arrived, go = threading.Event(), threading.Event()
+    record_all_durably = audit.record_all_durably
+
+    def slow(records: Any) -> None:
+        arrived.set()
+        go.wait(10)  # the last task's end and the execution's, on their way when the cancellation comes
+        record_all_durably(records)
+
+    audit.record_all_durably = slow  # type: ignore[method-assign]
+    execution_id = orch.start(pb.AnalyzeRequest(user_assertion=token, tenant_id="acme", request_text=(
+        "Analyze permit WP-10231 and tell me if it can be released")), "spiffe://agentmesh.local/client/test")
+    runner = threading.Thread(target=orch.run, args=(execution_id,))
+    runner.start()
+    canceller = threading.Thread(target=lambda: orch.cancel(_user(orch, idp, "alice", "analyst"), execution_id, "x"))
+    try:
+        assert arrived.wait(10)
+        canceller.start()
+        time.sleep(0.3)
+        assert orch._live[execution_id].cancelled.is_set()
+    finally:
+        go.set()
+        runner.join(20)
+        canceller.join(20)
+    kinds = [(r.event_type, list(r.reason_codes)) for r in audit.records]
+    cancel = next(i for i, (_, codes) in enumerate(kinds) if codes[:1] == ["CANCEL_REQUESTED"])
+    assert [t for t, _ in kinds[cancel - 2:cancel]] == [audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED,
+                                                        audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED]
+
+
 def test_a_stage_ending_record_audit_cannot_take_waits_in_the_outbox_before_the_execution_goes_on(
         world: Any) -> None:
     orch, specialists, audit, token, _ = world
