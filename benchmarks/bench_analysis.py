@@ -23,8 +23,9 @@ Starts a whole mesh (`agentmesh up --ports-auto`) in a temporary home twice:
     per analysis (its servicer method's calls, counted by the same probe), e.g. how many
     ``AppendRecords`` carried the analysis' audit records;
   * with --timeline: instead of the runs above, where one analysis' time goes: after --runs sequential
-    analyses (0 ms specialists), the one of median latency, each of its audit records with the
-    moment audit stamped it and each task's window, in milliseconds since its Analyze was sent;
+    analyses (specialists delayed --delay-ms, 0 by default here), the one of median latency, each of its
+    audit records with the moment audit stamped it and each task's window, in milliseconds since its
+    Analyze was sent;
   * with --offered RATE ...: an open loop instead of the callers: analyses started at a
     fixed rate for --seconds whatever the mesh's pace, each timed from its planned start
     (so a backlog counts), reporting what completed per second, the latency p50/p99 and
@@ -141,9 +142,9 @@ def latency(delay_ms: int, runs: int) -> None:
         print(f"  sequential would be >= {4 * delay_ms} ms; the two-stage critical path is >= {2 * delay_ms} ms")
 
 
-def timeline(runs: int) -> None:
+def timeline(runs: int, delay_ms: int) -> None:
     """The audit records and task windows of the median of ``runs`` sequential analyses (see --timeline)."""
-    with _warm_mesh(0) as (cfg, stub, tok):
+    with _warm_mesh(delay_ms) as (cfg, stub, tok):
         seen = []
         for _ in range(runs):
             sent_us = time.time_ns() // 1000
@@ -151,7 +152,8 @@ def timeline(runs: int) -> None:
                                                 request_text=REQUEST)).execution
             seen.append((time.time_ns() // 1000 - sent_us, sent_us, ex))
         wall_us, sent_us, ex = sorted(seen, key=lambda s: s[0])[len(seen) // 2]
-        print(f"timeline of the median of {runs} sequential analyses ({ex.execution_id}, "
+        print(f"timeline of the median of {runs} sequential analyses, specialists delayed {delay_ms} ms "
+              f"({ex.execution_id}, "
               f"{pb.ExecutionStatus.Name(ex.status)}): {wall_us / 1000:.1f} ms from Analyze sent to answered")
         print("  ms     what (audit records: when audit stamped them)")
         with sqlite3.connect(f"file:{cfg.mesh_home.data / 'audit.db'}?mode=ro", uri=True) as db:
@@ -366,7 +368,8 @@ def offered(rates: list[float], seconds: float) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--delay-ms", type=int, default=100, help="fixed delay per specialist task (default 100)")
+    parser.add_argument("--delay-ms", type=int, default=None,
+                        help="fixed delay per specialist task (default 100; with --timeline 0)")
     parser.add_argument("--runs", type=int, default=40, help="analyses for the latency figures (default 40)")
     parser.add_argument("--concurrency", type=int, default=8, help="parallel callers for throughput (default 8)")
     parser.add_argument("--seconds", type=float, default=15, help="duration of the throughput run (default 15)")
@@ -387,10 +390,12 @@ def main() -> int:
     args = parser.parse_args()
     if args.rpc_counts and args.function_cpu:
         parser.error("--rpc-counts and --function-cpu are measured in separate runs")
+    if args.delay_ms is not None and args.delay_ms < 0:
+        parser.error("--delay-ms must be >= 0")
     if args.timeline:
         if args.runs < 1:
             parser.error("--runs must be >= 1")
-        timeline(args.runs)
+        timeline(args.runs, args.delay_ms or 0)
         return 0
     if args.offered:
         if any(r <= 0 for r in args.offered):
@@ -398,7 +403,7 @@ def main() -> int:
         offered(args.offered, args.seconds)
         return 0
     if not args.throughput_only:
-        latency(args.delay_ms, args.runs)
+        latency(100 if args.delay_ms is None else args.delay_ms, args.runs)
     throughput(args.concurrency, args.seconds, args.function_cpu, args.rpc_counts)
     return 0
 
