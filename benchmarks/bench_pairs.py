@@ -15,7 +15,8 @@ the machine's load weighs on both alike; on a shared 2-core machine one run agai
 only pairs say which way a change goes. Per pair it prints each side's analyses/s with
 ``--concurrency`` callers and CPU-ms per analysis across the mesh's processes (with
 ``--latency-runs N``, also the p50 of N sequential analyses with 0 ms specialists, the latency target's
-case); then each figure's medians and in how many pairs the working tree did better.
+case); then each figure's medians and in how many pairs the working tree did better, the CPU of each busy
+process of the mesh too (from the runs' tables by process), so a change shows where it moved the CPU.
 
 Exit status: 0 when every run finished with every analysis SUCCEEDED and ``audit verify`` passing;
 1 when one did not (what it printed is shown); 2 for bad arguments or a base git cannot check out.
@@ -31,7 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +42,10 @@ _RATE = re.compile(r"([\d.]+) analyses/s \((\d+) analyses, (\d+) not SUCCEEDED\)
 _CPU = re.compile(r"CPU per analysis: ([\d.]+) ms")
 _LATENCY = re.compile(r"latency p50\s+([\d.]+) ms")
 _VERIFY = re.compile(r"audit verify: exit (\d+)")
+_PROCESS = re.compile(r"^    (\S(?:.*?\S)?)\s{2,}([\d.]+)\s+[\d.]+\s+[\d.]+\s+[\d.]+$", re.MULTILINE)
+"""A line of the CPU table by process: name, CPU ms, kernel, voluntary and involuntary switches."""
+PROCESS_MIN_MS = 1.0
+"""A process is compared on its own when its base median is at least this many CPU-ms per analysis."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,8 @@ class Figures:
     """CPU-ms per analysis across the mesh's processes."""
     latency_ms: float | None
     """One caller's p50 with 0 ms specialists, when asked for."""
+    processes: tuple[tuple[str, float], ...] = ()
+    """CPU-ms per analysis of each mesh process, as the run's table by process printed them."""
 
 
 class RunFailed(Exception):
@@ -75,7 +82,8 @@ def read_figures(output: str, *, latency: bool) -> Figures:
         raise RunFailed(f"{rate.group(3)} of {rate.group(2)} analyses were not SUCCEEDED")
     if int(verify.group(1)):
         raise RunFailed(f"audit verify exited {verify.group(1)}")
-    return Figures(float(rate.group(1)), float(cpu.group(1)), float(found.group(1)) if found else None)
+    processes = tuple((m.group(1), float(m.group(2))) for m in _PROCESS.finditer(output))
+    return Figures(float(rate.group(1)), float(cpu.group(1)), float(found.group(1)) if found else None, processes)
 
 
 @dataclass(frozen=True)
@@ -90,10 +98,17 @@ class Comparison:
 
 
 def compare(pairs: Sequence[tuple[Figures, Figures]]) -> list[Comparison]:
-    """Each figure's medians over (base, head) pairs; more analyses/s is better, less CPU and latency."""
-    rows = [("analyses/s", lambda f: f.rate, True), ("CPU-ms per analysis", lambda f: f.cpu_ms, False)]
+    """Each figure's medians over (base, head) pairs; more analyses/s is better, less CPU and latency. Then
+    each process's CPU per analysis, for the processes every run reports and the base spends at least
+    :data:`PROCESS_MIN_MS` in, the busiest first."""
+    rows: list[tuple[str, Callable[[Figures], float], bool]] = [
+        ("analyses/s", lambda f: f.rate, True), ("CPU-ms per analysis", lambda f: f.cpu_ms, False)]
     if pairs and pairs[0][0].latency_ms is not None:
-        rows.append(("latency p50 ms", lambda f: f.latency_ms, False))
+        rows.append(("latency p50 ms", lambda f: f.latency_ms or 0.0, False))
+    every = set.intersection(*(set(dict(f.processes)) for pair in pairs for f in pair)) if pairs else set()
+    spent = {name: statistics.median(dict(b.processes)[name] for b, _ in pairs) for name in every}
+    for name in sorted((n for n in every if spent[n] >= PROCESS_MIN_MS), key=lambda n: -spent[n]):
+        rows.append((f"  {name}", lambda f, name=name: dict(f.processes)[name], False))  # type: ignore[misc]
     out = []
     for name, of, higher in rows:
         base = [of(b) for b, _ in pairs]

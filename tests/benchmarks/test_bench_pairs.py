@@ -20,9 +20,15 @@ analysis, 1 + 3 parallel plan, each specialist delayed 0 ms (60 runs)
 throughput, no delay, 8 concurrent callers for 10 s
   {rate} analyses/s (194 analyses, {failed} not SUCCEEDED)
   CPU per analysis: 66.2 ms in the mesh's processes (2 cores allow 30 analyses/s at most), 13.7 ms of it in the kernel
+    process                   CPU ms  kernel  vol. cs  invol.
+    capability                 14.30    2.63    184.2    91.8
+    supervisor                 13.61    2.85    181.2    87.2
+    (benchmark client)          0.66    0.16      7.6     2.1
+    lms                         0.54    0.13      3.0     0.8
   audit records per analysis: 31.0
   audit verify: exit {verify}: ok    service checkpoint: size 6047
 """
+PROCESSES = (("capability", 14.30), ("supervisor", 13.61), ("(benchmark client)", 0.66), ("lms", 0.54))
 
 
 def _output(rate: str = "19.3", failed: int = 0, verify: int = 0) -> str:
@@ -30,8 +36,8 @@ def _output(rate: str = "19.3", failed: int = 0, verify: int = 0) -> str:
 
 
 def test_a_runs_figures_are_read_from_what_bench_analysis_prints() -> None:
-    assert read_figures(_output(), latency=True) == Figures(19.3, 66.2, 50.5)
-    assert read_figures(_output(), latency=False) == Figures(19.3, 66.2, None)
+    assert read_figures(_output(), latency=True) == Figures(19.3, 66.2, 50.5, PROCESSES)
+    assert read_figures(_output(), latency=False) == Figures(19.3, 66.2, None, PROCESSES)
 
 
 def test_an_analysis_not_succeeded_fails_the_run() -> None:
@@ -66,6 +72,21 @@ def test_pairs_are_compared_by_medians_and_wins_in_each_figures_direction() -> N
 def test_without_latency_runs_only_throughput_and_cpu_are_compared() -> None:
     rows = compare([(Figures(20.0, 70.0, None), Figures(20.0, 70.0, None))])
     assert [(r.name, r.better) for r in rows] == [("analyses/s", 0), ("CPU-ms per analysis", 0)]
+
+
+def test_each_busy_process_every_run_reports_is_compared_busiest_first() -> None:
+    def figures(capability: float, supervisor: float, lms: float, *extra: tuple[str, float]) -> Figures:
+        return Figures(20.0, 60.0, None, (("supervisor", supervisor), ("capability", capability), ("lms", lms),
+                                          *extra))
+
+    pairs = [(figures(15.0, 12.0, 0.5, ("audit", 9.0)), figures(14.0, 13.0, 0.4)),
+             (figures(16.0, 11.0, 0.5), figures(15.0, 10.0, 0.6, ("audit", 8.0))),
+             (figures(14.0, 13.0, 0.5), figures(13.0, 14.0, 0.5))]
+    _, _, capability, supervisor = compare(pairs)  # lms spends under 1 ms; audit is not in every run
+    assert (capability.name.strip(), capability.base, capability.head, capability.better) == ("capability", 15.0,
+                                                                                              14.0, 3)
+    assert (supervisor.name.strip(), supervisor.base, supervisor.head, supervisor.better) == ("supervisor", 12.0,
+                                                                                              13.0, 1)
 
 
 def _worktrees() -> str:
