@@ -1315,9 +1315,10 @@ def _stored_status(tmp_path: Path, execution_id: str, agent_id: str) -> int:
         store.close()
 
 
-def test_the_record_that_ends_a_stage_travels_while_the_next_stage_is_prepared_and_comes_first(
-        world: Any, tmp_path: Path) -> None:
-    orch, specialists, audit, token, _ = world
+def _stage_one_end_held(audit: Audit) -> tuple[threading.Event, threading.Event]:
+    """Holds stage one's ``TASK_FINISHED`` (the work-permit agent's) on its way to audit: ``(arrived, go)``.
+
+    ``arrived`` is set when the record is handed to audit; it goes on once ``go`` is set (at most 10 s)."""
     arrived, go = threading.Event(), threading.Event()
     record_durably = audit.record_durably
 
@@ -1328,6 +1329,13 @@ def test_the_record_that_ends_a_stage_travels_while_the_next_stage_is_prepared_a
         record_durably(event_type, **fields)
 
     audit.record_durably = held
+    return arrived, go
+
+
+def test_the_record_that_ends_a_stage_travels_while_the_next_stage_is_prepared_and_comes_first(
+        world: Any, tmp_path: Path) -> None:
+    orch, specialists, audit, token, _ = world
+    arrived, go = _stage_one_end_held(audit)
     text = "Analyze permit WP-10231 and tell me if it can be released"
     execution_id = orch.start(pb.AnalyzeRequest(user_assertion=token, tenant_id="acme", request_text=text),
                               "spiffe://agentmesh.local/client/test")
@@ -1369,16 +1377,8 @@ def test_the_record_that_ends_a_stage_travels_while_the_next_stage_is_prepared_a
 def test_a_cancellation_goes_on_the_record_after_the_task_end_that_travels_when_it_comes(
         world: Any, idp: Ed25519PrivateKey) -> None:
     orch, specialists, audit, token, _ = world
-    arrived, go = threading.Event(), threading.Event()
-    record_durably = audit.record_durably
-
-    def slow(event_type: int, **fields: Any) -> None:
-        if event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED and fields["agent_id"] == "work-permit-agent":
-            arrived.set()
-            go.wait(10)  # stage one's end, sent ahead, still on its way when the cancellation comes
-        record_durably(event_type, **fields)
-
-    audit.record_durably = slow
+    # Stage one's end, sent ahead, still on its way when the cancellation comes.
+    arrived, go = _stage_one_end_held(audit)
     execution_id = orch.start(pb.AnalyzeRequest(user_assertion=token, tenant_id="acme", request_text=(
         "Analyze permit WP-10231 and tell me if it can be released")), "spiffe://agentmesh.local/client/test")
     runner = threading.Thread(target=orch.run, args=(execution_id,))
