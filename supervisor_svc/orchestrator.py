@@ -889,7 +889,9 @@ class Orchestrator:
             context = self._context_for_stage(plan, results)
             ctx = contextvars.copy_context()
             # The stage's tasks are delegated at nearly the same moment: their records go in one append.
-            live.gathering = Gathering(self._audit, runnable, wait_s=self._gather_s) if len(runnable) > 1 else None
+            # The stage's tasks are stored as sent once for the append, not once each.
+            live.gathering = Gathering(self._audit, runnable, wait_s=self._gather_s,
+                                       store=functools.partial(self._save, live)) if len(runnable) > 1 else None
             with live.lock:
                 live.stage_running = set(runnable)
             running = {t: self._pool.submit(ctx.copy().run, self._run_in_stage, live, t, context)
@@ -1340,18 +1342,21 @@ class Orchestrator:
         # The records sent on ahead of this execution (the stage before ends with one) are durable first:
         # this store and this delegation come after them.
         self._catch_up(live)
+        gathering = live.gathering
         with live.lock:
             # Stored RUNNING, as sent, before the delegation is on the record: a restart in between knows
             # the task may have been delegated (see _rebuild), and closes that delegation if it does not
-            # run it. One store for both: the delegation changes nothing that is stored.
+            # run it. One store for both: the delegation changes nothing that is stored. In a stage of
+            # several tasks, the gathering of their delegations stores once for all of them, before the
+            # append (or before this record, if it goes alone).
             for n in live.execution.graph.nodes:
                 if n.task_id == task_id:
                     n.CopyFrom(node)
-            self._save(live)
+            if gathering is None:
+                self._save(live)
         try:
             # The delegation is durable in the audit log before the agent hears of it (together with its
             # siblings' when the stage's tasks are delegated at once).
-            gathering = live.gathering
             record = functools.partial(gathering.governing, task_id) if gathering is not None \
                 else functools.partial(governing, self._audit)
             record(audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED,

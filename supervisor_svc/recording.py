@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from typing import Any, Final, Protocol
 
@@ -147,11 +147,17 @@ class Gathering:
     held go to audit together, each its own unit with its own answer. So each is still durable before its
     caller goes on, and each caller is refused, as by :func:`governing`, only for its own record. A member
     that comes after its gathering left, or that is not a member, records alone, as :func:`governing`.
+
+    ``store``, when given, is what must be durable before the records (the execution, stored with its
+    tasks as sent): called once before each append, with every record held then already reflected in
+    what it stores, instead of once per member. A record that goes alone calls it first too. If it
+    raises, nothing held is appended and each member waiting raises what it raised.
     """
 
     def __init__(self, audit: Recorder, members: Iterable[str], *, wait_s: float = GATHER_S,
-                 answer_s: float = 10.0) -> None:
+                 answer_s: float = 10.0, store: Callable[[], None] | None = None) -> None:
         self._audit = audit
+        self._store = store
         self._answer_s = answer_s
         self._open = set(members)
         self._wait_s = wait_s
@@ -182,11 +188,14 @@ class Gathering:
                     if not held.done():
                         self._send()  # the others are late: what is here goes now
         if held is None:
+            if self._store is not None:
+                self._store()
             governing(self._audit, event_type, **fields)
             return
+        answer = held.result()  # raises what the store raised: nothing of this record was appended
         try:
             try:
-                held.result().result(timeout=self._answer_s)
+                answer.result(timeout=self._answer_s)
             except TimeoutError as late:
                 raise errors.DeadlineExceeded("audit did not answer in time", reason="AUDIT_TIMEOUT") from late
         except errors.MeshError as err:
@@ -207,6 +216,14 @@ class Gathering:
         held, self._held = self._held, []
         if not held:
             return
+        if self._store is not None:
+            try:
+                self._store()
+            except BaseException as err:  # noqa: BLE001 - no member may be left waiting; each raises it
+                for _, slot in held:
+                    slot.set_exception(err)
+                self._lock.notify_all()
+                return
         try:
             answers = self._audit.append_each([record for record, _ in held])
         except Exception as err:  # noqa: BLE001 - no member may be left waiting; each is refused instead

@@ -290,6 +290,46 @@ def test_the_delegations_of_stage_two_are_one_append_each_before_its_agent_is_ca
     _every_delegation_closed(audit)
 
 
+def test_the_tasks_of_stage_two_are_stored_as_sent_once_before_their_delegations_append(
+        tmp_path: Path, idp: Ed25519PrivateKey) -> None:
+    orch, specialists, audit, token, _, registry = _world(tmp_path, idp, demo_tenants(), gather_s=5.0)
+    stage_two = {"compliance-agent", "risk-agent", "training-agent"}
+    stored: list[dict[str, int]] = []  # each store of the execution: the stage-two tasks' statuses in it
+    events: list[str] = []
+    save, append_each = orch._store.save, audit.append_each
+
+    def counted_save(execution: pb.Execution, **kw: Any) -> None:
+        save(execution, **kw)
+        stored.append({n.target_agent_id: n.status for n in execution.graph.nodes if n.target_agent_id in stage_two})
+        events.append("store")
+
+    def appended(records: Any) -> Any:
+        events.append("append " + " ".join(sorted(r.agent_id for r in records)))
+        # What another replica reads from the store as the delegations go to audit: all three RUNNING.
+        assert {a: _stored_status(tmp_path, ex_id, a) for a in stage_two} == dict.fromkeys(
+            stage_two, common_pb2.TASK_STATUS_RUNNING)
+        return append_each(records)
+
+    orch._store.save = counted_save  # type: ignore[method-assign]
+    audit.append_each = appended  # type: ignore[method-assign]
+    try:
+        ex_id = orch.start(pb.AnalyzeRequest(user_assertion=token, tenant_id="acme", request_text=(
+            "Analyze permit WP-10231 and tell me if it can be released")), "spiffe://agentmesh.local/client/test")
+        ex = orch.run(ex_id)
+    finally:
+        orch.close()
+        registry.close()
+    assert ex.status == pb.EXECUTION_STATUS_SUCCEEDED
+    gathered = events.index("append compliance-agent risk-agent training-agent")
+    # One store for the three delegations, right before their one append, with every one of them RUNNING
+    # (not one store each, the first with one task RUNNING, the next with two).
+    assert events[gathered - 1] == "store"
+    before = stored[:events[:gathered].count("store")]
+    assert [s for s in before if common_pb2.TASK_STATUS_RUNNING in s.values()] == [
+        dict.fromkeys(stage_two, common_pb2.TASK_STATUS_RUNNING)]
+    _every_delegation_closed(audit)
+
+
 def test_a_delegation_audit_does_not_take_stops_only_its_own_task(world: Any) -> None:
     orch, specialists, audit, token, _ = world
     audit.unreachable_for = {"risk-agent"}

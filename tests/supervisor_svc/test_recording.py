@@ -146,3 +146,64 @@ def test_an_answer_that_never_comes_is_a_refusal_not_a_hang() -> None:
     with pytest.raises(errors.Unavailable) as raised:
         gathering.governing("t2", DELEGATED, task_id="t2")
     assert raised.value.reason == "AUDIT_UNAVAILABLE"
+
+
+class Stored(Audit):
+    """Audit in memory that also lists, in ``events``, each store and each append in the order they came."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[str] = []
+
+    def store(self) -> None:
+        with self.lock:
+            self.events.append("store")
+
+    def append_each(self, records: Any) -> list[Future[audit_pb2.AppendRecordResponse]]:
+        with self.lock:
+            self.events.append("append " + " ".join(sorted(r.task_id for r in records)))
+        return super().append_each(records)
+
+
+def test_the_members_are_stored_once_before_their_append_not_once_each() -> None:
+    audit = Stored()
+    gathering = Gathering(audit, ["t2", "t3", "t4"], wait_s=10, store=audit.store)
+    assert _delegate_all(gathering, ["t2", "t3", "t4"]) == {"t2": None, "t3": None, "t4": None}
+    assert audit.events == ["store", "append t2 t3 t4"]
+
+
+def test_a_record_that_goes_alone_is_stored_first_too() -> None:
+    audit = Stored()
+    gathering = Gathering(audit, ["t2", "t3"], wait_s=0.05, store=audit.store)
+    assert _delegate_all(gathering, ["t2"]) == {"t2": None}  # t3 late: t2 went without it
+    gathering.governing("t3", DELEGATED, task_id="t3")  # the late member
+    gathering.governing("t2", DELEGATED, task_id="t2")  # a retry's delegation
+    gathering.governing("h1", DELEGATED, task_id="h1")  # not a member: a handoff's
+    assert audit.events == ["store", "append t2", "store", "append t3", "store", "append t2", "store", "append h1"]
+
+
+def test_a_store_that_fails_appends_nothing_and_every_member_raises_its_error() -> None:
+    audit = Stored()
+
+    def broken() -> None:
+        raise RuntimeError("disk full")
+
+    gathering = Gathering(audit, ["t2", "t3"], wait_s=10, store=broken)
+    raised: dict[str, BaseException | None] = {}
+
+    def one(task_id: str) -> None:
+        try:
+            gathering.governing(task_id, DELEGATED, task_id=task_id)
+        except BaseException as err:  # noqa: BLE001 - what each member raised is the point
+            raised[task_id] = err
+        else:
+            raised[task_id] = None
+
+    threads = [threading.Thread(target=one, args=(t,)) for t in ("t2", "t3")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+    assert audit.calls == []  # not appended: a delegation is never on the record before its stored task
+    assert set(raised) == {"t2", "t3"}
+    assert all(isinstance(err, RuntimeError) and str(err) == "disk full" for err in raised.values())
