@@ -30,6 +30,8 @@ Starts a whole mesh (`agentmesh up --ports-auto`) in a temporary home twice:
     fixed rate for --seconds whatever the mesh's pace, each timed from its planned start
     (so a backlog counts), reporting what completed per second, the latency p50/p99 and
     any analysis not SUCCEEDED or refused.
+  * with --database-url URL (a PostgreSQL server): any of the above with the executions, idempotency
+    keys and tenants in a new database on it, as a scale-out mesh keeps them (one supervisor).
 
 Targets on the 2-core machine class (issue 13): a sequential analysis with 0 ms specialists <= 20 ms p50;
 overhead <= 10 ms p50 with 50 ms specialists; >= 60 analyses/s with 8-16 callers; at 40/s offered, p99 <= 250 ms.
@@ -38,6 +40,7 @@ overhead <= 10 ms p50 with 50 ms specialists; >= 60 analyses/s with 8-16 callers
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import json
 import os
@@ -78,9 +81,36 @@ RPC_METHODS = (
 PROBE = Path(__file__).resolve().parent / "function_cpu"
 
 
+POSTGRESQL_SERVER: list[str] = []
+"""``--database-url``: the PostgreSQL server each mesh gets a new empty database on (none: SQLite files)."""
+
+
+def _fresh_database(server_url: str) -> str:
+    """A new, empty database on the PostgreSQL server of ``server_url``, dropped when the benchmark exits; its
+    URL."""
+    import psycopg
+
+    name = f"agentmesh_bench_{os.getpid()}_{time.monotonic_ns()}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    atexit.register(_drop_database, server_url, name)
+    return server_url.rsplit("/", 1)[0] + "/" + name
+
+
+def _drop_database(server_url: str, name: str) -> None:
+    import psycopg
+
+    try:
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    except psycopg.Error as err:
+        print(f"could not drop the benchmark's database {name}: {err}", file=sys.stderr)
+
+
 def _mesh(home: Path, delay_ms: int) -> config.MeshConfig:
     home.mkdir(exist_ok=True)
-    (home / "config.yaml").write_text(f"specialist_delay_ms: {delay_ms}\n")
+    database = "".join(f"database_url: {_fresh_database(url)}\n" for url in POSTGRESQL_SERVER)
+    (home / "config.yaml").write_text(f"specialist_delay_ms: {delay_ms}\n{database}")
     cfg = config.load(home=str(home), environ={})
     cfg = cfg.model_copy(update={"ports": {k: 0 for k in cfg.ports}})
     launcher.up(cfg, progress=False)
@@ -387,7 +417,15 @@ def main() -> int:
     parser.add_argument("--offered", type=float, nargs="+", metavar="RATE",
                         help="analyses per second to offer in an open loop, one run each (instead of the latency "
                              "and throughput runs), e.g. --offered 10 20 40")
+    parser.add_argument("--database-url", metavar="URL", default="",
+                        help="keep the mesh's executions, idempotency keys and tenants in PostgreSQL, as a scale-out "
+                             "mesh does: each mesh gets a new empty database on this server (e.g. the URL "
+                             "scripts/postgres start prints); default: SQLite files in the mesh's home")
     args = parser.parse_args()
+    if args.database_url:
+        if not args.database_url.startswith(("postgresql://", "postgres://")):
+            parser.error("--database-url must be a postgresql:// URL")
+        POSTGRESQL_SERVER.append(args.database_url)
     if args.rpc_counts and args.function_cpu:
         parser.error("--rpc-counts and --function-cpu are measured in separate runs")
     if args.delay_ms is not None and args.delay_ms < 0:
