@@ -245,14 +245,16 @@ class ExecutionStore:
             if name not in have:
                 self._db.execute(f"ALTER TABLE client_requests ADD COLUMN {name} {kind}")
 
-    def save(self, execution: pb.Execution, *, reviews: Sequence[dc_pb2.ReviewItem] = ()) -> None:
+    def save(self, execution: pb.Execution, *, reviews: Sequence[dc_pb2.ReviewItem] = (),
+             resume: ResumeInfo | None = None) -> None:
         """Stores the execution as it is now, held by this replica.
 
         The first store of an execution started for a client request id settles its claim in
         the same transaction (``claimed_by`` cleared), provided the claim still names it.
         ``reviews`` are stored in the same transaction, all or none with the execution: a review
         decided is never on record without the execution it moved (a crash in between would leave
-        an approved review and an execution still waiting for it).
+        an approved review and an execution still waiting for it). ``resume``, what resuming it needs
+        (:meth:`save_resume`), is stored in the same transaction too (at its first store, once planned).
 
         Raises:
             LeaseLost: the execution is RUNNING under another replica's live lease, or another replica
@@ -286,6 +288,8 @@ class ExecutionStore:
                 raise LeaseLost(f"execution {execution.execution_id} is owned by another supervisor replica")
             for item in reviews:
                 self._update_review(item)
+            if resume is not None:
+                self._insert_resume(execution.execution_id, resume)
 
     def get(self, execution_id: str) -> pb.Execution | None:
         """The stored execution, or None."""
@@ -405,16 +409,20 @@ class ExecutionStore:
     # -- what resuming needs -------------------------------------------------------
 
     def save_resume(self, execution_id: str, info: ResumeInfo) -> None:
-        """Keeps what resuming ``execution_id`` needs (once, when it is planned)."""
+        """Keeps what resuming ``execution_id`` needs (when it is planned and stopped at once; an execution
+        that runs keeps it with its first store, ``save(resume=)``)."""
         with self._lock:
-            self._db.execute(
-                "INSERT INTO resume VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (execution_id) DO UPDATE SET"
-                " requester = excluded.requester, budget = excluded.budget,"
-                " release_requested = excluded.release_requested, ttl_s = excluded.ttl_s,"
-                " language = excluded.language, not_run = excluded.not_run",
-                (execution_id, info.requester.SerializeToString(deterministic=True),
-                 info.budget.SerializeToString(deterministic=True) if info.budget is not None else None,
-                 int(info.release_requested), info.ttl_s, info.language, json.dumps(list(info.not_run))))
+            self._insert_resume(execution_id, info)
+
+    def _insert_resume(self, execution_id: str, info: ResumeInfo) -> None:
+        self._db.execute(
+            "INSERT INTO resume VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (execution_id) DO UPDATE SET"
+            " requester = excluded.requester, budget = excluded.budget,"
+            " release_requested = excluded.release_requested, ttl_s = excluded.ttl_s,"
+            " language = excluded.language, not_run = excluded.not_run",
+            (execution_id, info.requester.SerializeToString(deterministic=True),
+             info.budget.SerializeToString(deterministic=True) if info.budget is not None else None,
+             int(info.release_requested), info.ttl_s, info.language, json.dumps(list(info.not_run))))
 
     def resume_info(self, execution_id: str) -> ResumeInfo | None:
         """What resuming ``execution_id`` needs, or None (an execution stored before resumption existed)."""

@@ -731,21 +731,23 @@ class Orchestrator:
                     reason_codes=[f"score={s.final_score:.3f}" for s in plan.selection_scores()
                                   if s.agent_id == node.target_agent_id][:1]))
                 for node in plan.graph.nodes)])
-        # What a restarted supervisor needs to resume it, then the execution: both before any task runs.
-        self._store.save_resume(execution_id, ResumeInfo(
+        # What a restarted supervisor needs to resume it, stored with the execution: before any task runs.
+        resume = ResumeInfo(
             user_ctx, request.budget if request.HasField("budget") else None, live.release_requested,
-            live.confirmation_ttl_s, live.language, tuple((n.analysis, n.reason) for n in plan.not_run)))
+            live.confirmation_ttl_s, live.language, tuple((n.analysis, n.reason) for n in plan.not_run))
         try:
             budget.admit_plan([(node.depth, plan.specs[node.task_id].agent.manifest.cost)
                                for node in plan.graph.nodes])
         except sup_errors.LimitExceeded as err:
+            # A reviewer may let it go on past the limit: it is resumed from what is kept here.
+            self._store.save_resume(execution_id, resume)
             with telemetry.mesh_ids(execution_id=execution_id, correlation_id=correlation_id):
                 self._stop_for_limit(live, err)
                 self._finish(live)
             self._register(live)
             live.done.set()
             return
-        self._store.save(execution)
+        self._store.save(execution, resume=resume)
         self._register(live)
 
     def _register(self, live: _Live) -> None:

@@ -76,6 +76,26 @@ def _execution(status: int = pb.EXECUTION_STATUS_RUNNING) -> pb.Execution:
     return pb.Execution(execution_id=f"exe-{uuid.uuid4().hex[:12]}", tenant_id="acme", user_id="alice", status=status)
 
 
+def test_what_resuming_needs_is_stored_with_the_execution_or_not_at_all(url: str, tmp_path: Path) -> None:
+    from agentmesh.v1 import common_pb2
+    from supervisor_svc.executions import ResumeInfo
+
+    a = ExecutionStore(tmp_path / "s.db", url=url, owner="a", lease_s=30)
+    b = ExecutionStore(tmp_path / "s.db", url=url, owner="b", lease_s=30)
+    info = ResumeInfo(common_pb2.UserContext(tenant_id="acme", user_id="alice"), None, True, 60, "pt",
+                      (("training", "NO_AGENT"),))
+    ex = _execution()
+    a.save(ex, resume=info)
+    assert b.resume_info(ex.execution_id) == info  # with the execution, as another replica reads them
+    other = _execution()
+    a.save(other)  # a's, under its live lease
+    with pytest.raises(LeaseLost):
+        b.save(other, resume=info)  # refused: neither the execution's change nor the resume row is kept
+    assert a.resume_info(other.execution_id) is None
+    a.close()
+    b.close()
+
+
 def test_execution_leases(url: str, tmp_path: Path) -> None:
     a = ExecutionStore(tmp_path / "s.db", url=url, owner="a", lease_s=0.5)
     b = ExecutionStore(tmp_path / "s.db", url=url, owner="b", lease_s=0.5)

@@ -350,9 +350,9 @@ def test_a_handoff_result_goes_back_to_the_agent_that_asked_which_finishes_with_
     seen: list[int] = []
     save = orch._store.save
 
-    def watch_status(ex: pb.Execution) -> None:
+    def watch_status(ex: pb.Execution, **kw: Any) -> None:
         seen.extend(n.status for n in ex.graph.nodes if n.target_agent_id == "work-permit-agent")
-        save(ex)
+        save(ex, **kw)
 
     orch._store.save = watch_status
     ex = _analyze(orch, token)
@@ -1084,7 +1084,7 @@ def test_a_task_or_execution_is_stored_as_finished_only_once_its_record_is_kept(
     save = orch._store.save
     missing: list[str] = []
 
-    def save_after_records(ex: pb.Execution) -> None:
+    def save_after_records(ex: pb.Execution, **kw: Any) -> None:
         kept = audit.records + audit.outbox
         for result in ex.results:
             if not any(r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED and r.task_id == result.task_id
@@ -1094,7 +1094,7 @@ def test_a_task_or_execution_is_stored_as_finished_only_once_its_record_is_kept(
                 r.event_type == audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_FINISHED and r.execution_id == ex.execution_id
                 and r.reason_codes[:1] == [pb.ExecutionStatus.Name(ex.status)] for r in kept):
             missing.append(f"EXECUTION_FINISHED {pb.ExecutionStatus.Name(ex.status)}")
-        save(ex)
+        save(ex, **kw)
 
     orch._store.save = save_after_records
     ex = _analyze(orch, token)
@@ -1226,21 +1226,26 @@ def test_on_a_shared_store_a_replica_whose_claim_was_taken_over_while_it_was_slo
     from supervisor_svc.orchestrator import request_digest
 
     other = ExecutionStore(tmp_path / "supervisor.db", owner="other-replica")
-    save_resume = orch._store.save_resume
+    save = orch._store.save
+    slowed: list[str] = []
 
-    def slow_save_resume(execution_id: str, info: Any) -> None:  # right before the execution is stored
-        other._db.execute("DELETE FROM replicas WHERE instance_id = ?", (orch._store.owner,))  # lease lapsed
-        assert other.claim_abandoned("acme", "alice", "req-slow", execution_id)
-        assert other.release_request("acme", "alice", "req-slow", execution_id, abandoned=True)
-        assert other.claim_request("acme", "alice", "req-slow", "exe-of-the-retry",
-                                   request_digest(request))[0] == "exe-of-the-retry"
-        save_resume(execution_id, info)
+    def slow_save(execution: pb.Execution, **kw: Any) -> None:  # right before the execution is first stored
+        if not slowed:
+            slowed.append(execution.execution_id)
+            other._db.execute("DELETE FROM replicas WHERE instance_id = ?", (orch._store.owner,))  # lease lapsed
+            assert other.claim_abandoned("acme", "alice", "req-slow", execution.execution_id)
+            assert other.release_request("acme", "alice", "req-slow", execution.execution_id, abandoned=True)
+            assert other.claim_request("acme", "alice", "req-slow", "exe-of-the-retry",
+                                       request_digest(request))[0] == "exe-of-the-retry"
+        save(execution, **kw)
 
-    monkeypatch.setattr(orch._store, "save_resume", slow_save_resume)
+    monkeypatch.setattr(orch._store, "save", slow_save)
     with pytest.raises(errors.Aborted) as refused:
         orch.accept(request, "spiffe://agentmesh.local/client/test")
     assert refused.value.reason == "CLIENT_REQUEST_ID_REUSED"
     assert [e.execution_id for e in orch._store.running()] == []
+    # Nothing of it is kept: neither the execution nor what resuming it would need (one transaction).
+    assert slowed and orch._store.get(slowed[0]) is None and orch._store.resume_info(slowed[0]) is None
     assert any(r.event_type == audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED
                and list(r.reason_codes)[:1] == ["CLIENT_REQUEST_ID_REUSED"] for r in audit.records)
     other.close()
