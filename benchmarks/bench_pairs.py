@@ -4,6 +4,7 @@ Run from the repository root::
 
     .venv/bin/python benchmarks/bench_pairs.py --base HEAD~1 [--pairs 4] [--concurrency 8] [--seconds 15]
     .venv/bin/python benchmarks/bench_pairs.py --base main --latency-runs 80   # also one caller's latency
+    .venv/bin/python benchmarks/bench_pairs.py --base HEAD --database-url "$(scripts/postgres start)"
 
 The base revision is checked out in a temporary git worktree (removed afterwards); the other side is
 this checkout's working tree as it is, uncommitted changes included, so a change can be measured before
@@ -17,6 +18,9 @@ only pairs say which way a change goes. Per pair it prints each side's analyses/
 ``--latency-runs N``, also the p50 of N sequential analyses with 0 ms specialists, the latency target's
 case); then each figure's medians and in how many pairs the working tree did better, the CPU of each busy
 process of the mesh too (from the runs' tables by process), so a change shows where it moved the CPU.
+With ``--database-url`` (a PostgreSQL server), every run keeps its mesh's executions, idempotency keys and
+tenants in a new database there, as scale-out does (the server's own CPU is not among the mesh's processes);
+both sides' ``bench_analysis.py`` must know the option.
 
 Exit status: 0 when every run finished with every analysis SUCCEEDED and ``audit verify`` passing;
 1 when one did not (what it printed is shown); 2 for bad arguments or a base git cannot check out.
@@ -144,6 +148,7 @@ def run(tree: Path, args: argparse.Namespace) -> Figures:
     command = [sys.executable, str(tree / "benchmarks" / "bench_analysis.py"),
                "--concurrency", str(args.concurrency), "--seconds", str(args.seconds)]
     command += ["--delay-ms", "0", "--runs", str(args.latency_runs)] if args.latency_runs else ["--throughput-only"]
+    command += ["--database-url", args.database_url] if args.database_url else []
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH")) if p)}
     done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, check=False)
     output = done.stdout + done.stderr
@@ -168,11 +173,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=15, help="duration of each throughput run (default 15)")
     parser.add_argument("--latency-runs", type=int, default=0,
                         help="also time this many sequential analyses with 0 ms specialists per run (default 0: no)")
+    parser.add_argument("--database-url", metavar="URL", default="",
+                        help="run every mesh on this PostgreSQL server, each in a new database (bench_analysis.py "
+                             "--database-url); default: SQLite files")
     args = parser.parse_args(argv)
     if args.pairs < 1 or args.concurrency < 1 or args.seconds <= 0 or args.latency_runs < 0:
         parser.error("--pairs and --concurrency must be >= 1, --seconds > 0, --latency-runs >= 0")
+    if args.database_url and not args.database_url.startswith(("postgresql://", "postgres://")):
+        parser.error("--database-url must be a postgresql:// URL")
     pairs: list[tuple[Figures, Figures]] = []
     with worktree(args.base) as base:
+        script = base / "benchmarks" / "bench_analysis.py"
+        if args.database_url and not (script.is_file() and "--database-url" in script.read_text()):
+            print(f"bench_pairs: {args.base!r} has no bench_analysis.py with --database-url: compare on "
+                  "PostgreSQL with a base that has it", file=sys.stderr)
+            return 2
         for i in range(args.pairs):
             order = [("base", base), ("head", ROOT)]
             if i % 2:

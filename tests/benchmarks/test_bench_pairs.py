@@ -103,8 +103,18 @@ def test_a_base_git_cannot_check_out_exits_2_and_leaves_no_worktree(capsys: pyte
     assert _worktrees() == before
 
 
+def test_on_postgresql_a_base_whose_bench_analysis_has_no_database_url_exits_2(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    before = _worktrees()
+    first = subprocess.run(["git", "rev-list", "--max-parents=0", "HEAD"], capture_output=True, text=True,
+                           check=True, cwd=Path(__file__).resolve().parents[2]).stdout.split()[0]
+    assert bench_pairs.main(["--base", first, "--database-url", "postgresql://u@127.0.0.1:1/x"]) == 2
+    assert "has no bench_analysis.py with --database-url" in capsys.readouterr().err
+    assert _worktrees() == before
+
+
 @pytest.mark.parametrize("bad", [["--pairs", "0"], ["--seconds", "0"], ["--concurrency", "0"],
-                                 ["--latency-runs", "-1"]])
+                                 ["--latency-runs", "-1"], ["--database-url", "sqlite:///x.db"]])
 def test_bad_arguments_exit_2_before_anything_runs(bad: list[str]) -> None:
     before = _worktrees()
     with pytest.raises(SystemExit) as exited:
