@@ -890,8 +890,8 @@ class Orchestrator:
                     runnable.append(task_id)
             context = self._context_for_stage(plan, results)
             ctx = contextvars.copy_context()
-            # The stage's tasks are delegated at nearly the same moment: their records go in one append.
-            # The stage's tasks are stored as sent once for the append, not once each.
+            # The stage's tasks are delegated at nearly the same moment: their records go in one append,
+            # after one store of the execution with all of them as sent (not one store each).
             live.gathering = Gathering(self._audit, runnable, wait_s=self._gather_s,
                                        store=functools.partial(self._save, live)) if len(runnable) > 1 else None
             with live.lock:
