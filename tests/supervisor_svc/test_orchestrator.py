@@ -5,6 +5,7 @@ integration tests)."""
 from __future__ import annotations
 
 import functools
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -327,6 +328,36 @@ def test_the_tasks_of_stage_two_are_stored_as_sent_once_before_their_delegations
     before = stored[:events[:gathered].count("store")]
     assert [s for s in before if common_pb2.TASK_STATUS_RUNNING in s.values()] == [
         dict.fromkeys(stage_two, common_pb2.TASK_STATUS_RUNNING)]
+    _every_delegation_closed(audit)
+
+
+def test_a_stage_whose_store_fails_delegates_none_of_its_tasks_and_calls_no_agent(
+        tmp_path: Path, idp: Ed25519PrivateKey) -> None:
+    orch, specialists, audit, token, _, registry = _world(tmp_path, idp, demo_tenants(), gather_s=5.0)
+    stage_two = {"compliance-agent", "risk-agent", "training-agent"}
+    save = orch._store.save
+    failed: list[bool] = []
+
+    def failing_once(execution: pb.Execution, **kw: Any) -> None:
+        if not failed and any(n.status == common_pb2.TASK_STATUS_RUNNING and n.target_agent_id in stage_two
+                              for n in execution.graph.nodes):
+            failed.append(True)
+            raise sqlite3.OperationalError("disk I/O error")  # the stage's one store before its append
+        save(execution, **kw)
+
+    orch._store.save = failing_once  # type: ignore[method-assign]
+    try:
+        ex = _analyze(orch, token)
+    finally:
+        orch.close()
+        registry.close()
+    assert failed
+    assert ex.status == pb.EXECUTION_STATUS_FAILED and ex.reason.startswith("SUPERVISOR_ERROR")
+    # Nothing of stage two happened: no delegation on the record, no agent told, none stored as running.
+    assert [r.agent_id for r in _trail(audit) if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_DELEGATED] == [
+        "work-permit-agent"]
+    assert not any(specialists.calls_of(agent) for agent in stage_two)
+    assert all(n.status != common_pb2.TASK_STATUS_RUNNING for n in ex.graph.nodes)
     _every_delegation_closed(audit)
 
 
