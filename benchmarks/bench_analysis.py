@@ -81,8 +81,8 @@ RPC_METHODS = (
 PROBE = Path(__file__).resolve().parent / "function_cpu"
 
 
-POSTGRESQL_SERVER: list[str] = []
-"""``--database-url``: the PostgreSQL server each mesh gets a new empty database on (none: SQLite files)."""
+POSTGRESQL_SERVER = ""
+"""``--database-url``: the PostgreSQL server each mesh gets a new empty database on ("": SQLite files)."""
 
 
 def _fresh_database(server_url: str) -> str:
@@ -109,8 +109,10 @@ def _drop_database(server_url: str, name: str) -> None:
 
 def _mesh(home: Path, delay_ms: int) -> config.MeshConfig:
     home.mkdir(exist_ok=True)
-    database = "".join(f"database_url: {_fresh_database(url)}\n" for url in POSTGRESQL_SERVER)
-    (home / "config.yaml").write_text(f"specialist_delay_ms: {delay_ms}\n{database}")
+    settings: dict[str, object] = {"specialist_delay_ms": delay_ms}
+    if POSTGRESQL_SERVER:
+        settings["database_url"] = _fresh_database(POSTGRESQL_SERVER)
+    (home / "config.yaml").write_text(json.dumps(settings))  # JSON is YAML: a URL's characters stay as they are
     cfg = config.load(home=str(home), environ={})
     cfg = cfg.model_copy(update={"ports": {k: 0 for k in cfg.ports}})
     launcher.up(cfg, progress=False)
@@ -397,6 +399,7 @@ def offered(rates: list[float], seconds: float) -> None:
 
 
 def main() -> int:
+    global POSTGRESQL_SERVER
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--delay-ms", type=int, default=None,
                         help="fixed delay per specialist task (default 100; with --timeline 0)")
@@ -425,7 +428,7 @@ def main() -> int:
     if args.database_url:
         if not args.database_url.startswith(("postgresql://", "postgres://")):
             parser.error("--database-url must be a postgresql:// URL")
-        POSTGRESQL_SERVER.append(args.database_url)
+        POSTGRESQL_SERVER = args.database_url
     if args.rpc_counts and args.function_cpu:
         parser.error("--rpc-counts and --function-cpu are measured in separate runs")
     if args.delay_ms is not None and args.delay_ms < 0:
