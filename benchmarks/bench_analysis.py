@@ -11,10 +11,11 @@ Starts a whole mesh (`agentmesh up --ports-auto`) in a temporary home twice:
     orchestration overhead above the specialists' own time, i.e. wall time
     minus the critical path (stage one + the slowest stage-two task, measured
     from the task timestamps the supervisor records);
-  * without delay: analyses per second with --concurrency parallel callers, and the
-    CPU time each mesh process spent per analysis (user + system, from /proc/PID/stat;
-    the kernel's part; the context switches of its threads, from /proc/PID/task/*/status),
-    plus the benchmark's own client process;
+  * without delay: analyses per second with --concurrency parallel callers (several
+    counts: each in turn, in one mesh), and the CPU time each mesh process spent per
+    analysis (user + system, from /proc/PID/stat; the kernel's part; the context
+    switches of its threads, from /proc/PID/task/*/status), plus the benchmark's own
+    client process;
   * with --function-cpu MODULE:NAME,...: also, for the throughput run, each named function's
     calls and thread CPU per analysis in every mesh process that calls it (the probe in
     benchmarks/function_cpu/, put on the processes' PYTHONPATH; the calling thread's own CPU,
@@ -296,7 +297,8 @@ def _audit_records(cfg: config.MeshConfig) -> int:
         return int(db.execute("SELECT COUNT(*) FROM entries").fetchone()[0])
 
 
-def throughput(concurrency: int, seconds: float, functions: str = "", rpcs: bool = False) -> None:
+def throughput(concurrencies: list[int], seconds: float, functions: str = "", rpcs: bool = False) -> None:
+    """Analyses per second with each number of parallel callers in turn, in one mesh."""
     with tempfile.TemporaryDirectory() as tmp:
         probed = Path(tmp) / "function-cpu"
         # The probe counts a call made inside a measured one only in the outer one: the servicer methods
@@ -309,48 +311,57 @@ def throughput(concurrency: int, seconds: float, functions: str = "", rpcs: bool
         try:
             stub, tok = _stub(cfg), _token(cfg)
             stub.Analyze(pb.AnalyzeRequest(user_assertion=tok, tenant_id="acme", request_text=REQUEST))
-            done, failed = [0], [0]
-            lock = threading.Lock()
-            stop = time.monotonic() + seconds
-
-            def worker() -> None:
-                n = bad = 0
-                while time.monotonic() < stop:
-                    ex = stub.Analyze(pb.AnalyzeRequest(user_assertion=tok, tenant_id="acme",
-                                                        request_text=REQUEST)).execution
-                    n += 1
-                    bad += ex.status != pb.EXECUTION_STATUS_SUCCEEDED
-                with lock:
-                    done[0] += n
-                    failed[0] += bad
-
-            threads = [threading.Thread(target=worker) for _ in range(concurrency)]
-            records_before = _audit_records(cfg)
-            functions_before = _function_snapshot(cfg, probed)[0] if probing else {}
-            cpu_before = _cpu_by_process(cfg)
-            t0 = time.monotonic()
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            rate = done[0] / (time.monotonic() - t0)
-            cpu_after = _cpu_by_process(cfg)
-            functions_after, missing = _function_snapshot(cfg, probed) if probing else ({}, set())
-            print(f"throughput, no delay, {concurrency} concurrent callers for {seconds:.0f} s")
-            print(f"  {rate:.1f} analyses/s ({done[0]} analyses, {failed[0]} not SUCCEEDED)")
-            per = _per_analysis(cpu_before, cpu_after, done[0])
-            _print_cpu(per)
-            if rpcs:
-                _print_rpcs(functions_before, functions_after, missing, done[0])
-            elif functions:
-                _print_functions(functions_before, functions_after, missing, per, done[0])
-            records = _audit_records(cfg) - records_before
-            print(f"  audit records per analysis: {records / max(1, done[0]):.1f}")
-            verify = subprocess.run([sys.executable, "-m", "agentmesh_cli", "--home", str(cfg.home), "audit", "verify"],
-                                    capture_output=True, text=True, check=False)
-            print(f"  audit verify: exit {verify.returncode}: {(verify.stdout or verify.stderr).strip()[:200]}")
+            for i, concurrency in enumerate(concurrencies):
+                if i:
+                    time.sleep(2)  # the last run's deferred work (index, checkpoints) out of the next one
+                _callers(cfg, stub, tok, concurrency, seconds, probed if probing else None, functions, rpcs)
         finally:
             launcher.down(cfg)
+
+
+def _callers(cfg: config.MeshConfig, stub: pb_grpc.SupervisorServiceStub, tok: str, concurrency: int,
+             seconds: float, probed: Path | None, functions: str, rpcs: bool) -> None:
+    """One closed-loop run: ``concurrency`` callers, each starting its next analysis when the last one answered."""
+    done, failed = [0], [0]
+    lock = threading.Lock()
+    stop = time.monotonic() + seconds
+
+    def worker() -> None:
+        n = bad = 0
+        while time.monotonic() < stop:
+            ex = stub.Analyze(pb.AnalyzeRequest(user_assertion=tok, tenant_id="acme",
+                                                request_text=REQUEST)).execution
+            n += 1
+            bad += ex.status != pb.EXECUTION_STATUS_SUCCEEDED
+        with lock:
+            done[0] += n
+            failed[0] += bad
+
+    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    records_before = _audit_records(cfg)
+    functions_before = _function_snapshot(cfg, probed)[0] if probed else {}
+    cpu_before = _cpu_by_process(cfg)
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    rate = done[0] / (time.monotonic() - t0)
+    cpu_after = _cpu_by_process(cfg)
+    functions_after, missing = _function_snapshot(cfg, probed) if probed else ({}, set())
+    print(f"throughput, no delay, {concurrency} concurrent callers for {seconds:.0f} s")
+    print(f"  {rate:.1f} analyses/s ({done[0]} analyses, {failed[0]} not SUCCEEDED)")
+    per = _per_analysis(cpu_before, cpu_after, done[0])
+    _print_cpu(per)
+    if rpcs:
+        _print_rpcs(functions_before, functions_after, missing, done[0])
+    elif functions:
+        _print_functions(functions_before, functions_after, missing, per, done[0])
+    records = _audit_records(cfg) - records_before
+    print(f"  audit records per analysis: {records / max(1, done[0]):.1f}")
+    verify = subprocess.run([sys.executable, "-m", "agentmesh_cli", "--home", str(cfg.home), "audit", "verify"],
+                            capture_output=True, text=True, check=False)
+    print(f"  audit verify: exit {verify.returncode}: {(verify.stdout or verify.stderr).strip()[:200]}", flush=True)
 
 
 def _open_loop(stub: pb_grpc.SupervisorServiceStub, tok: str, rate: float, seconds: float
@@ -404,7 +415,9 @@ def main() -> int:
     parser.add_argument("--delay-ms", type=int, default=None,
                         help="fixed delay per specialist task (default 100; with --timeline 0)")
     parser.add_argument("--runs", type=int, default=40, help="analyses for the latency figures (default 40)")
-    parser.add_argument("--concurrency", type=int, default=8, help="parallel callers for throughput (default 8)")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[8], metavar="N",
+                        help="parallel callers for throughput (default 8); several, e.g. 1 4 8 16, run one after "
+                             "another in one mesh")
     parser.add_argument("--seconds", type=float, default=15, help="duration of the throughput run (default 15)")
     parser.add_argument("--throughput-only", action="store_true", help="skip the latency run")
     parser.add_argument("--function-cpu", metavar="MODULE:NAME,...", default="",
@@ -433,6 +446,8 @@ def main() -> int:
         parser.error("--rpc-counts and --function-cpu are measured in separate runs")
     if args.delay_ms is not None and args.delay_ms < 0:
         parser.error("--delay-ms must be >= 0")
+    if any(n < 1 for n in args.concurrency):
+        parser.error("--concurrency must be >= 1")
     if args.timeline:
         if args.runs < 1:
             parser.error("--runs must be >= 1")
