@@ -169,10 +169,8 @@ class CapabilityExecutor:
         Raises:
             CapabilityNotFound, CapabilityNotExecutable, InputInvalid.
         """
-        entry = self.registry.ensure_executable(capability_id, version)
-        manifest = self.registry.validate_input(
-            capability_id, arguments, str(entry.manifest.version)
-        )
+        manifest = self.registry.ensure_executable(capability_id, version).manifest
+        self.registry.validate_input(manifest, arguments)
         return PreparedCall(manifest, ctx, copy.deepcopy(dict(arguments)))
 
     def run(self, call: PreparedCall, *, deadline_s: float | None = None) -> Execution:

@@ -632,16 +632,12 @@ class CapabilityRegistry:
             self._validators[key] = validator
         return validator
 
-    def validate_input(
-        self, capability_id: str, arguments: Any, version: str | None = None
-    ) -> CapabilityManifest:
-        """Check ``arguments`` against the input schema; returns the manifest used.
+    def validate_input(self, manifest: CapabilityManifest, arguments: Any) -> None:
+        """Check ``arguments`` against the input schema of ``manifest``.
 
         Raises:
-            CapabilityNotFound: unknown id or version.
             InputInvalid: naming the field path of the first violation.
         """
-        manifest = self.get(capability_id, version).manifest
         violations = self._validator(manifest, "input").violations(arguments)
         if violations:
             first = violations[0]
@@ -651,7 +647,6 @@ class CapabilityRegistry:
                 violations=violations,
                 capability=manifest.key,
             )
-        return manifest
 
     def validate_output(self, manifest: CapabilityManifest, output: Any) -> None:
         """Check a backend's output against the output schema of ``manifest``.

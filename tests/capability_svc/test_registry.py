@@ -307,7 +307,7 @@ def test_input_validation_names_the_field(
     registry: CapabilityRegistry, capability: str, arguments: dict[str, object], field: str
 ) -> None:
     with pytest.raises(InputInvalid) as info:
-        registry.validate_input(capability, arguments)
+        registry.validate_input(registry.get(capability).manifest, arguments)
     err = info.value
     assert err.field == field
     assert err.reason == "INPUT_INVALID"
@@ -316,9 +316,9 @@ def test_input_validation_names_the_field(
 
 
 def test_valid_input_passes_including_struct_floats(registry: CapabilityRegistry) -> None:
-    registry.validate_input("workPermit.get", {"permit_id": "WP-10231"})
+    registry.validate_input(registry.get("workPermit.get").manifest, {"permit_id": "WP-10231"})
     # google.protobuf.Struct carries every number as a double.
-    registry.validate_input("workPermit.search", {"limit": 20.0, "valid_on": "2026-11-30"})
+    registry.validate_input(registry.get("workPermit.search").manifest, {"limit": 20.0, "valid_on": "2026-11-30"})
 
 
 def test_output_validation_names_the_field(registry: CapabilityRegistry) -> None:
