@@ -244,13 +244,28 @@ def open_database(url: str | None, *, default: Path, synchronous: str = "FULL", 
     path = sqlite_path(url) if url else default
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=timeout_s)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(f"PRAGMA synchronous={synchronous}")
+        conn = sqlite_connection(path, synchronous=synchronous, timeout_s=timeout_s)
     except sqlite3.Error as err:
         raise DatabaseError(f"{path}: cannot open the database: {err}") from err
     return Database(SQLITE, conn, str(path))
 
 
+def sqlite_connection(path: str | Path, *, synchronous: str = "FULL", timeout_s: float = 10.0) -> sqlite3.Connection:
+    """A SQLite file opened as every store of the mesh opens one: autocommit (``isolation_level=None``),
+    WAL, ``PRAGMA synchronous=<synchronous>``, shared across threads, a busy timeout (``":memory:"`` too).
+
+    Raises:
+        sqlite3.Error: the file cannot be opened or set up.
+    """
+    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=timeout_s)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={synchronous}")
+    except sqlite3.Error:
+        conn.close()
+        raise
+    return conn
+
+
 __all__ = ["POSTGRESQL", "SQLITE", "Database", "DatabaseError", "is_postgresql", "open_database",
-           "postgresql_check", "redact", "sqlite_path"]
+           "postgresql_check", "redact", "sqlite_connection", "sqlite_path"]

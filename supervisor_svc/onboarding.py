@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentmesh import assertion, spiffe
+from agentmesh import assertion, database, spiffe
 from agentmesh.vocabulary import LifecycleStatus, RiskLevel
 from capability_svc.semver import Version, parse_dependency
 from supervisor_svc.errors import AgentManifestError, RequestInvalid, StatusChangeRefused, SupervisorError
@@ -355,12 +355,8 @@ class Onboarding:
         self._audit = audit
         self._evaluations = evaluations or self.evaluation_passed
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(db_path), check_same_thread=False, isolation_level=None)
+        self._db = database.sqlite_connection(db_path, timeout_s=5.0)
         self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA busy_timeout = 5000")
-        # WAL, as every SQLite file of the mesh: each dispatch asks whether the file changed, at half the cost.
-        self._db.execute("PRAGMA journal_mode = WAL")
-        self._db.execute("PRAGMA synchronous = FULL")
         self._db.executescript(_SCHEMA)
         self._writes = 0
         """Transactions this connection committed (``PRAGMA data_version`` counts only the others')."""

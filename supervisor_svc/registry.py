@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentmesh import agent_manifest
+from agentmesh import agent_manifest, database
 from agentmesh.agent_manifest import AGENT_ID_PATTERN, AgentManifest, definition
 from agentmesh.v1 import common_pb2
 from agentmesh.vocabulary import LifecycleStatus
@@ -218,12 +218,8 @@ class AgentRegistry:
         self._clock = clock
         self._active_versions: Callable[[], dict[str, AgentManifest]] | None = None
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(db_path), check_same_thread=False, isolation_level=None)
+        self._db = database.sqlite_connection(db_path, timeout_s=5.0)
         self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA busy_timeout = 5000")
-        # WAL, as every SQLite file of the mesh: each dispatch asks whether the file changed, at half the cost.
-        self._db.execute("PRAGMA journal_mode = WAL")
-        self._db.execute("PRAGMA synchronous = FULL")
         self._db.executescript(_SCHEMA)
         self._writes = 0
         """Transactions this connection committed (``PRAGMA data_version`` counts only the others')."""
