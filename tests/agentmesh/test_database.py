@@ -198,6 +198,8 @@ def test_a_client_request_claimed_by_a_replica_whose_lease_is_gone_is_taken_over
     crid = f"req-{uuid.uuid4().hex[:8]}"
     dead = ExecutionStore(tmp_path / "s.db", url=url, owner=f"dead-{crid}", lease_s=0.0)
     assert dead.claim_request("acme", "alice", crid, f"exe-dead-{crid}", "d") == (f"exe-dead-{crid}", "d")
+    # Its lease is gone (not left to the clock: a zero lease still reads as live within SQLite's millisecond).
+    dead._db.execute("DELETE FROM replicas WHERE instance_id = ?", (dead.owner,))
     stores = [ExecutionStore(tmp_path / "s.db", url=url, owner=f"r{i}-{crid}") for i in range(4)]
     assert stores[0].claim_abandoned("acme", "alice", crid, f"exe-dead-{crid}")
     wins: list[str] = []
