@@ -65,6 +65,7 @@ import grpc
 
 from agentmesh import errors, telemetry, transport
 from agentmesh.audit_appends import GroupAppender
+from agentmesh.database import sqlite_connection
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import audit_service_pb2_grpc as audit_grpc
 
@@ -140,10 +141,7 @@ class AuditOutbox:
         self._delivery_lock: IO[bytes] | None = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False,
-                                         timeout=10.0)
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=FULL")
+            self._conn = sqlite_connection(self.path)
             self._conn.executescript(
                 "CREATE TABLE IF NOT EXISTS outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
                 " request BLOB NOT NULL, queued_at TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0);"

@@ -46,6 +46,7 @@ import jsonschema
 import pydantic
 from jsonschema import Draft202012Validator
 
+from agentmesh.database import sqlite_connection
 from agentmesh.vocabulary import LifecycleStatus, RiskLevel
 from capability_svc._validation import SchemaCheck, pydantic_violations
 from capability_svc._yaml_lines import DocumentError, LinedDocument, format_path, load_document
@@ -383,10 +384,8 @@ class CapabilityRegistry:
         self._clock = clock
         self._lock = threading.Lock()
         state_db.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(state_db), check_same_thread=False, isolation_level=None)
+        self._db = sqlite_connection(state_db, timeout_s=5.0)
         self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA busy_timeout=5000")
         self._db.executescript(_STATE_SCHEMA)
         self._status_cache: dict[str | None, dict[tuple[str, str], sqlite3.Row]] = {}
         self._status_version: int | None = None

@@ -21,6 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from agentmesh.database import sqlite_connection
 from policy_svc.errors import InvalidRequestError, KillSwitchStoreError
 from policy_svc.model import KillSwitch, KillSwitchChange, KillSwitchScope, kill_switch_key
 
@@ -85,9 +86,7 @@ class KillSwitchStore:
             self._path.parent.mkdir(parents=True, exist_ok=True)
             # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE),
             # so the current row and its history row are written atomically.
-            self._conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False, timeout=5.0)
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=FULL")
+            self._conn = sqlite_connection(self._path, timeout_s=5.0)
             self._conn.executescript(_SCHEMA)
             self._conn.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
         except (OSError, sqlite3.Error) as exc:
