@@ -27,6 +27,11 @@ Starts a whole mesh (`agentmesh up --ports-auto`) in a temporary home twice:
     analyses (specialists delayed --delay-ms, 0 by default here), the one of median latency, each of its
     audit records with the moment audit stamped it and each task's window, in milliseconds since its
     Analyze was sent;
+  * with --call-counts: instead of the runs above, how much Python each process runs for one analysis: after
+    --runs sequential analyses (specialists delayed --delay-ms, 0 by default here), the Python functions and
+    built-ins each process called per analysis, and its most called functions (the probe in
+    benchmarks/call_counts/). Counts barely move from run to run where times move by a third, so they show
+    what a change removed; counting slows every call several times, so it tells nothing of time;
   * with --offered RATE ...: an open loop instead of the callers: analyses started at a
     fixed rate for --seconds whatever the mesh's pace, each timed from its planned start
     (so a backlog counts), reporting what completed per second, the latency p50/p99 and
@@ -80,6 +85,7 @@ RPC_METHODS = (
     "audit_svc.servicer:AuditServicer.AppendRecord", "audit_svc.servicer:AuditServicer.AppendRecords")
 """The servicer methods an analysis calls (``--rpc-counts``): each call of one is one RPC served."""
 PROBE = Path(__file__).resolve().parent / "function_cpu"
+CALL_PROBE = Path(__file__).resolve().parent / "call_counts"
 
 
 POSTGRESQL_SERVER = ""
@@ -203,6 +209,84 @@ def timeline(runs: int, delay_ms: int) -> None:
             events.append((node.finished_at.ToMicroseconds(), f"task {node.task_id} {node.target_agent_id} ended"))
         for at_us, what in sorted(events):
             print(f"  {(at_us - sent_us) / 1000:6.2f} {what}")
+
+
+Calls = dict[str, dict[tuple[str, int, str], int]]
+"""By process name: (file, first line, function) -> calls so far (file "C": a built-in)."""
+
+
+def _call_snapshot(cfg: config.MeshConfig, directory: Path) -> Calls:
+    """What each probed mesh process counted so far (see --call-counts)."""
+    out: Calls = {}
+    for p in launcher.read_state(cfg):
+        if not (directory / f"{p.pid}.ready").exists():
+            continue  # not a probed Python process (the Node.js agent, say)
+        path = directory / f"{p.pid}.json"
+        seq = json.loads(path.read_text())["seq"] if path.exists() else 0
+        os.kill(p.pid, signal.SIGUSR2)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if path.exists() and (doc := json.loads(path.read_text()))["seq"] > seq:
+                out[p.name] = {(f, line, name): n for f, line, name, n in doc["calls"]}
+                break
+            time.sleep(0.02)
+        else:
+            print(f"  (no call counts from {p.name})")
+    return out
+
+
+def _shown(path: str) -> str:
+    """A file as the report names it: relative to the checkout, the interpreter's library or site-packages."""
+    prefixes = {str(Path(__file__).resolve().parents[1]) + os.sep, os.path.dirname(os.__file__) + os.sep,
+                *(s + os.sep for s in sys.path if s.endswith("site-packages"))}
+    for prefix in sorted(prefixes, key=len, reverse=True):  # site-packages before the checkout it lies in
+        if path.startswith(prefix):
+            return path[len(prefix):]
+    return path
+
+
+def call_counts(runs: int, delay_ms: int, top: int = 8) -> None:
+    """Python calls per analysis in every mesh process over ``runs`` sequential analyses (see --call-counts)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        probed = Path(tmp)
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(CALL_PROBE), os.environ.get("PYTHONPATH")) if p)
+        os.environ["AGENTMESH_CALL_COUNTS_DIR"] = str(probed)
+        with _warm_mesh(delay_ms) as (cfg, stub, tok):
+            before = _call_snapshot(cfg, probed)
+            for _ in range(runs):
+                ex = stub.Analyze(pb.AnalyzeRequest(user_assertion=tok, tenant_id="acme",
+                                                    request_text=REQUEST)).execution
+                if ex.status != pb.EXECUTION_STATUS_SUCCEEDED:
+                    raise SystemExit(f"{ex.execution_id} ended {pb.ExecutionStatus.Name(ex.status)}: {ex.reason}")
+            after = _call_snapshot(cfg, probed)
+    per: dict[str, dict[tuple[str, int, str], float]] = {}
+    for name, counts in after.items():
+        was = before.get(name, {})
+        per[name] = {k: (n - was.get(k, 0)) / runs for k, n in counts.items() if n > was.get(k, 0)}
+
+    def python(calls: dict[tuple[str, int, str], float]) -> float:
+        return sum(n for k, n in calls.items() if k[0] != "C")
+
+    total_py = sum(python(c) for c in per.values())
+    total_c = sum(n for c in per.values() for k, n in c.items() if k[0] == "C")
+    print(f"calls per analysis over {runs} sequential analyses, specialists delayed {delay_ms} ms: "
+          f"{total_py:,.0f} Python functions and {total_c:,.0f} built-ins in the mesh's processes")
+    print(f"  {'process':<24} {'Python':>8} {'built-in':>9}   most called Python functions")
+    for name, calls in sorted(per.items(), key=lambda kv: -python(kv[1])):
+        py = python(calls)
+        builtin = sum(n for k, n in calls.items() if k[0] == "C")
+        print(f"  {name:<24} {py:8,.0f} {builtin:9,.0f}")
+        if py < 1000:
+            continue
+        by_file: dict[str, float] = {}
+        for (f, _, _), n in calls.items():
+            if f != "C":
+                by_file[_shown(f)] = by_file.get(_shown(f), 0) + n
+        print("      by file: " + ", ".join(f"{f} {n:,.0f}" for f, n in
+                                           sorted(by_file.items(), key=lambda kv: -kv[1])[:top]))
+        for (f, line, fn), n in sorted(((k, n) for k, n in calls.items() if k[0] != "C"),
+                                       key=lambda kv: -kv[1])[:top]:
+            print(f"      {n:8,.1f}  {fn} ({_shown(f)}:{line})")
 
 
 def _cpu_by_process(cfg: config.MeshConfig) -> dict[str, Usage]:
@@ -413,7 +497,7 @@ def main() -> int:
     global POSTGRESQL_SERVER
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--delay-ms", type=int, default=None,
-                        help="fixed delay per specialist task (default 100; with --timeline 0)")
+                        help="fixed delay per specialist task (default 100; with --timeline or --call-counts 0)")
     parser.add_argument("--runs", type=int, default=40, help="analyses for the latency figures (default 40)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[8], metavar="N",
                         help="parallel callers for throughput (default 8); several, e.g. 1 4 8 16, run one after "
@@ -430,6 +514,9 @@ def main() -> int:
     parser.add_argument("--timeline", action="store_true",
                         help="instead: where one analysis' time goes, its audit records and task windows in ms since "
                              "its Analyze was sent (the median of --runs sequential analyses)")
+    parser.add_argument("--call-counts", action="store_true",
+                        help="instead: the Python functions and built-ins each mesh process calls per analysis over "
+                             "--runs sequential analyses, and its most called functions (counts, not times)")
     parser.add_argument("--offered", type=float, nargs="+", metavar="RATE",
                         help="analyses per second to offer in an open loop, one run each (instead of the latency "
                              "and throughput runs), e.g. --offered 10 20 40")
@@ -452,6 +539,11 @@ def main() -> int:
         if args.runs < 1:
             parser.error("--runs must be >= 1")
         timeline(args.runs, args.delay_ms or 0)
+        return 0
+    if args.call_counts:
+        if args.runs < 1:
+            parser.error("--runs must be >= 1")
+        call_counts(args.runs, args.delay_ms or 0)
         return 0
     if args.offered:
         if any(r <= 0 for r in args.offered):
