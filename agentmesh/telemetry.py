@@ -28,11 +28,14 @@ MESH_KEYS = (EXECUTION_ID, CORRELATION_ID)
 """The baggage entries the mesh reads; a server validates them at the edge."""
 
 _provider: TracerProvider | None = None
+_records_nothing = False
+"""The provider :func:`setup_tracing` installed exports nothing (no OTLP endpoint): see :func:`tracer`."""
+_NO_SPANS = trace.NoOpTracer()
 
 
 def setup_tracing(service_name: str) -> TracerProvider:
     """Installs the process-wide tracer provider once; exports only if an endpoint is set."""
-    global _provider
+    global _provider, _records_nothing
     if _provider is not None:
         return _provider
     exporting = bool(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get(
@@ -60,6 +63,7 @@ def setup_tracing(service_name: str) -> TracerProvider:
             metric_readers=[PeriodicExportingMetricReader(OTLPMetricExporter())]))
     trace.set_tracer_provider(provider)
     _provider = provider
+    _records_nothing = not exporting
     return provider
 
 
@@ -75,9 +79,22 @@ def shutdown_tracing() -> None:
         _provider.shutdown()
 
 
-@functools.cache
 def tracer(name: str = "agentmesh") -> trace.Tracer:
-    """A tracer from the installed provider (one per name: a proxy until the provider is set, then it)."""
+    """A tracer from the installed provider (one per name: a proxy until the provider is set, then it).
+
+    While the provider :func:`setup_tracing` installed exports nothing, a tracer that makes no spans: a span
+    started is the one already current (OpenTelemetry's no-op tracer), so no span id is drawn and the calls made
+    under it carry the ``traceparent`` their process received. Every record keeps its trace id, and a server
+    that sees the same headers again reuses the context it made of them (:func:`incoming_context`). A provider
+    installed by anyone else (a test's in-memory exporter, say) gets its spans as always.
+    """
+    if _records_nothing and trace.get_tracer_provider() is _provider:
+        return _NO_SPANS
+    return _named_tracer(name)
+
+
+@functools.cache
+def _named_tracer(name: str) -> trace.Tracer:
     return trace.get_tracer(name)
 
 
