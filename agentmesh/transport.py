@@ -27,6 +27,7 @@ valid (a process refuses to start with one).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import logging
 import os
@@ -152,8 +153,20 @@ def _mesh_id(raw: bytes) -> str | None:
         return None
 
 
+_ADMITTED: contextvars.ContextVar[tuple[grpc.ServicerContext, str] | None] = contextvars.ContextVar(
+    "agentmesh_admitted_caller", default=None)
+"""The call a servicer method with one answer is running for, and the caller the interceptor admitted on it."""
+
+
 def caller_id(context: grpc.ServicerContext) -> str:
-    """The authenticated caller of the current RPC (the interceptor has checked it)."""
+    """The authenticated caller of the current RPC (the interceptor has checked it).
+
+    Inside a servicer method with one answer, the caller the mesh interceptor admitted on this very call
+    (``context``), without reading the TLS auth context again; else read from it.
+    """
+    admitted = _ADMITTED.get()
+    if admitted is not None and admitted[0] is context:
+        return admitted[1]
     caller = peer_identity(context)
     if caller is None:
         raise errors.Unauthenticated("no mesh identity on this connection", reason="NO_PEER_IDENTITY")
@@ -370,6 +383,7 @@ class MeshServerInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
                 request = self._checked(method, caller, request, context, call)
             else:
                 self._check(method, caller, request, context)
+            admitted = _ADMITTED.set((context, caller))
             try:
                 return behavior(request, context)
             except errors.MeshError as err:
@@ -381,6 +395,8 @@ class MeshServerInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
                     raise
                 log.exception("unhandled error in %s", method)
                 errors.abort(context, errors.Internal("internal error"))
+            finally:
+                _ADMITTED.reset(admitted)
 
         return wrapped
 

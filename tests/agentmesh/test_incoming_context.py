@@ -16,7 +16,7 @@ import grpc
 import pytest
 from opentelemetry import trace
 
-from agentmesh import telemetry, transport
+from agentmesh import errors, telemetry, transport
 from agentmesh.access import AccessTable
 from agentmesh.config import MeshConfig
 from agentmesh.pki import CertificateAuthority, CertPaths
@@ -38,6 +38,29 @@ def _ids_streamed(request: policy_pb2.AuthorizeRequest,
     yield _ids(request, context)
 
 
+class _OtherCall:
+    """Another call's context, without a mesh identity."""
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        return {}
+
+
+def _caller(request: policy_pb2.AuthorizeRequest, context: grpc.ServicerContext) -> policy_pb2.AuthorizeResponse:
+    try:
+        transport.caller_id(_OtherCall())  # type: ignore[arg-type]
+        other = "accepted"
+    except errors.Unauthenticated:
+        other = "refused"
+    return policy_pb2.AuthorizeResponse(explanation=json.dumps({"caller": transport.caller_id(context),
+                                                                "other call": other}))
+
+
+def _callers_streamed(request: policy_pb2.AuthorizeRequest,
+                      context: grpc.ServicerContext) -> Iterator[policy_pb2.AuthorizeResponse]:
+    yield _caller(request, context)
+    yield _caller(request, context)
+
+
 @pytest.fixture()
 def channel(mesh_config: MeshConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[grpc.Channel]:
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
@@ -50,7 +73,10 @@ def channel(mesh_config: MeshConfig, tmp_path: Path, monkeypatch: pytest.MonkeyP
     srv.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {
         "Unary": grpc.unary_unary_rpc_method_handler(_ids, request_deserializer=de, response_serializer=ser),
         "Stream": grpc.unary_stream_rpc_method_handler(_ids_streamed, request_deserializer=de,
-                                                       response_serializer=ser)}),))
+                                                       response_serializer=ser),
+        "Caller": grpc.unary_unary_rpc_method_handler(_caller, request_deserializer=de, response_serializer=ser),
+        "CallerStream": grpc.unary_stream_rpc_method_handler(_callers_streamed, request_deserializer=de,
+                                                             response_serializer=ser)}),))
     port = transport.bind(srv, "127.0.0.1", 0, transport.TlsFiles.of(paths, ca.bundle_path))
     srv.start()
     ch = transport.secure_channel(f"127.0.0.1:{port}", _files(mesh_config, CAPABILITY), POLICY)
@@ -147,3 +173,15 @@ def test_call_arguments_by_position_keep_their_meaning_and_misuse_is_refused() -
         defaults.apply((request, 1.0, None, None, None, None, "extra"), {})
     with pytest.raises(TypeError):
         defaults.apply((request, 1.0), {"timeout": 2.0})
+
+
+def test_the_servicer_gets_the_caller_admitted_on_its_own_call_only(channel: grpc.Channel) -> None:
+    unary = channel.unary_unary(f"/{SERVICE}/Caller", request_serializer=policy_pb2.AuthorizeRequest.SerializeToString,
+                                response_deserializer=policy_pb2.AuthorizeResponse.FromString)
+    streamed = channel.unary_stream(f"/{SERVICE}/CallerStream",
+                                    request_serializer=policy_pb2.AuthorizeRequest.SerializeToString,
+                                    response_deserializer=policy_pb2.AuthorizeResponse.FromString)
+    expected = {"caller": str(CAPABILITY), "other call": "refused"}
+    for _ in range(2):
+        assert json.loads(unary(policy_pb2.AuthorizeRequest(), timeout=5).explanation) == expected
+    assert [json.loads(r.explanation) for r in streamed(policy_pb2.AuthorizeRequest(), timeout=5)] == [expected] * 2
