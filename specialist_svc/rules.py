@@ -371,7 +371,9 @@ def plain_struct(struct: struct_pb2.Struct) -> dict[str, Any]:
     Raises:
         ValueError: a number is infinite or NaN (not JSON), as ``MessageToDict`` raises.
     """
-    return {key: _plain_value(value) for key, value in struct.fields.items()}
+    fields = struct.fields
+    # Keys, then each value by key: the map's own C iteration, not the Python generator of ``items()``.
+    return {key: _plain_value(fields[key]) for key in fields}
 
 
 def _plain_value(value: struct_pb2.Value) -> Any:
