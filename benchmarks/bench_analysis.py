@@ -61,6 +61,7 @@ import time
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -217,22 +218,8 @@ Calls = dict[str, dict[tuple[str, int, str], int]]
 
 def _call_snapshot(cfg: config.MeshConfig, directory: Path) -> Calls:
     """What each probed mesh process counted so far (see --call-counts)."""
-    out: Calls = {}
-    for p in launcher.read_state(cfg):
-        if not (directory / f"{p.pid}.ready").exists():
-            continue  # not a probed Python process (the Node.js agent, say)
-        path = directory / f"{p.pid}.json"
-        seq = json.loads(path.read_text())["seq"] if path.exists() else 0
-        os.kill(p.pid, signal.SIGUSR2)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if path.exists() and (doc := json.loads(path.read_text()))["seq"] > seq:
-                out[p.name] = {(f, line, name): n for f, line, name, n in doc["calls"]}
-                break
-            time.sleep(0.02)
-        else:
-            print(f"  (no call counts from {p.name})")
-    return out
+    return {name: {(f, line, fn): n for f, line, fn, n in doc["calls"]}
+            for name, doc in _probe_snapshots(cfg, directory, "call counts", wait_s=10).items()}
 
 
 def _shown(path: str) -> str:
@@ -325,26 +312,32 @@ Counts = dict[str, dict[str, list[int]]]
 """By process name: function -> [calls, CPU ns] so far."""
 
 
-def _function_snapshot(cfg: config.MeshConfig, directory: Path) -> tuple[Counts, set[str]]:
-    """What each probed mesh process counted so far, and the functions no probed process has."""
-    out: Counts = {}
-    missing: set[str] | None = None
+def _probe_snapshots(cfg: config.MeshConfig, directory: Path, what: str, wait_s: float = 5) -> dict[str, Any]:
+    """Each probed mesh process's snapshot, by process name: asked for with SIGUSR2, read from
+    ``<directory>/<pid>.json`` once its ``seq`` is past the last one read."""
+    out: dict[str, Any] = {}
     for p in launcher.read_state(cfg):
         if not (directory / f"{p.pid}.ready").exists():
             continue  # not a probed Python process (the Node.js agent, say)
         path = directory / f"{p.pid}.json"
         seq = json.loads(path.read_text())["seq"] if path.exists() else 0
         os.kill(p.pid, signal.SIGUSR2)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             if path.exists() and (doc := json.loads(path.read_text()))["seq"] > seq:
-                out[p.name] = doc["functions"]
-                missing = set(doc["missing"]) if missing is None else missing & set(doc["missing"])
+                out[p.name] = doc
                 break
             time.sleep(0.02)
         else:
-            print(f"  (no function counts from {p.name})")
-    return out, missing or set()
+            print(f"  (no {what} from {p.name})")
+    return out
+
+
+def _function_snapshot(cfg: config.MeshConfig, directory: Path) -> tuple[Counts, set[str]]:
+    """What each probed mesh process counted so far, and the functions no probed process has."""
+    docs = _probe_snapshots(cfg, directory, "function counts")
+    missing = set.intersection(*(set(doc["missing"]) for doc in docs.values())) if docs else set()
+    return {name: doc["functions"] for name, doc in docs.items()}, missing
 
 
 def _print_functions(before: Counts, after: Counts, missing: set[str], cpu: dict[str, Usage], analyses: int) -> None:
