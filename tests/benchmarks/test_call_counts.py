@@ -33,17 +33,18 @@ work(1000)  # after the snapshot: not in it
 """
 
 
-def _run(tmp_path: Path, probed: bool) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(PROBE)}
-    env.pop("AGENTMESH_CALL_COUNTS_DIR", None)
-    if probed:
-        env["AGENTMESH_CALL_COUNTS_DIR"] = str(tmp_path)
-    return subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True,
+def _run(program: str, probe_dir: Path | None) -> subprocess.CompletedProcess[str]:
+    """``program`` in a new interpreter with the probe on its path, counting into ``probe_dir`` (None: not set)."""
+    env = {k: v for k, v in os.environ.items() if k != "AGENTMESH_CALL_COUNTS_DIR"}
+    env["PYTHONPATH"] = str(PROBE)
+    if probe_dir is not None:
+        env["AGENTMESH_CALL_COUNTS_DIR"] = str(probe_dir)
+    return subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True,
                           timeout=60, check=True)
 
 
 def test_every_thread_counts_and_the_snapshot_holds_what_came_before_it(tmp_path: Path) -> None:
-    run = _run(tmp_path, probed=True)
+    run = _run(PROGRAM, tmp_path)
     [snapshot] = [p for p in tmp_path.iterdir() if p.suffix == ".json"]
     assert (tmp_path / f"{snapshot.stem}.ready").exists()
     doc = json.loads(snapshot.read_text())
@@ -58,11 +59,8 @@ def test_every_thread_counts_and_the_snapshot_holds_what_came_before_it(tmp_path
     assert run.stderr == ""
 
 
-def test_without_its_directory_the_probe_does_nothing(tmp_path: Path) -> None:
-    run = subprocess.run([sys.executable, "-c", "import sys; print(sys.getprofile())"],
-                         env={**{k: v for k, v in os.environ.items() if k != "AGENTMESH_CALL_COUNTS_DIR"},
-                              "PYTHONPATH": str(PROBE)},
-                         capture_output=True, text=True, timeout=60, check=True)
+def test_without_its_directory_the_probe_does_nothing() -> None:
+    run = _run("import sys; print(sys.getprofile())", None)
     assert run.stdout.strip() == "None"
 
 
