@@ -1492,8 +1492,10 @@ class Orchestrator:
             with live.lock:
                 live.held = fields
             return
-        sent: futures.Future[None] = self._ahead.submit(contextvars.copy_context().run, self._record_ahead, fields)
         with live.lock:
+            # Among the records sent ahead before it can be on its way: a catch-up on another thread (a
+            # cancellation's) that comes while it travels waits for it. Its sending never takes this lock.
+            sent: futures.Future[None] = self._ahead.submit(contextvars.copy_context().run, self._record_ahead, fields)
             live.ahead.append((task_id, sent))
 
     def _record_ahead(self, fields: dict[str, Any]) -> None:

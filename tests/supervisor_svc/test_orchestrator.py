@@ -1391,15 +1391,22 @@ def _stored_status(tmp_path: Path, execution_id: str, agent_id: str) -> int:
         store.close()
 
 
-def _stage_one_end_held(audit: Audit) -> tuple[threading.Event, threading.Event]:
+def _stage_one_end_held(audit: Audit, orch: Orchestrator | None = None,
+                        known: list[bool] | None = None) -> tuple[threading.Event, threading.Event]:
     """Holds stage one's ``TASK_FINISHED`` (the work-permit agent's) on its way to audit: ``(arrived, go)``.
 
-    ``arrived`` is set when the record is handed to audit; it goes on once ``go`` is set (at most 10 s)."""
+    ``arrived`` is set when the record is handed to audit; it goes on once ``go`` is set (at most 10 s).
+    With ``orch`` and ``known``: whether the execution counted the record among those sent ahead (what a
+    cancellation's catch-up waits for) when it reached audit, appended to ``known``."""
     arrived, go = threading.Event(), threading.Event()
     record_durably = audit.record_durably
 
     def held(event_type: int, **fields: Any) -> None:
         if event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED and fields["agent_id"] == "work-permit-agent":
+            if orch is not None and known is not None:
+                (live,) = orch._live.values()  # the test's one execution
+                with live.lock:
+                    known.append(any(task_id == fields["task_id"] for task_id, _ in live.ahead))
             arrived.set()
             go.wait(10)
         record_durably(event_type, **fields)
@@ -1454,7 +1461,8 @@ def test_a_cancellation_goes_on_the_record_after_the_task_end_that_travels_when_
         world: Any, idp: Ed25519PrivateKey) -> None:
     orch, specialists, audit, token, _ = world
     # Stage one's end, sent ahead, still on its way when the cancellation comes.
-    arrived, go = _stage_one_end_held(audit)
+    known: list[bool] = []
+    arrived, go = _stage_one_end_held(audit, orch, known)
     execution_id = orch.start(pb.AnalyzeRequest(user_assertion=token, tenant_id="acme", request_text=(
         "Analyze permit WP-10231 and tell me if it can be released")), "spiffe://agentmesh.local/client/test")
     runner = threading.Thread(target=orch.run, args=(execution_id,))
@@ -1464,6 +1472,7 @@ def test_a_cancellation_goes_on_the_record_after_the_task_end_that_travels_when_
         orch.cancel(_user(orch, idp, "alice", "analyst"), execution_id, "stop")))
     try:
         assert arrived.wait(10)
+        assert known == [True]  # already among the records a catch-up waits for when it went
         canceller.start()
         time.sleep(0.3)  # the cancellation is under way: its calls stopped, its grants revoked
         assert orch._live[execution_id].cancelled.is_set()
