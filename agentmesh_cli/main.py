@@ -341,13 +341,31 @@ def cmd_analyze(args: argparse.Namespace, cfg: MeshConfig) -> int:
             final = execution
             watch = stub.WatchExecution(sup_pb2.WatchExecutionRequest(
                 user_assertion=token, execution_id=execution.execution_id), timeout=args.timeout)
+            ended = (common_pb2.TASK_STATUS_COMPLETED, common_pb2.TASK_STATUS_FAILED, common_pb2.TASK_STATUS_CANCELLED)
+            shown: set[tuple[str, int]] = set()
+
+            def progress(kind: int, task_id: str, agent_id: str, status: int) -> None:
+                if quiet or (task_id, kind) in shown:
+                    return
+                shown.add((task_id, kind))
+                what = enum_name(sup_pb2.ExecutionEvent, kind, "EXECUTION_EVENT_").lower().replace("_", " ")
+                state = enum_name(common_pb2.TaskStatus, status, "TASK_STATUS_")
+                print(f"  {what:<14} {agent_id:<18} {state}", file=sys.stderr)
+
             for event in watch:
                 final = event.execution
-                if not quiet and event.event in (sup_pb2.EXECUTION_EVENT_TASK_STARTED,
-                                                 sup_pb2.EXECUTION_EVENT_TASK_FINISHED):
-                    what = enum_name(sup_pb2.ExecutionEvent, event.event, "EXECUTION_EVENT_").lower().replace("_", " ")
-                    state = enum_name(common_pb2.TaskStatus, event.task_status, "TASK_STATUS_")
-                    print(f"  {what:<14} {event.agent_id:<18} {state}", file=sys.stderr)
+                if event.event == sup_pb2.EXECUTION_EVENT_SNAPSHOT:
+                    # The watch may join after tasks started or ended (or the execution finished):
+                    # what already happened is shown from the snapshot, once.
+                    for node in final.graph.nodes:
+                        if node.HasField("started_at"):
+                            progress(sup_pb2.EXECUTION_EVENT_TASK_STARTED, node.task_id, node.target_agent_id,
+                                     common_pb2.TASK_STATUS_RUNNING)
+                        if node.status in ended:
+                            progress(sup_pb2.EXECUTION_EVENT_TASK_FINISHED, node.task_id, node.target_agent_id,
+                                     node.status)
+                elif event.event in (sup_pb2.EXECUTION_EVENT_TASK_STARTED, sup_pb2.EXECUTION_EVENT_TASK_FINISHED):
+                    progress(event.event, event.task_id, event.agent_id, event.task_status)
             if not args.json:
                 print_execution(final)
             ok = sup_pb2.ExecutionStatus.Name(final.status) not in ANALYSIS_NOT_FINISHED

@@ -89,6 +89,8 @@ class FakeSupervisor(sup_grpc.SupervisorServiceServicer):  # type: ignore[misc]
     confirm_outcome: sup_pb2.ProposedAction | None = None
     requests: dict[str, list[Any]] = field(default_factory=lambda: defaultdict(list))
     handled_events: dict[str, sup_pb2.Execution] = field(default_factory=dict)
+    # What the watch sends instead of a task's end and ``after_analysis``, when given.
+    watch_events: list[sup_pb2.WatchExecutionResponse] | None = None
 
     def Analyze(self, request: Any, context: Any) -> Any:
         self.requests["Analyze"].append(request)
@@ -97,6 +99,9 @@ class FakeSupervisor(sup_grpc.SupervisorServiceServicer):  # type: ignore[misc]
 
     def WatchExecution(self, request: Any, context: Any) -> Iterator[Any]:
         self.requests["WatchExecution"].append(request)
+        if self.watch_events is not None:
+            yield from self.watch_events
+            return
         yield sup_pb2.WatchExecutionResponse(event=sup_pb2.EXECUTION_EVENT_TASK_FINISHED, agent_id="training-agent",
                                              task_status=common_pb2.TASK_STATUS_COMPLETED,
                                              execution=sup_pb2.Execution(execution_id=EXE))
@@ -250,6 +255,41 @@ def typed(monkeypatch: pytest.MonkeyPatch, answer: str) -> None:
 
 ANALYZE = ("analyze", "Analyze permit WP-10231 and release it if everything is fine",
            "--tenant", "acme", "--user", "alice")
+
+
+# --- analyze: progress ------------------------------------------------------------
+
+
+def test_a_watch_that_joins_late_shows_what_already_happened_once(
+        mesh: Mesh, capsys: pytest.CaptureFixture[str]) -> None:
+    # The analysis went faster than the watch: its first event is a snapshot with tasks already ended.
+    done = execution(sup_pb2.EXECUTION_STATUS_SUCCEEDED)
+    for task_id, agent, status, started in (
+            ("t1", "work-permit-agent", common_pb2.TASK_STATUS_COMPLETED, True),
+            ("t2", "training-agent", common_pb2.TASK_STATUS_RUNNING, True),
+            ("t3", "risk-agent", common_pb2.TASK_STATUS_CANCELLED, False),  # never dispatched
+            ("t4", "compliance-agent", common_pb2.TASK_STATUS_CREATED, False)):
+        node = done.graph.nodes.add(task_id=task_id, target_agent_id=agent, status=status)
+        if started:
+            node.started_at.CopyFrom(_ts(-1))
+    ended = sup_pb2.WatchExecutionResponse(event=sup_pb2.EXECUTION_EVENT_TASK_FINISHED, task_id="t2",
+                                           agent_id="training-agent", task_status=common_pb2.TASK_STATUS_COMPLETED,
+                                           execution=done)
+    mesh.supervisor.watch_events = [
+        sup_pb2.WatchExecutionResponse(event=sup_pb2.EXECUTION_EVENT_SNAPSHOT, execution=done),
+        # Events the snapshot already showed, sent again, are not shown twice; a later one is.
+        sup_pb2.WatchExecutionResponse(event=sup_pb2.EXECUTION_EVENT_TASK_FINISHED, task_id="t1",
+                                       agent_id="work-permit-agent", task_status=common_pb2.TASK_STATUS_COMPLETED,
+                                       execution=done),
+        ended,
+        sup_pb2.WatchExecutionResponse(event=sup_pb2.EXECUTION_EVENT_EXECUTION_FINISHED, execution=done)]
+    assert mesh.run("analyze", "Analyze permit WP-10231", "--tenant", "acme", "--user", "alice") == 0
+    progress = [line.split() for line in capsys.readouterr().err.splitlines() if line.startswith("  task")]
+    assert progress == [["task", "started", "work-permit-agent", "RUNNING"],
+                        ["task", "finished", "work-permit-agent", "COMPLETED"],
+                        ["task", "started", "training-agent", "RUNNING"],
+                        ["task", "finished", "risk-agent", "CANCELLED"],
+                        ["task", "finished", "training-agent", "COMPLETED"]]
 
 
 # --- analyze --release ------------------------------------------------------------
