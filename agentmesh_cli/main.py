@@ -342,12 +342,16 @@ def cmd_analyze(args: argparse.Namespace, cfg: MeshConfig) -> int:
             watch = stub.WatchExecution(sup_pb2.WatchExecutionRequest(
                 user_assertion=token, execution_id=execution.execution_id), timeout=args.timeout)
             ended = (common_pb2.TASK_STATUS_COMPLETED, common_pb2.TASK_STATUS_FAILED, common_pb2.TASK_STATUS_CANCELLED)
-            shown: set[tuple[str, int]] = set()
+            from_snapshot: set[tuple[str, int]] = set()  # shown from the snapshot, not yet seen as an event
 
-            def progress(kind: int, task_id: str, agent_id: str, status: int) -> None:
-                if quiet or (task_id, kind) in shown:
+            def progress(kind: int, task_id: str, agent_id: str, status: int, *, snapshot: bool = False) -> None:
+                if snapshot:
+                    from_snapshot.add((task_id, kind))
+                elif (task_id, kind) in from_snapshot:
+                    from_snapshot.discard((task_id, kind))  # already shown; a later repeat (a retry) is shown
                     return
-                shown.add((task_id, kind))
+                if quiet:
+                    return
                 what = enum_name(sup_pb2.ExecutionEvent, kind, "EXECUTION_EVENT_").lower().replace("_", " ")
                 state = enum_name(common_pb2.TaskStatus, status, "TASK_STATUS_")
                 print(f"  {what:<14} {agent_id:<18} {state}", file=sys.stderr)
@@ -356,14 +360,14 @@ def cmd_analyze(args: argparse.Namespace, cfg: MeshConfig) -> int:
                 final = event.execution
                 if event.event == sup_pb2.EXECUTION_EVENT_SNAPSHOT:
                     # The watch may join after tasks started or ended (or the execution finished):
-                    # what already happened is shown from the snapshot, once.
+                    # what already happened is shown from the snapshot, and not again if it comes as an event.
                     for node in final.graph.nodes:
                         if node.HasField("started_at"):
                             progress(sup_pb2.EXECUTION_EVENT_TASK_STARTED, node.task_id, node.target_agent_id,
-                                     common_pb2.TASK_STATUS_RUNNING)
+                                     common_pb2.TASK_STATUS_RUNNING, snapshot=True)
                         if node.status in ended:
                             progress(sup_pb2.EXECUTION_EVENT_TASK_FINISHED, node.task_id, node.target_agent_id,
-                                     node.status)
+                                     node.status, snapshot=True)
                 elif event.event in (sup_pb2.EXECUTION_EVENT_TASK_STARTED, sup_pb2.EXECUTION_EVENT_TASK_FINISHED):
                     progress(event.event, event.task_id, event.agent_id, event.task_status)
             if not args.json:

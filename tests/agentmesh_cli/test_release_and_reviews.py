@@ -282,6 +282,10 @@ def test_a_watch_that_joins_late_shows_what_already_happened_once(
                                        agent_id="work-permit-agent", task_status=common_pb2.TASK_STATUS_COMPLETED,
                                        execution=done),
         ended,
+        # The same task ending again (delegated again after the snapshot): shown.
+        sup_pb2.WatchExecutionResponse(event=sup_pb2.EXECUTION_EVENT_TASK_FINISHED, task_id="t1",
+                                       agent_id="work-permit-agent", task_status=common_pb2.TASK_STATUS_FAILED,
+                                       execution=done),
         sup_pb2.WatchExecutionResponse(event=sup_pb2.EXECUTION_EVENT_EXECUTION_FINISHED, execution=done)]
     assert mesh.run("analyze", "Analyze permit WP-10231", "--tenant", "acme", "--user", "alice") == 0
     progress = [line.split() for line in capsys.readouterr().err.splitlines() if line.startswith("  task")]
@@ -289,7 +293,8 @@ def test_a_watch_that_joins_late_shows_what_already_happened_once(
                         ["task", "finished", "work-permit-agent", "COMPLETED"],
                         ["task", "started", "training-agent", "RUNNING"],
                         ["task", "finished", "risk-agent", "CANCELLED"],
-                        ["task", "finished", "training-agent", "COMPLETED"]]
+                        ["task", "finished", "training-agent", "COMPLETED"],
+                        ["task", "finished", "work-permit-agent", "FAILED"]]
 
 
 # --- analyze --release ------------------------------------------------------------
