@@ -3,12 +3,14 @@
 * :class:`CircuitBreaker`: opens after N consecutive failed calls, lets one probe
   through (half-open) after a cool-down;
 * :func:`strict_json_loads`: JSON as an external answer must be read — no NaN or
-  Infinity, no duplicate keys (an ambiguous document is refused, never guessed).
+  Infinity (neither the constants nor a number too large for a double, such as
+  ``1e999``), no duplicate keys (an ambiguous document is refused, never guessed).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -127,12 +129,32 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"non-standard JSON constant {name}")
 
 
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError("a JSON number too large for a double")
+    return number
+
+
+def _finite_int(text: str) -> int:
+    number = int(text)
+    if not -_MAX_DOUBLE <= number <= _MAX_DOUBLE:
+        raise ValueError("a JSON number too large for a double")
+    return number
+
+
+_MAX_DOUBLE = int(1.7976931348623157e308)
+"""The largest finite double, as an integer: a Struct carries every number as a double."""
+
+
 def strict_json_loads(text: str | bytes) -> Any:
     """Parses strict JSON.
 
     Raises:
         DuplicateJsonKey: an object has a key twice.
         ValueError: anything else that is not strict JSON (``json.JSONDecodeError`` for syntax,
-            with its line and column; a NaN or Infinity constant); RecursionError for absurd nesting.
+            with its line and column; a NaN or Infinity constant; a number no double holds, such as
+            ``1e999``, which Python would read as infinity); RecursionError for absurd nesting.
     """
-    return json.loads(text, object_pairs_hook=_strict_object, parse_constant=_no_constants)
+    return json.loads(text, object_pairs_hook=_strict_object, parse_constant=_no_constants,
+                      parse_float=_finite_float, parse_int=_finite_int)
