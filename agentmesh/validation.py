@@ -11,16 +11,26 @@ offending field by its dotted path (``agent.delegation_chain[2]``), when:
   (``FIELD_TOO_LONG``, with ``max``);
 * a string has a character outside its category's set (``FIELD_INVALID_CHARACTERS``);
 * a ``google.protobuf.Timestamp`` is outside years 1-9999 or has bad nanos
-  (``FIELD_OUT_OF_RANGE``).
+  (``FIELD_OUT_OF_RANGE``);
+* a ``double`` or ``float`` field, or a number anywhere inside a
+  ``google.protobuf.Struct`` / ``Value`` / ``ListValue``, is NaN or infinite
+  (``FIELD_OUT_OF_RANGE``; no JSON, no schema and no canonical digest has such
+  a number, so every service would otherwise fail on it where it reads it).
 
 Every string field belongs to one category (:data:`CATEGORIES`) chosen by its
 name: :data:`FIELD_CATEGORIES` first (by ``Message.field`` or by field name),
 then the id rule (:func:`category_of`), else ``line``. The README section
 "Input limits" is this table (a test keeps them in sync).
 
-The contents of ``google.protobuf.Struct`` / ``Value`` / ``ListValue`` (schema-
-validated by the services that take them) are not walked, nor the inside of
-bytes fields (a signed grant is decoded and checked by whoever verifies it).
+The contents of ``google.protobuf.Struct`` / ``Value`` / ``ListValue`` are
+walked for their numbers only (their shape and strings are schema-validated by
+the services that take them), and the inside of bytes fields not at all (a
+signed grant is decoded and checked by whoever verifies it). A Struct's keys are
+the caller's data, so a refusal names the field that holds the Struct, never a
+key inside it.
+
+:func:`problem` applies to any message, not only a request: the supervisor
+holds an agent's answer to the same rules (see ``supervisor_svc.servicer``).
 
 Checks are cheap: the first request of a type builds a plan (the list of its
 fields that need a check, with their rule), cached by the type's full name;
@@ -31,6 +41,7 @@ maximum only, so a refusal can be audited and logged as it is.
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -197,10 +208,12 @@ def category_of(field: FieldDescriptor) -> Category:
 class _Violation(Exception):
     """Raised inside the walk; the path is collected while unwinding (only on failure)."""
 
-    def __init__(self, reason: str, leaf: str, **metadata: str) -> None:
+    def __init__(self, reason: str, leaf: str, *, says: str = "is out of range", **metadata: str) -> None:
         super().__init__(reason)
         self.reason = reason
         self.parts = [leaf]
+        self.says = says
+        """What is wrong, after the path (``FIELD_OUT_OF_RANGE``)."""
         self.metadata = metadata
 
     def error(self, prefix: str = "") -> errors.InvalidArgument:
@@ -212,19 +225,74 @@ class _Violation(Exception):
         elif self.reason == ENUM_VALUE_UNKNOWN:
             message = f"{path} is not a known {self.metadata['enum']} value"
         else:
-            message = f"{path} is out of range"
+            message = f"{path} {self.says}"
         return errors.InvalidArgument(message, reason=self.reason, field=path, metadata=self.metadata)
 
 
 # Kinds of plan steps: the three common singular kinds get their own fast path.
-_STRING, _MESSAGE, _ENUM, _REPEATED, _BYTES, _TIMESTAMP, _MAP = range(7)
+_STRING, _MESSAGE, _ENUM, _REPEATED, _BYTES, _TIMESTAMP, _MAP, _NUMBER, _JSON = range(9)
 
 _Step = tuple[str, int, Any]
 """(field name, kind, rule): rule is a Category (string), a sub-plan (message), the enum's
-(name, numbers), a byte maximum, or for _REPEATED / _MAP the step of one item (None when
-only the length is bounded) / the (key step, value step)."""
+(name, numbers), a byte maximum, the walker of a Struct, Value or ListValue (_JSON: true when every
+number inside is finite), or for _REPEATED / _MAP the step of one item (None when only the length
+is bounded) / the (key step, value step)."""
 
-_OPAQUE: Final = frozenset({"google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.ListValue"})
+_NOT_FINITE: Final = "is not a finite number (NaN or infinity)"
+_HOLDS_NOT_FINITE: Final = "holds a number that is not finite (NaN or infinity)"
+
+
+def _finite_value(value: Any) -> bool:
+    kind = value.WhichOneof("kind")
+    if kind == "string_value":
+        return True
+    if kind == "number_value":
+        return math.isfinite(value.number_value)
+    if kind == "struct_value":
+        return _finite_struct(value.struct_value)
+    if kind == "list_value":
+        return _finite_list(value.list_value)
+    return True  # a string, a bool, null, or nothing set
+
+
+def _finite_struct(struct: Any) -> bool:
+    fields = struct.fields
+    # Loops rather than all(...): no generator frame per value on every request that carries a Struct.
+    for key in fields:  # noqa: SIM110
+        if not _finite_value(fields[key]):
+            return False
+    return True
+
+
+def _finite_list(values: Any) -> bool:
+    for item in values.values:  # noqa: SIM110
+        if not _finite_value(item):
+            return False
+    return True
+
+
+_MAYBE_NOT_FINITE: Final = re.compile(rb"\x11.{6}[\xf0-\xff][\x7f\xff]", re.DOTALL).search
+"""Nine bytes that may be a non-finite ``Value.number_value`` on the wire: its tag (field 2, 64-bit: 0x11), then
+the little-endian double, whose 11 exponent bits are all set in a NaN or an infinity (the top nibble of its 7th
+byte, the low 7 bits of its 8th). Every non-finite number in a Struct is such nine bytes; a wire form without
+them anywhere has none."""
+
+
+def _finite_json(walk: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    def finite(message: Any) -> bool:
+        # The wire form is made and searched in C; only when it has such bytes (a non-finite number, or, rarely,
+        # string or length bytes that look like one) is the message walked value by value.
+        return _MAYBE_NOT_FINITE(message.SerializeToString()) is None or walk(message)
+
+    return finite
+
+
+_JSON_WALKERS: Final[Mapping[str, Callable[[Any], bool]]] = {
+    "google.protobuf.Struct": _finite_json(_finite_struct),
+    "google.protobuf.Value": _finite_json(_finite_value),
+    "google.protobuf.ListValue": _finite_json(_finite_list),
+}
+
 _TIMESTAMP_TYPE: Final = "google.protobuf.Timestamp"
 _MIN_SECONDS: Final = -62_135_596_800  # 0001-01-01T00:00:00Z
 _MAX_SECONDS: Final = 253_402_300_799  # 9999-12-31T23:59:59Z
@@ -277,17 +345,20 @@ def _step(field: FieldDescriptor, *, item: bool = False) -> _Step | None:
     if field.type in (FieldDescriptor.TYPE_MESSAGE, FieldDescriptor.TYPE_GROUP):
         sub = field.message_type
         assert sub is not None
-        if sub.full_name in _OPAQUE:
-            return None
+        walker = _JSON_WALKERS.get(sub.full_name)
+        if walker is not None:
+            return (field.name, _JSON, walker)
         if sub.full_name == _TIMESTAMP_TYPE:
             return (field.name, _TIMESTAMP, None)
         sub_plan = _plans.get(sub.full_name)
         if sub_plan is None:
             sub_plan = _build(sub)
         if not sub_plan and sub.full_name not in _building:
-            return None  # only numbers and bools inside: nothing to check
+            return None  # only integers and bools inside: nothing to check
         return (field.name, _MESSAGE, sub_plan)
-    return None  # numbers and bools
+    if field.type in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
+        return (field.name, _NUMBER, None)
+    return None  # integers and bools
 
 
 def _string_violation(value: str, leaf: str, category: Category) -> _Violation:
@@ -317,9 +388,14 @@ def _check_item(kind: int, rule: Any, value: Any, name: str, index: int = -1) ->
     elif kind == _BYTES:
         if len(value) > rule:
             raise _Violation(FIELD_TOO_LONG, _leaf(name, index), max=str(rule), unit="bytes")
-    elif kind == _TIMESTAMP and not (_MIN_SECONDS <= value.seconds <= _MAX_SECONDS
-                                     and 0 <= value.nanos <= 999_999_999):
-        raise _Violation(FIELD_OUT_OF_RANGE, _leaf(name, index))
+    elif kind == _TIMESTAMP:
+        if not (_MIN_SECONDS <= value.seconds <= _MAX_SECONDS and 0 <= value.nanos <= 999_999_999):
+            raise _Violation(FIELD_OUT_OF_RANGE, _leaf(name, index))
+    elif kind == _NUMBER:
+        if not math.isfinite(value):
+            raise _Violation(FIELD_OUT_OF_RANGE, _leaf(name, index), says=_NOT_FINITE)
+    elif kind == _JSON and not rule(value):
+        raise _Violation(FIELD_OUT_OF_RANGE, _leaf(name, index), says=_HOLDS_NOT_FINITE)
 
 
 def _check_items(message: Any, name: str, kind: int, rule: Any) -> None:
@@ -364,6 +440,12 @@ def _walk(message: Any, plan: list[_Step]) -> None:
                 _check_item(kind, rule, getattr(message, name), name)
         elif kind == _BYTES:
             _check_item(kind, rule, getattr(message, name), name)
+        elif kind == _NUMBER:
+            if not math.isfinite(getattr(message, name)):
+                raise _Violation(FIELD_OUT_OF_RANGE, name, says=_NOT_FINITE)
+        elif kind == _JSON:
+            if message.HasField(name) and not rule(getattr(message, name)):
+                raise _Violation(FIELD_OUT_OF_RANGE, name, says=_HOLDS_NOT_FINITE)
         else:  # _REPEATED, _MAP
             _check_items(message, name, kind, rule)
 
@@ -461,6 +543,11 @@ def limits_markdown() -> str:
         "* `google.protobuf.Timestamp`: years 1 to 9999, nanos 0 to 999999999 (`FIELD_OUT_OF_RANGE`);",
         "* baggage " + ", ".join(f"`{k}`" for k in telemetry.MESH_KEYS)
         + ": the `id` category, field `baggage.<name>`;",
-        "* the contents of `google.protobuf.Struct` values and of bytes fields are not walked here.",
+        "* `double` and `float` fields, and every number inside a `google.protobuf.Struct`, `Value` or\n"
+        "  `ListValue`: finite (`FIELD_OUT_OF_RANGE`). No JSON, schema or canonical digest has NaN or infinity:\n"
+        "  before this check such a number failed whichever service first read it as JSON (INTERNAL, nothing\n"
+        "  recorded);",
+        "* the strings and shape inside a Struct are the schema's of whoever takes it (a capability's input schema, a\n"
+        "  result contract), and the inside of bytes fields is not walked here.",
     ]
     return "\n".join(lines) + "\n"

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import grpc
 
-from agentmesh import assertion, errors, health, spiffe, transport
+from agentmesh import assertion, errors, health, spiffe, transport, validation
 from agentmesh.audit_client import AuditRecorder
 from agentmesh.config import ConfigError
 from agentmesh.v1 import agent_registry_service_pb2 as reg_pb2
@@ -92,6 +92,13 @@ class _GrpcTaskCall:
             raise errors.from_rpc_error(err) from err
         except grpc.FutureCancelledError as err:
             raise errors.Aborted("the task was cancelled", reason="CANCELLED") from err
+        # An agent's answer is input to the supervisor, held to the rules every request is (an agent may be
+        # written in any language, or be hostile): nothing of an answer outside them is read.
+        bad = validation.problem(response)
+        if bad is not None:
+            raise errors.FailedPrecondition(f"the agent's answer is outside the mesh's input rules: {bad.message}",
+                                            reason="AGENT_ANSWER_INVALID", field=bad.field,
+                                            metadata={"rule": bad.reason})
         return response.result
 
     def cancel(self) -> None:

@@ -79,6 +79,11 @@ class SpecialistServiceServicer:
         task or tenant), `TASK_INPUT_INVALID` (task.input breaks the agent's
         input schema); PERMISSION_DENIED `GRANT_AUDIENCE_MISMATCH` (the grant is
         for another identity).
+
+        The supervisor holds the answer to the input limits every request is held
+        to (lengths, character sets, enum numbers, finite numbers, also inside
+        Structs): a task whose answer breaks one ends FAILED with
+        `AGENT_ANSWER_INVALID`, naming the field, and nothing of it is kept.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

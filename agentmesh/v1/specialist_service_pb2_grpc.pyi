@@ -54,6 +54,11 @@ class SpecialistServiceStub:
     task or tenant), `TASK_INPUT_INVALID` (task.input breaks the agent's
     input schema); PERMISSION_DENIED `GRANT_AUDIENCE_MISMATCH` (the grant is
     for another identity).
+
+    The supervisor holds the answer to the input limits every request is held
+    to (lengths, character sets, enum numbers, finite numbers, also inside
+    Structs): a task whose answer breaks one ends FAILED with
+    `AGENT_ANSWER_INVALID`, naming the field, and nothing of it is kept.
     """
     DescribeAgent: _grpc.UnaryUnaryMultiCallable[_specialist_service_pb2.DescribeAgentRequest, _specialist_service_pb2.DescribeAgentResponse]
     """Describes the agent this process runs."""
@@ -84,6 +89,11 @@ class SpecialistServiceAsyncStub(SpecialistServiceStub):
     task or tenant), `TASK_INPUT_INVALID` (task.input breaks the agent's
     input schema); PERMISSION_DENIED `GRANT_AUDIENCE_MISMATCH` (the grant is
     for another identity).
+
+    The supervisor holds the answer to the input limits every request is held
+    to (lengths, character sets, enum numbers, finite numbers, also inside
+    Structs): a task whose answer breaks one ends FAILED with
+    `AGENT_ANSWER_INVALID`, naming the field, and nothing of it is kept.
     """
     DescribeAgent: _aio.UnaryUnaryMultiCallable[_specialist_service_pb2.DescribeAgentRequest, _specialist_service_pb2.DescribeAgentResponse]  # type: ignore[assignment]
     """Describes the agent this process runs."""
@@ -117,6 +127,11 @@ class SpecialistServiceServicer(metaclass=_abc_1.ABCMeta):
         task or tenant), `TASK_INPUT_INVALID` (task.input breaks the agent's
         input schema); PERMISSION_DENIED `GRANT_AUDIENCE_MISMATCH` (the grant is
         for another identity).
+
+        The supervisor holds the answer to the input limits every request is held
+        to (lengths, character sets, enum numbers, finite numbers, also inside
+        Structs): a task whose answer breaks one ends FAILED with
+        `AGENT_ANSWER_INVALID`, naming the field, and nothing of it is kept.
         """
 
     @_abc_1.abstractmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import re
 import secrets
 from pathlib import Path
@@ -257,10 +258,109 @@ def test_bytes_fields_are_bounded() -> None:
     assert (err.reason, err.field, err.metadata["max"]) == ("FIELD_TOO_LONG", "grants[0].signature", "512")
 
 
-def test_struct_contents_are_not_walked_but_a_repeated_struct_is_bounded() -> None:
+def test_strings_inside_a_struct_are_left_to_the_schema_of_whoever_reads_it() -> None:
     data = struct_pb2.Struct()
-    data.update({"k": "\x00" * 10_000})
+    data.update({"k": "\x00" * 10_000, "\x00key": [1.5, {"deep": -2.0e300}], "n": None, "b": True})
     assert validation.problem(cap_pb2.InvokeCapabilityRequest(input=data)) is None
+
+
+NOT_FINITE = [float("nan"), float("inf"), float("-inf")]
+
+
+@pytest.mark.parametrize("number", NOT_FINITE, ids=["nan", "inf", "-inf"])
+def test_a_number_field_must_be_finite(number: float) -> None:
+    ok = audit_pb2.AuditRecord(record_id="rec-1", confidence=1.7976931348623157e308)
+    request = audit_pb2.AppendRecordsRequest(records=[ok, audit_pb2.AuditRecord(record_id="rec-2", confidence=0.5)])
+    assert validation.problem(request) is None
+    request.records[1].confidence = number
+    err = _refusal(request)
+    assert (err.reason, err.field) == ("FIELD_OUT_OF_RANGE", "records[1].confidence")
+    assert err.message == "records[1].confidence is not a finite number (NaN or infinity)"
+    analyze = sup_pb2.AnalyzeRequest(request_text="x")
+    analyze.budget.max_cost = number
+    assert _refusal(analyze).field == "budget.max_cost"
+
+
+@pytest.mark.parametrize("number", NOT_FINITE, ids=["nan", "inf", "-inf"])
+@pytest.mark.parametrize("where", ["top", "nested", "list", "list of structs"])
+def test_a_number_anywhere_in_a_struct_must_be_finite_and_the_key_is_never_named(number: float, where: str) -> None:
+    key = "secret\nkey"
+    data = {"top": {key: number}, "nested": {"a": {"b": {key: number}}}, "list": {"a": [1, 2, number]},
+            "list of structs": {"a": [{"x": 1}, {key: [number]}]}}[where]
+    bad = struct_pb2.Struct()
+    bad.update({"fine": 1.0, **data})
+    calls = cap_pb2.InvokeCapabilitiesRequest(calls=[cap_pb2.InvokeCapabilityRequest(capability_id="a.b"),
+                                                     cap_pb2.InvokeCapabilityRequest(capability_id="a.c", input=bad)])
+    err = _refusal(calls)
+    assert (err.reason, err.field) == ("FIELD_OUT_OF_RANGE", "calls[1].input")
+    assert err.message == "calls[1].input holds a number that is not finite (NaN or infinity)"
+    assert "secret" not in repr(err.to_status())
+    record = audit_pb2.AuditRecord(record_id="rec-1",
+                                   evidence=[common_pb2.EvidenceReference(), common_pb2.EvidenceReference()])
+    record.evidence[1].data.CopyFrom(bad)
+    assert _refusal(audit_pb2.AppendRecordRequest(record=record)).field == "record.evidence[1].data"
+
+
+def test_bytes_that_only_look_like_a_non_finite_number_are_walked_and_pass() -> None:
+    # A string ending in 0x11 and five bytes, then the next Value's tag and a length whose varint is f3 7f:
+    # on the wire, nine bytes shaped like a NaN's. The value-by-value walk finds none.
+    data = struct_pb2.Struct()
+    data.update({"l": ["\x11abcde", "y" * 16_368]})
+    assert validation._MAYBE_NOT_FINITE(data.SerializeToString()) is not None
+    assert validation.problem(cap_pb2.InvokeCapabilityRequest(input=data)) is None
+    data["l"].append(float("nan"))
+    assert _refusal(cap_pb2.InvokeCapabilityRequest(input=data)).field == "input"
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_every_non_finite_number_is_found_wherever_it_is(seed: int) -> None:
+    rng = random.Random(seed)
+
+    def value(depth: int) -> object:
+        kind = rng.choice(["s", "n", "b", "none", "l", "d"] if depth < 4 else ["s", "n", "b"])
+        if kind == "s":
+            return "".join(rng.choice("ab\x11\xf0\u00ff\U0001f600") for _ in range(rng.randint(0, 12)))
+        if kind == "n":
+            return rng.choice([0.0, -1.0, 1.7976931348623157e308, -1.7976931348623157e308, 5e-324, rng.random()])
+        if kind == "b":
+            return rng.random() < 0.5
+        if kind == "none":
+            return None
+        if kind == "l":
+            return [value(depth + 1) for _ in range(rng.randint(0, 4))]
+        return {f"k{i}": value(depth + 1) for i in range(rng.randint(0, 4))}
+
+    data = struct_pb2.Struct()
+    data.update({f"k{i}": value(0) for i in range(6)})
+    request = cap_pb2.InvokeCapabilityRequest(input=data)
+    assert validation.problem(request) is None
+    # Put a NaN or an infinity into one place of it: a key of some Struct inside, or an item of some list.
+    places: list[object] = []
+
+    def collect(node: object) -> None:
+        if isinstance(node, struct_pb2.Struct):
+            places.append(node)
+            for key in node.fields:
+                collect(node[key])
+        elif isinstance(node, struct_pb2.ListValue):
+            places.append(node)
+            for item in node:
+                collect(item)
+
+    collect(request.input)
+    place = rng.choice(places)
+    bad = rng.choice([float("nan"), float("inf"), float("-inf")])
+    if isinstance(place, struct_pb2.Struct):
+        place["zz"] = bad
+    else:
+        assert isinstance(place, struct_pb2.ListValue)
+        place.append(bad)
+    assert _refusal(request).field == "input"
+
+
+def test_a_struct_left_unset_or_empty_passes() -> None:
+    assert validation.problem(cap_pb2.InvokeCapabilityRequest()) is None
+    assert validation.problem(cap_pb2.InvokeCapabilityRequest(input=struct_pb2.Struct())) is None
 
 
 def test_timestamps_must_be_real_dates() -> None:

@@ -23,11 +23,15 @@ from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import capability_service_pb2 as cap_pb2
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
+from agentmesh.v1 import model_service_pb2 as model_pb2
+from agentmesh.v1 import model_service_pb2_grpc as model_grpc
 from agentmesh.v1 import policy_service_pb2 as policy_pb2
 from agentmesh.v1 import policy_service_pb2_grpc as policy_grpc
 from agentmesh.v1 import supervisor_service_pb2 as sup_pb2
+from agentmesh.v1 import tenant_service_pb2 as tenant_pb2
+from agentmesh.v1 import tenant_service_pb2_grpc as tenant_grpc
 
-from .conftest import ANALYSIS, OPERATOR, PLATFORM, TRAINING, Mesh, new_ca, struct
+from .conftest import ANALYSIS, OPERATOR, PLATFORM, RISK, TRAINING, Mesh, new_ca, struct
 
 pytestmark = pytest.mark.integration
 
@@ -243,6 +247,95 @@ def test_unknown_enum_numbers_are_invalid_argument(mesh: Mesh, case: str) -> Non
     mesh.find_record(reason="ENUM_VALUE_UNKNOWN", since=since, caller=caller)
     if case == "SetKillSwitch.scope":
         assert not _in_force(mesh, "sec-enum")
+
+
+NAN, INF = float("nan"), float("inf")
+NOT_RUN = (audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_INVOKED, audit_pb2.AUDIT_EVENT_TYPE_CAPABILITY_OUTCOME,
+           audit_pb2.AUDIT_EVENT_TYPE_EXECUTION_STARTED, audit_pb2.AUDIT_EVENT_TYPE_MODEL_CALL)
+"""What a refused call must not have led to."""
+
+
+def _read_with(mesh: Mesh, number: float) -> cap_pb2.InvokeCapabilityRequest:
+    return cap_pb2.InvokeCapabilityRequest(
+        capability_id="training.getStatus", grant=mesh.grant(TRAINING, ["training.getStatus"], ["worker:W-1001"]),
+        input=struct(worker_id="W-1001", filters={"min_hours": [1, number]}))
+
+
+def _acme_revision(mesh: Mesh) -> int:
+    return int(tenant_grpc.TenantServiceStub(mesh.channel("policy", OPERATOR)).GetTenant(
+        tenant_pb2.GetTenantRequest(tenant_id="acme"), timeout=10).tenant.revision)
+
+
+def _not_finite_invoke(mesh: Mesh) -> tuple[Any, Callable[[], Any], str, Callable[[Any], list[Any]]]:
+    req = _read_with(mesh, NAN)
+    exe = _execution_of(req.grant)
+    return (TRAINING, lambda: mesh.capability(TRAINING).InvokeCapability(req, timeout=10), "input",
+            lambda since: [r for r in mesh.records(execution_id=exe) if r.event_type in NOT_RUN])
+
+
+def _not_finite_batch(mesh: Mesh) -> tuple[Any, Callable[[], Any], str, Callable[[Any], list[Any]]]:
+    calls = [_read_with(mesh, 1.5), _read_with(mesh, -INF)]
+    exes = {_execution_of(c.grant) for c in calls}
+    req = cap_pb2.InvokeCapabilitiesRequest(calls=calls)
+    return (TRAINING, lambda: mesh.capability(TRAINING).InvokeCapabilities(req, timeout=10), "calls[1].input",
+            lambda since: [r for e in exes for r in mesh.records(execution_id=e) if r.event_type in NOT_RUN])
+
+
+def _not_finite_parameters(mesh: Mesh) -> tuple[Any, Callable[[], Any], str, Callable[[Any], list[Any]]]:
+    req = model_pb2.CompleteRequest(prompt_id="risk.summary", parameters=struct(weights={"a": [INF]}))
+    return (RISK, lambda: model_grpc.ModelServiceStub(mesh.channel("model", RISK)).Complete(req, timeout=10),
+            "parameters", lambda since: [r for r in mesh.records(start_time=since)
+                                         if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_MODEL_CALL])
+
+
+def _not_finite_record(mesh: Mesh) -> tuple[Any, Callable[[], Any], str, Callable[[Any], list[Any]]]:
+    probe = f"PROBE_{uuid.uuid4().hex[:8].upper()}"
+    req = audit_pb2.AppendRecordRequest(record=audit_pb2.AuditRecord(
+        event_type=audit_pb2.AUDIT_EVENT_TYPE_ACCESS_DENIED, outcome=audit_pb2.AUDIT_OUTCOME_DENIED,
+        confidence=NAN, reason_codes=[probe]))
+    return (TRAINING, lambda: mesh.audit(TRAINING).AppendRecord(req, timeout=10), "record.confidence",
+            lambda since: [r for r in mesh.records(start_time=since) if probe in r.reason_codes])
+
+
+def _not_finite_budget(mesh: Mesh) -> tuple[Any, Callable[[], Any], str, Callable[[Any], list[Any]]]:
+    user = f"nan-{uuid.uuid4().hex[:8]}"
+    req = sup_pb2.AnalyzeRequest(user_assertion=mesh.token(user, "analyst"), tenant_id="acme",
+                                 request_text=ANALYSIS.format("WP-10231"))
+    req.budget.max_cost = INF
+    return (PLATFORM, lambda: mesh.supervisor(PLATFORM).Analyze(req, timeout=10), "budget.max_cost",
+            lambda since: [r for r in mesh.records(start_time=since) if r.user_id == user and r.event_type in NOT_RUN])
+
+
+def _not_finite_tenant(mesh: Mesh) -> tuple[Any, Callable[[], Any], str, Callable[[Any], list[Any]]]:
+    tenant = tenant_pb2.TenantDefinition(tenant_id="acme", display_name="attack")
+    tenant.limits.max_cost = NAN
+    revision = _acme_revision(mesh)
+    return (OPERATOR, lambda: tenant_grpc.TenantServiceStub(mesh.channel("policy", OPERATOR)).ApplyTenants(
+        tenant_pb2.ApplyTenantsRequest(tenants=[tenant]), timeout=10), "tenants[0].limits.max_cost",
+            lambda since: [] if _acme_revision(mesh) == revision else ["acme changed"])
+
+
+NOT_FINITE_CASES = {
+    "InvokeCapability.input": _not_finite_invoke,
+    "InvokeCapabilities.calls.input": _not_finite_batch,
+    "Complete.parameters": _not_finite_parameters,
+    "AppendRecord.record.confidence": _not_finite_record,
+    "Analyze.budget.max_cost": _not_finite_budget,
+    "ApplyTenants.limits.max_cost": _not_finite_tenant,
+}
+
+
+@pytest.mark.parametrize("case", sorted(NOT_FINITE_CASES))
+def test_numbers_that_are_not_finite_are_invalid_argument_and_nothing_runs(mesh: Mesh, case: str) -> None:
+    """No JSON, schema or digest has NaN or infinity: every service refuses one at its edge, naming the field that
+    holds it (inside a Struct, never a key of it), and records the refusal; nothing the call asked for happens."""
+    caller, call, field, happened = NOT_FINITE_CASES[case](mesh)
+    since = mesh.marker()
+    got = mesh.refused(call)
+    assert (got.code, got.reason, got.field) == (grpc.StatusCode.INVALID_ARGUMENT, "FIELD_OUT_OF_RANGE", field), got
+    assert "finite" in got.message and not {"min_hours", "weights"} & set(got.message.split()), got
+    mesh.find_record(reason="FIELD_OUT_OF_RANGE", since=since, caller=str(caller))
+    assert happened(since) == []
 
 
 # -- caller-supplied ids: length and character set, in the request and in baggage

@@ -31,6 +31,7 @@ from supervisor_svc.orchestrator import Orchestrator
 from supervisor_svc.projection import Projector
 from supervisor_svc.registry import AgentRegistry
 from supervisor_svc.selection import AgentSelector
+from supervisor_svc.servicer import _GrpcTaskCall
 from supervisor_svc.tenants import TenantDirectory
 
 from .conftest import DEMO_TENANTS, demo_tenants
@@ -76,6 +77,9 @@ class Specialists:
         self.handoffs: dict[str, list[common_pb2.RequestedAction]] = {}
         self.usage: dict[str, common_pb2.ModelUsage] = {}
         self.fail: dict[str, errors.MeshError] = {}
+        self.answers: dict[str, Callable[[common_pb2.AgentTask], common_pb2.AgentResult]] = {}
+        """Agents that answer what this makes of their task, as a RunTask response read by the supervisor's own
+        client of agents (``supervisor_svc.servicer``, its checks included)."""
         self.always_waiting: set[str] = set()
         self.delay_s = 0.0
         self.lock = threading.Lock()
@@ -86,6 +90,10 @@ class Specialists:
         time.sleep(self.delay_s)
         if agent_id in self.fail:
             return Call(None, self.fail[agent_id])
+        if agent_id in self.answers:
+            answered: Future[spec_pb2.RunTaskResponse] = Future()
+            answered.set_result(spec_pb2.RunTaskResponse(result=self.answers[agent_id](request.task)))
+            return _GrpcTaskCall(answered)  # type: ignore[return-value,arg-type]
         task = request.task
         asks = self.handoffs.get(agent_id, [])
         if asks and (not request.handoff_outcomes or agent_id in self.always_waiting):
@@ -502,6 +510,30 @@ def test_failed_specialist_is_partial_naming_it(world: Any) -> None:
     assert ex.status == pb.EXECUTION_STATUS_PARTIAL
     assert ex.decision == common_pb2.ANALYSIS_DECISION_INSUFFICIENT_EVIDENCE
     assert any(m.text.startswith("risk") for m in ex.missing)
+
+
+def test_an_answer_outside_the_mesh_rules_fails_its_task_on_the_record_and_nothing_of_it_is_kept(world: Any) -> None:
+    orch, specialists, audit, token, _ = world
+    def hostile(task: common_pb2.AgentTask) -> common_pb2.AgentResult:
+        answer = _fact_result(task, SUBJECTS["risk-agent"], "CHECK_PASSED")
+        answer.result.update({"score": float("nan")})
+        return answer
+
+    specialists.answers["risk-agent"] = hostile
+    ex = _analyze(orch, token)
+    assert ex.status == pb.EXECUTION_STATUS_PARTIAL
+    assert ex.decision == common_pb2.ANALYSIS_DECISION_INSUFFICIENT_EVIDENCE
+    assert not [r for r in ex.results if r.agent_id == "risk-agent"]
+    (task,) = [n for n in ex.graph.nodes if n.target_agent_id == "risk-agent"]
+    assert task.status == common_pb2.TASK_STATUS_FAILED
+    (finished,) = [r for r in _trail(audit) if r.event_type == audit_pb2.AUDIT_EVENT_TYPE_TASK_FINISHED
+                   and r.agent_id == "risk-agent"]
+    said = " ".join(finished.reason_codes)
+    assert "AGENT_ANSWER_INVALID" in said and "result.result" in said, said
+    # Not transient: asked once, not retried, and the other agents' work stands.
+    assert len(specialists.calls_of("risk-agent")) == 1
+    assert {r.agent_id for r in ex.results} == {"work-permit-agent", "training-agent", "compliance-agent"}
+    _every_delegation_closed(audit)
 
 
 LIMITS = {
