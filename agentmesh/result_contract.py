@@ -98,8 +98,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from google.protobuf import json_format
-
+from agentmesh.structs import struct_dict
 from agentmesh.v1 import common_pb2
 
 __all__ = [
@@ -200,7 +199,7 @@ class ParsedResult:
 
 
 def _result_dict(result: common_pb2.AgentResult) -> dict[str, Any]:
-    data: dict[str, Any] = json_format.MessageToDict(result.result)
+    data: dict[str, Any] = struct_dict(result.result)
     return data
 
 

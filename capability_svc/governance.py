@@ -59,13 +59,14 @@ from typing import Any, Protocol
 
 import grpc
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from google.protobuf import json_format, struct_pb2
+from google.protobuf import struct_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 from opentelemetry import context as otel_context
 from opentelemetry.trace import Status, StatusCode
 
 from agentmesh import delegation, errors, grants, telemetry
 from agentmesh.revocation import Revocation, revoke_execution
+from agentmesh.structs import struct_dict
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import capability_service_pb2 as pb
 from agentmesh.v1 import common_pb2
@@ -223,7 +224,7 @@ def sandbox_answer(answers: Sequence[common_pb2.SandboxAnswer], capability_id: s
                    arguments: Mapping[str, Any]) -> common_pb2.SandboxAnswer | None:
     """The first mocked answer of ``capability_id`` whose input fits ``arguments`` (None: unmocked)."""
     for answer in answers:
-        if answer.capability_id == capability_id and _fits(json_format.MessageToDict(answer.input), arguments):
+        if answer.capability_id == capability_id and _fits(struct_dict(answer.input), arguments):
             return answer
     return None
 
@@ -327,7 +328,7 @@ class GovernedInvoker:
                 principal=principal,
                 policy_decision=decision,
                 resource=resource,
-                input_digest=_digest(json_format.MessageToDict(req.input)),
+                input_digest=_digest(struct_dict(req.input)),
             )
         except errors.MeshError:
             log.exception("refusal of %s could not be audited", req.capability_id)
@@ -502,7 +503,7 @@ class GovernedInvoker:
         ctx = InvocationContext(grant.tenant_id, grant.user_id, verified.agent_id, grant.execution_id)
 
         # 2. Executable, and the input matches its schema. Nothing runs yet.
-        arguments = json_format.MessageToDict(req.input)
+        arguments = struct_dict(req.input)
         try:
             call = self._rt.executor.prepare(ctx, req.capability_id, arguments)
         except cap_errors.CapabilityError as err:
@@ -579,7 +580,7 @@ class GovernedInvoker:
             failure = sandbox_failure(answer)
             self._record_sandbox(common, audit_pb2.AUDIT_OUTCOME_FAILURE, [failure.reason], "")
             raise errors.recorded(failure)
-        output = json_format.MessageToDict(answer.output)
+        output = struct_dict(answer.output)
         try:
             # A mock is held to the capability's output schema, as a real answer is.
             self._rt.registry.validate_output(m, output)

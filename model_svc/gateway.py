@@ -50,13 +50,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from google.protobuf import json_format, struct_pb2
+from google.protobuf import struct_pb2
 from opentelemetry import metrics
 
 from agentmesh import delegation, errors, grants, telemetry
 from agentmesh.data_file import format_path
 from agentmesh.external import strict_json_loads
 from agentmesh.revocation import revoke_execution
+from agentmesh.structs import struct_dict
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import model_service_pb2 as pb
@@ -299,7 +300,7 @@ class ModelGateway:
 
     def _inputs(self, req: pb.CompleteRequest, caller: _Caller,
                 prompt: Prompt) -> tuple[dict[str, Any], list[DataPart]]:
-        parameters: dict[str, Any] = json_format.MessageToDict(req.parameters)
+        parameters: dict[str, Any] = struct_dict(req.parameters)
         error = prompt.parameters_check.first_error(parameters)
         if error is not None:
             where = format_path(["parameters", *error.absolute_path])

@@ -22,10 +22,11 @@ from agentmesh import errors
 from agentmesh.agent_manifest import AgentManifest, definition, load_manifests
 from agentmesh.data_file import format_path
 from agentmesh.schema_check import SchemaCheck
+from agentmesh.structs import plain_struct
 from agentmesh.v1 import common_pb2
 from specialist_svc.agents import RULES, AgentRules
 from specialist_svc.phrases import speaking
-from specialist_svc.rules import CapabilityClient, ModelPort, TaskContext, TaskInputInvalid, plain_struct
+from specialist_svc.rules import CapabilityClient, ModelPort, TaskContext, TaskInputInvalid
 
 __all__ = ["RUNTIME_VERSION", "SpecialistAgent", "UnknownAgent"]
 

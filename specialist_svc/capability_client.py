@@ -20,10 +20,11 @@ import grpc
 from google.protobuf import struct_pb2
 
 from agentmesh import errors
+from agentmesh.structs import plain_struct
 from agentmesh.v1 import capability_service_pb2 as cap_pb2
 from agentmesh.v1 import capability_service_pb2_grpc as cap_grpc
 from agentmesh.v1 import common_pb2
-from specialist_svc.rules import Answered, plain_struct
+from specialist_svc.rules import Answered
 
 __all__ = ["MAX_BATCH", "Deadline", "GrpcCapabilityClient", "principal_for"]
 

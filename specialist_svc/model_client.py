@@ -18,11 +18,12 @@ import grpc
 from google.protobuf import struct_pb2
 
 from agentmesh import errors
+from agentmesh.structs import plain_struct
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import model_service_pb2 as model_pb2
 from agentmesh.v1 import model_service_pb2_grpc as model_grpc
 from specialist_svc.capability_client import Deadline
-from specialist_svc.rules import ModelAnswer, ModelInput, plain_struct
+from specialist_svc.rules import ModelAnswer, ModelInput
 
 __all__ = ["BUDGET_REASONS", "GrpcModelClient"]
 

@@ -365,35 +365,6 @@ def plain(value: Any) -> Any:
     return value
 
 
-def plain_struct(struct: struct_pb2.Struct) -> dict[str, Any]:
-    """``plain(json_format.MessageToDict(struct))`` in one pass, without the generic JSON printer.
-
-    Raises:
-        ValueError: a number is infinite or NaN (not JSON), as ``MessageToDict`` raises.
-    """
-    fields = struct.fields
-    # Keys, then each value by key: the map's own C iteration, not the Python generator of ``items()``.
-    return {key: _plain_value(fields[key]) for key in fields}
-
-
-def _plain_value(value: struct_pb2.Value) -> Any:
-    kind = value.WhichOneof("kind")
-    if kind == "string_value":
-        return value.string_value
-    if kind == "number_value":
-        number = value.number_value
-        if not math.isfinite(number):
-            raise ValueError(f"{number} in a Struct is not a JSON number")
-        return int(number) if number.is_integer() else number
-    if kind == "struct_value":
-        return plain_struct(value.struct_value)
-    if kind == "list_value":
-        return [_plain_value(item) for item in value.list_value.values]
-    if kind == "bool_value":
-        return value.bool_value
-    return None  # null_value, or no kind set (MessageToDict's null too)
-
-
 _POOL = ThreadPoolExecutor(max_workers=64, thread_name_prefix="rules")
 """The threads every :func:`parallel_map` of this process shares (made as needed, then kept)."""
 

@@ -64,10 +64,10 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from google.protobuf import json_format
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentmesh import assertion, errors, grants, telemetry
+from agentmesh.structs import struct_dict
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import capability_service_pb2 as cap_pb2
 from agentmesh.v1 import common_pb2
@@ -117,7 +117,7 @@ def _effect(result: common_pb2.AgentResult | None, action: ActionDef) -> dict[st
     value = result.result.fields[action.effect_field]
     if value.WhichOneof("kind") != "struct_value":
         return {}
-    out: dict[str, Any] = json_format.MessageToDict(value.struct_value)
+    out: dict[str, Any] = struct_dict(value.struct_value)
     return out
 
 
@@ -638,7 +638,7 @@ class ReleaseActions:
     def _release(self, ex: pb.Execution, actor: Actor) -> Dispatched:
         action = ex.action
         spec = self.definition(ex)
-        arguments = json_format.MessageToDict(action.arguments)
+        arguments = struct_dict(action.arguments)
         values = {"arguments": arguments, "action_id": action.action_id}
         return self._dispatch.run(
             ex, agent_id=spec.agent,

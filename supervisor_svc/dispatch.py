@@ -25,10 +25,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from google.protobuf import json_format
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentmesh import assertion, errors, grants, spiffe, telemetry
+from agentmesh.structs import struct_dict
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import specialist_service_pb2 as spec_pb2
@@ -102,7 +102,7 @@ def delegate(signer: grants.GrantSigner, issuer: spiffe.SpiffeId, entry: AgentEn
     """
     agent_id = entry.agent_id
     allowed = [c for c in node.required_capabilities if c in entry.manifest.capabilities]
-    resources = rules.resources(json_format.MessageToDict(node.input), allowed, actor.tenant_id,
+    resources = rules.resources(struct_dict(node.input), allowed, actor.tenant_id,
                                 entry.manifest.knowledge_scopes)
     grant = signer.issue(
         issuer=str(issuer), audience=str(spiffe.agent(agent_id)), execution_id=node.execution_id,

@@ -59,11 +59,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pydantic
-from google.protobuf import json_format, struct_pb2
+from google.protobuf import struct_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentmesh import errors, grants, spiffe, validation
 from agentmesh.agent_manifest import AgentManifest
+from agentmesh.structs import struct_dict
 from agentmesh.v1 import agent_registry_service_pb2 as registry_pb2
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import specialist_service_pb2 as spec_pb2
@@ -277,7 +278,7 @@ def case_mismatches(case: EvaluationCase, result: common_pb2.AgentResult) -> lis
     if case.status and status != case.status:
         out.append(f"status: expected {case.status}, got {status}"
                    + (f" ({result.error_reason})" if result.error_reason else ""))
-    data = json_format.MessageToDict(result.result)
+    data = struct_dict(result.result)
     if case.verdict is not None and data.get("verdict") != case.verdict:
         out.append(f"result.verdict: expected {case.verdict}, got {data.get('verdict')!r}")
     _holds(case.result, data, "result", out)
@@ -370,7 +371,7 @@ class Evaluator:
                 row.actual_verdict = err.reason
                 row.mismatches.append(f"the task failed: {err.code.name} {err.reason}: {err.message}"[:300])
             else:
-                verdict = json_format.MessageToDict(result.result).get("verdict")
+                verdict = struct_dict(result.result).get("verdict")
                 row.actual_verdict = str(verdict) if verdict else result.error_reason.split(":", 1)[0]
                 row.mismatches.extend(case_mismatches(case, result))
             row.passed = not row.mismatches

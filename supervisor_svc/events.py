@@ -36,6 +36,7 @@ from typing import Any
 from google.protobuf import json_format
 
 from agentmesh import errors, telemetry
+from agentmesh.structs import struct_dict
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
@@ -195,7 +196,7 @@ class EventHandler:
     def _recommend(self, ex: pb.Execution, step: EventStep, done: Dispatched, values: dict[str, str]) -> None:
         recommend = step.recommend
         assert recommend is not None and done.result is not None
-        items = json_format.MessageToDict(done.result.result).get(recommend.items, [])
+        items = struct_dict(done.result.result).get(recommend.items, [])
         items = [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
         if not items:
             self._end(ex, recommend.none, values)

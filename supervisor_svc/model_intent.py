@@ -38,8 +38,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from google.protobuf import json_format, struct_pb2
+from google.protobuf import struct_pb2
 
+from agentmesh.structs import struct_dict
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import model_service_pb2 as model_pb2
 from agentmesh.v1 import supervisor_service_pb2 as pb
@@ -164,7 +165,7 @@ class IntentClassifier:
         response = self._port.complete(model_pb2.CompleteRequest(
             grant=grant, principal=principal, prompt_id=PROMPT_ID, parameters=params,
             data=[model_pb2.ModelData(name="request_text", text=text, source="user")], trace=trace))
-        answer: dict[str, Any] = json_format.MessageToDict(response.answer)
+        answer: dict[str, Any] = struct_dict(response.answer)
         record = pb.IntentClassification(
             source="MODEL", candidates=[c.intent for c in shown], model_id=response.model_id,
             model_version=response.model_version, model_call_id=response.call_id)

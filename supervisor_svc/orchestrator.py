@@ -59,12 +59,12 @@ from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from google.protobuf import json_format
 from google.protobuf.timestamp_pb2 import Timestamp
 from opentelemetry import metrics
 
 from agentmesh import assertion, errors, grants, spiffe, telemetry
 from agentmesh.result_contract import context_of
+from agentmesh.structs import struct_dict
 from agentmesh.v1 import audit_service_pb2 as audit_pb2
 from agentmesh.v1 import common_pb2
 from agentmesh.v1 import decision_center_service_pb2 as dc_pb2
@@ -1573,7 +1573,7 @@ class Orchestrator:
                     reason="CANCELLED: the execution was cancelled" if live.cancelled.is_set()
                     else f"{live.limit.reason if live.limit else ''}: the execution reached a limit"))
                 continue
-            params = json_format.MessageToDict(action.parameters)
+            params = struct_dict(action.parameters)
             caps = params.get("required_capabilities", [])
             proposed = params.get("input")
             req = HandoffRequest(from_task_id=task_id, target_agent_id=action.target_agent_id,

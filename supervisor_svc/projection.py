@@ -73,6 +73,7 @@ import pydantic
 from google.protobuf import struct_pb2, timestamp_pb2
 
 from agentmesh.agent_manifest import AGENT_ID_PATTERN
+from agentmesh.structs import struct_dict
 from agentmesh.v1 import common_pb2
 from supervisor_svc._datafile import load_document, validation_error
 from supervisor_svc.errors import ConfigError
@@ -279,9 +280,7 @@ def canonical_json(value: Any) -> bytes:
 def context_digest(value: Any) -> str:
     """SHA-256 (hex) of the canonical JSON of ``value``; the same for a dict and its Struct."""
     if isinstance(value, struct_pb2.Struct):
-        from google.protobuf import json_format
-
-        value = json_format.MessageToDict(value)
+        value = struct_dict(value)
     return hashlib.sha256(canonical_json(value)).hexdigest()
 
 

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import grpc
 import pytest
-from google.protobuf import json_format, struct_pb2
 
 from agentmesh import errors
 from agentmesh.v1 import capability_service_pb2 as cap_pb2
 from agentmesh.v1 import common_pb2 as c
 from specialist_svc.capability_client import MAX_BATCH, Deadline, GrpcCapabilityClient, principal_for
-from specialist_svc.rules import plain, plain_struct
+from specialist_svc.rules import plain
 
 GRANT = c.SignedTaskGrant(grant=b"body", signature=b"sig", key_id="k1")
 
@@ -71,31 +69,6 @@ def test_no_time_left_is_a_deadline_error_without_a_call() -> None:
 def test_plain_restores_integers_after_the_wire() -> None:
     assert plain({"a": 4.0, "b": [1.5, {"c": 2.0}], "d": None, "e": True}) == {"a": 4, "b": [1.5, {"c": 2}],
                                                                               "d": None, "e": True}
-
-
-@pytest.mark.parametrize("data", [
-    {},
-    {"a": 4.0, "b": [1.5, {"c": 2.0}], "d": None, "e": True, "f": False},
-    {"hits": [{"doc": "NR-35", "score": 0.8123, "rank": 3, "links": [], "text": "ç" * 50}] * 3, "total": 3},
-    {"deep": {"er": {"still": [[1, 2.5], [], [None, "x"]]}}, "big": 2.0 ** 60, "neg": -0.0, "small": 1e-300},
-])
-def test_plain_struct_is_plain_of_message_to_dict_in_one_pass(data: dict[str, Any]) -> None:
-    struct = struct_pb2.Struct()
-    struct.update(data)
-    assert plain_struct(struct) == plain(json_format.MessageToDict(struct))
-    unset = struct_pb2.Struct()
-    unset.fields["x"].SetInParent()  # a Value with no kind: null, as MessageToDict has it
-    assert plain_struct(unset) == plain(json_format.MessageToDict(unset)) == {"x": None}
-
-
-@pytest.mark.parametrize("number", [math.inf, -math.inf, math.nan])
-def test_plain_struct_refuses_what_json_has_no_number_for(number: float) -> None:
-    struct = struct_pb2.Struct()
-    struct.update({"outer": [{"x": number}]})
-    with pytest.raises(ValueError):
-        json_format.MessageToDict(struct)
-    with pytest.raises(ValueError):
-        plain_struct(struct)
 
 
 class BatchStub:
