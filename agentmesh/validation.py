@@ -252,7 +252,7 @@ def _finite_value(value: Any) -> bool:
         return _finite_struct(value.struct_value)
     if kind == "list_value":
         return _finite_list(value.list_value)
-    return True  # a string, a bool, null, or nothing set
+    return True  # a bool, null, or nothing set
 
 
 def _finite_struct(struct: Any) -> bool:
