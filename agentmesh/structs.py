@@ -12,6 +12,7 @@ None, as ``MessageToDict`` has it.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from google.protobuf import struct_pb2
@@ -25,27 +26,7 @@ def struct_dict(struct: struct_pb2.Struct) -> dict[str, Any]:
     Raises:
         ValueError: a number is infinite or NaN.
     """
-    fields = struct.fields
-    # Keys, then each value by key: the map's own C iteration, not the Python generator of ``items()``.
-    return {key: _value(fields[key]) for key in fields}
-
-
-def _value(value: struct_pb2.Value) -> Any:
-    kind = value.WhichOneof("kind")
-    if kind == "string_value":
-        return value.string_value
-    if kind == "number_value":
-        number = value.number_value
-        if not math.isfinite(number):
-            raise ValueError(f"{number} in a Struct is not a JSON number")
-        return number
-    if kind == "struct_value":
-        return struct_dict(value.struct_value)
-    if kind == "list_value":
-        return [_value(item) for item in value.list_value.values]
-    if kind == "bool_value":
-        return value.bool_value
-    return None  # null_value, or no kind set (MessageToDict's null too)
+    return _struct(struct, _number)
 
 
 def plain_struct(struct: struct_pb2.Struct) -> dict[str, Any]:
@@ -54,23 +35,35 @@ def plain_struct(struct: struct_pb2.Struct) -> dict[str, Any]:
     Raises:
         ValueError: a number is infinite or NaN.
     """
+    return _struct(struct, _plain_number)
+
+
+def _number(number: float) -> float:
+    if not math.isfinite(number):
+        raise ValueError(f"{number} in a Struct is not a JSON number")
+    return number
+
+
+def _plain_number(number: float) -> float | int:
+    return int(number) if _number(number).is_integer() else number
+
+
+def _struct(struct: struct_pb2.Struct, number: Callable[[float], Any]) -> dict[str, Any]:
     fields = struct.fields
-    return {key: _plain_value(fields[key]) for key in fields}
+    # Keys, then each value by key: the map's own C iteration, not the Python generator of ``items()``.
+    return {key: _value(fields[key], number) for key in fields}
 
 
-def _plain_value(value: struct_pb2.Value) -> Any:
+def _value(value: struct_pb2.Value, number: Callable[[float], Any]) -> Any:
     kind = value.WhichOneof("kind")
     if kind == "string_value":
         return value.string_value
     if kind == "number_value":
-        number = value.number_value
-        if not math.isfinite(number):
-            raise ValueError(f"{number} in a Struct is not a JSON number")
-        return int(number) if number.is_integer() else number
+        return number(value.number_value)
     if kind == "struct_value":
-        return plain_struct(value.struct_value)
+        return _struct(value.struct_value, number)
     if kind == "list_value":
-        return [_plain_value(item) for item in value.list_value.values]
+        return [_value(item, number) for item in value.list_value.values]
     if kind == "bool_value":
         return value.bool_value
-    return None
+    return None  # null_value, or no kind set (MessageToDict's null too)
