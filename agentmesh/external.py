@@ -4,13 +4,16 @@
   through (half-open) after a cool-down;
 * :func:`strict_json_loads`: JSON as an external answer must be read — no NaN or
   Infinity (neither the constants nor a number too large for a double, such as
-  ``1e999``), no duplicate keys (an ambiguous document is refused, never guessed).
+  ``1e999``), no string that is not Unicode text (a lone surrogate escape such as
+  ``\ud800``, which no UTF-8 encoder takes), no duplicate keys (an ambiguous
+  document is refused, never guessed).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -147,6 +150,18 @@ _MAX_DOUBLE = int(1.7976931348623157e308)
 """The largest finite double, as an integer: a Struct carries every number as a double."""
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]")
+"""A ``\\uD800``-``\\uDFFF`` escape: half of a pair (an emoji, say), or alone, which is not Unicode text."""
+
+
+def _unicode_text(data: Any) -> None:
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("a JSON string with a lone surrogate is not Unicode text") from None
+
+
 def strict_json_loads(text: str | bytes) -> Any:
     """Parses strict JSON.
 
@@ -154,7 +169,14 @@ def strict_json_loads(text: str | bytes) -> Any:
         DuplicateJsonKey: an object has a key twice.
         ValueError: anything else that is not strict JSON (``json.JSONDecodeError`` for syntax,
             with its line and column; a NaN or Infinity constant; a number no double holds, such as
-            ``1e999``, which Python would read as infinity); RecursionError for absurd nesting.
+            ``1e999``, which Python would read as infinity; a string with a lone surrogate escape, which no
+            Struct or UTF-8 encoder takes); RecursionError for absurd nesting.
     """
-    return json.loads(text, object_pairs_hook=_strict_object, parse_constant=_no_constants,
+    data = json.loads(text, object_pairs_hook=_strict_object, parse_constant=_no_constants,
                       parse_float=_finite_float, parse_int=_finite_int)
+    # Only a document with a surrogate escape can hold a lone surrogate (UTF-8 bytes never decode to one);
+    # it is then encoded whole once, in C, to find out.
+    escapes = _SURROGATE_ESCAPE_BYTES if isinstance(text, bytes | bytearray) else _SURROGATE_ESCAPE
+    if escapes.search(text):  # type: ignore[arg-type]
+        _unicode_text(data)
+    return data

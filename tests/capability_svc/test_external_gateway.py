@@ -301,6 +301,10 @@ def test_unknown_fields_are_dropped_and_missing_optional_ones_are_null(
         (Answer(200, content=b'{"tenant_id": "acme", "worker_id": "W-1", "trainings": [], "x": -2' + b"0" * 320 + b'}',
                         headers={"content-type": "application/json"}),
          ExternalMalformed, "EXTERNAL_MALFORMED_JSON"),
+        # A lone surrogate escape: no UTF-8 encoder, so no Struct, takes the string.
+        (Answer(200, content=b'{"tenant_id": "acme", "worker_id": "W-1", "trainings": [], "x": "a\\ud800"}',
+                        headers={"content-type": "application/json"}),
+         ExternalMalformed, "EXTERNAL_MALFORMED_JSON"),
         (Answer(404, json={"error": {"code": "NOT_FOUND"}}), ExternalMalformed,
          "EXTERNAL_SCHEMA_INVALID"),
         (Answer(401, json={}), ExternalUnavailable, "EXTERNAL_HTTP_STATUS"),
