@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import json
 import logging
 import re
 import time
@@ -109,6 +108,8 @@ class _Attempt:
     latency_ms: int = 0
     usage: common_pb2.ModelUsage = field(default_factory=common_pb2.ModelUsage)
     prompt_digest: str = ""
+    answer: dict[str, Any] | None = None
+    """The completion's content as read and checked by ``_validate`` (when it passed)."""
 
 
 @dataclass(frozen=True)
@@ -433,6 +434,7 @@ class ModelGateway:
         if error is not None:
             return _AnswerInvalid(f"the answer breaks the schema of {prompt.ref} at "
                                   + format_path(["answer", *error.absolute_path]))
+        attempt.answer = answer
         return None
 
     def _record(self, attempt: _Attempt, req: pb.CompleteRequest, caller: _Caller, prompt: Prompt,
@@ -489,9 +491,9 @@ class ModelGateway:
     def _answer(self, attempt: _Attempt, attempts: Sequence[_Attempt], req: pb.CompleteRequest, caller: _Caller,
                 prompt: Prompt, route: common_pb2.ModelRoute) -> pb.CompleteResponse:
         completion = attempt.completion
-        assert completion is not None
+        assert completion is not None and attempt.answer is not None
         answer = struct_pb2.Struct()
-        answer.update(json.loads(completion.content))
+        answer.update(attempt.answer)
         return pb.CompleteResponse(
             call_id=req_call_id(attempt), answer=answer, model_id=attempt.score.model_id,
             model_version=completion.model_version, usage=_total(attempts), finish_reason=completion.finish_reason,
