@@ -5,8 +5,9 @@
 * :func:`strict_json_loads`: JSON as an external answer must be read — no NaN or
   Infinity (neither the constants nor a number too large for a double, such as
   ``1e999``), no string that is not Unicode text (a lone surrogate escape such as
-  ``\ud800``, which no UTF-8 encoder takes), no duplicate keys (an ambiguous
-  document is refused, never guessed).
+  ``\ud800``, which no UTF-8 encoder takes), nothing nested deeper than
+  :data:`MAX_JSON_DEPTH` (no protobuf parser on the way would read it back as a
+  Struct), no duplicate keys (an ambiguous document is refused, never guessed).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["BreakerState", "CircuitBreaker", "DuplicateJsonKey", "strict_json_loads"]
+__all__ = ["MAX_JSON_DEPTH", "BreakerState", "CircuitBreaker", "DuplicateJsonKey", "strict_json_loads"]
 
 
 class BreakerState(StrEnum):
@@ -162,6 +163,24 @@ def _unicode_text(data: Any) -> None:
         raise ValueError("a JSON string with a lone surrogate is not Unicode text") from None
 
 
+MAX_JSON_DEPTH = 24
+"""The most nested objects and arrays an outside answer may have. A Struct carried in a mesh message is read
+back by protobuf parsers that stop at 100 message levels, three per level of JSON: an answer of about 32
+levels, put in an agent's evidence, could be made but never read by the supervisor."""
+
+
+def _depth_within(data: Any, room: int) -> bool:
+    if isinstance(data, dict):
+        children: Any = data.values()
+    elif isinstance(data, list):
+        children = data
+    else:
+        return True
+    if room == 0:
+        return False
+    return all(_depth_within(child, room - 1) for child in children)
+
+
 def strict_json_loads(text: str | bytes) -> Any:
     """Parses strict JSON.
 
@@ -170,7 +189,8 @@ def strict_json_loads(text: str | bytes) -> Any:
         ValueError: anything else that is not strict JSON (``json.JSONDecodeError`` for syntax,
             with its line and column; a NaN or Infinity constant; a number no double holds, such as
             ``1e999``, which Python would read as infinity; a string with a lone surrogate escape, which no
-            Struct or UTF-8 encoder takes); RecursionError for absurd nesting.
+            Struct or UTF-8 encoder takes; more than :data:`MAX_JSON_DEPTH` levels of nesting); RecursionError
+            for absurd nesting.
     """
     data = json.loads(text, object_pairs_hook=_strict_object, parse_constant=_no_constants,
                       parse_float=_finite_float, parse_int=_finite_int)
@@ -179,4 +199,9 @@ def strict_json_loads(text: str | bytes) -> Any:
     escapes = _SURROGATE_ESCAPE_BYTES if isinstance(text, bytes | bytearray) else _SURROGATE_ESCAPE
     if escapes.search(text):  # type: ignore[arg-type]
         _unicode_text(data)
+    # Only a document with that many brackets (counted in C, inside strings too) can be nested that deep.
+    opened = text.count(b"{") + text.count(b"[") if isinstance(text, bytes | bytearray) else \
+        text.count("{") + text.count("[")
+    if opened > MAX_JSON_DEPTH and not _depth_within(data, MAX_JSON_DEPTH):
+        raise ValueError(f"JSON nested more than {MAX_JSON_DEPTH} levels deep")
     return data

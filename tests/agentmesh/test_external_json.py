@@ -7,7 +7,8 @@ import json
 import pytest
 from google.protobuf import struct_pb2
 
-from agentmesh.external import DuplicateJsonKey, strict_json_loads
+from agentmesh.external import MAX_JSON_DEPTH, DuplicateJsonKey, strict_json_loads
+from agentmesh.v1 import specialist_service_pb2 as spec_pb2
 
 REFUSED = {
     "NaN constant": '{"a": NaN}',
@@ -19,6 +20,9 @@ REFUSED = {
     "a lone low surrogate, in a list": r'{"a": ["ok", "\uDFFF"]}',
     "a lone surrogate in a key": r'{"\ud801": 1}',
     "a pair in the wrong order": r'["\ude00\ud83d"]',
+    "lists nested one level too deep": "[" * (MAX_JSON_DEPTH + 1) + "]" * (MAX_JSON_DEPTH + 1),
+    "objects nested one level too deep, among others": '{"ok": [1, {"b": 2}], "deep": '
+    + '{"a": ' * MAX_JSON_DEPTH + "1" + "}" * MAX_JSON_DEPTH + "}",
 }
 
 
@@ -38,6 +42,8 @@ READ = {
     "a surrogate pair (an emoji)": (r'{"a": "\ud83d\ude00"}', {"a": "\U0001f600"}),
     "an escaped backslash before u": (r'{"a": "\\ud800"}', {"a": "\\ud800"}),
     "plain UTF-8": ('{"a": "ação \U0001f600"}', {"a": "ação \U0001f600"}),
+    "brackets inside a string": ('{"a": "' + "{[" * 100 + '"}', {"a": "{[" * 100}),
+    "many brackets, none deep": ("[" + ", ".join(["{}"] * 100) + "]", [{}] * 100),
 }
 
 
@@ -50,6 +56,16 @@ def test_strict_json_is_read_as_json_and_fits_a_struct(case: str) -> None:
         struct = struct_pb2.Struct()
         struct.update({"v": got})
         struct.SerializeToString()
+
+
+def test_the_deepest_answer_read_still_travels_in_an_agents_evidence() -> None:
+    data: object = 1
+    for _ in range(MAX_JSON_DEPTH - 1):
+        data = {"a": data}
+    read = strict_json_loads('{"v": ' + str(data).replace("'", '"') + "}")
+    response = spec_pb2.RunTaskResponse()
+    response.result.evidence.add().data.update(read)
+    assert spec_pb2.RunTaskResponse.FromString(response.SerializeToString()) == response
 
 
 def test_a_key_twice_is_refused_as_such() -> None:
