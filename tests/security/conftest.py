@@ -495,22 +495,27 @@ class Mesh:
                              f"contains={wanted} among {len(seen)} records; the last ones:\n{summary}")
 
 
-@pytest.fixture(scope="session")
-def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
-    """``agentmesh up --detach --ports-auto`` in a fresh home; ``down`` afterwards."""
-    home = tmp_path_factory.mktemp("security-mesh")
+def running_mesh(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[Mesh]:
+    """``agentmesh up --detach --ports-auto`` in a fresh home named after ``name``; ``down`` afterwards."""
+    home = tmp_path_factory.mktemp(f"{name}-mesh")
     result = agentmesh_cli(home, "up", "--detach", "--ports-auto", "--json")
     cfg = config.load(home=str(home), environ={})
     target: Mesh | None = None
     try:
         assert result.returncode == 0, result.stderr
-        target = Mesh(cfg, tmp_path_factory.mktemp("attacker"),
+        target = Mesh(cfg, tmp_path_factory.mktemp(f"{name}-attacker"),
                       addresses={p.name: p.address for p in launcher.read_state(cfg)})
         yield target
     finally:
         if target is not None:
             target.close()
         launcher.down(cfg)
+
+
+@pytest.fixture(scope="session")
+def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
+    """The mesh the security tests share (see :func:`running_mesh`)."""
+    yield from running_mesh(tmp_path_factory, "security")
 
 
 def b64_forms(data: bytes) -> set[str]:

@@ -10,7 +10,9 @@ change (kill switches, tenants, statuses) touches no other test.
 
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -21,20 +23,9 @@ from google.protobuf import descriptor_pool, message_factory
 from google.protobuf.descriptor import FieldDescriptor, MethodDescriptor
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from agentmesh import config, launcher, spiffe
-from agentmesh.v1 import (
-    agent_registry_service_pb2,
-    audit_service_pb2,
-    capability_service_pb2,
-    decision_center_service_pb2,
-    model_service_pb2,
-    policy_service_pb2,
-    specialist_service_pb2,
-    supervisor_service_pb2,
-    tenant_service_pb2,
-)
+from agentmesh import spiffe, v1
 
-from .conftest import OPERATOR, PLATFORM, Mesh, agentmesh_cli
+from .conftest import OPERATOR, PLATFORM, Mesh, running_mesh
 
 pytestmark = pytest.mark.integration
 
@@ -44,20 +35,20 @@ ROUNDS = 24
 SEED = os.environ.get("AGENTMESH_TEST_SEED", "0")
 """The same requests on every run unless set (any text): another seed, other requests."""
 
-SERVICES = [
-    # (proto module, service, server process, caller)
-    (supervisor_service_pb2, "SupervisorService", "supervisor", PLATFORM),
-    (decision_center_service_pb2, "DecisionCenterService", "supervisor", PLATFORM),
-    (agent_registry_service_pb2, "AgentRegistryService", "supervisor", OPERATOR),
-    (policy_service_pb2, "PolicyService", "policy", OPERATOR),
-    (tenant_service_pb2, "TenantService", "policy", OPERATOR),
-    (capability_service_pb2, "CapabilityService", "capability", spiffe.agent("training-agent")),
-    (model_service_pb2, "ModelService", "model", spiffe.agent("risk-agent")),
-    (audit_service_pb2, "AuditService", "audit", spiffe.service("capability")),
-    (specialist_service_pb2, "SpecialistService", "training-agent", spiffe.service("supervisor")),
-]
-"""Each service, where it runs, and an identity the caller table lets call its methods (CALLER_OF names the
-identity of those that another calls)."""
+SERVICES = {
+    # service: (server process, caller)
+    "SupervisorService": ("supervisor", PLATFORM),
+    "DecisionCenterService": ("supervisor", PLATFORM),
+    "AgentRegistryService": ("supervisor", OPERATOR),
+    "PolicyService": ("policy", OPERATOR),
+    "TenantService": ("policy", OPERATOR),
+    "CapabilityService": ("capability", spiffe.agent("training-agent")),
+    "ModelService": ("model", spiffe.agent("risk-agent")),
+    "AuditService": ("audit", spiffe.service("capability")),
+    "SpecialistService": ("training-agent", spiffe.service("supervisor")),
+}
+"""Each service of the protos, where it runs, and an identity the caller table lets call its methods (CALLER_OF
+names the identity of those that another calls)."""
 
 CALLER_OF = {
     "/agentmesh.v1.CapabilityService/SetCapabilityStatus": OPERATOR,
@@ -182,11 +173,16 @@ class _Maker:
 
 def _methods() -> list[tuple[str, MethodDescriptor, str, Any]]:
     out = []
-    for module, service, server, caller in SERVICES:
-        for method in module.DESCRIPTOR.services_by_name[service].methods:
-            path = f"/{method.containing_service.full_name}/{method.name}"
-            out.append((path, method, server, CALLER_OF.get(path, caller)))
-    return out
+    for module_info in pkgutil.iter_modules(v1.__path__):
+        if not module_info.name.endswith("_service_pb2"):
+            continue
+        module = importlib.import_module(f"agentmesh.v1.{module_info.name}")
+        for service in module.DESCRIPTOR.services_by_name.values():
+            server, caller = SERVICES[service.name]  # a new service needs its row
+            for method in service.methods:
+                path = f"/{service.full_name}/{method.name}"
+                out.append((path, method, server, CALLER_OF.get(path, caller)))
+    return sorted(out, key=lambda m: m[0])
 
 
 METHODS = _methods()
@@ -194,19 +190,7 @@ METHODS = _methods()
 
 @pytest.fixture(scope="module")
 def own_mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
-    home = tmp_path_factory.mktemp("random-requests-mesh")
-    result = agentmesh_cli(home, "up", "--detach", "--ports-auto", "--json")
-    cfg = config.load(home=str(home), environ={})
-    target: Mesh | None = None
-    try:
-        assert result.returncode == 0, result.stderr
-        target = Mesh(cfg, tmp_path_factory.mktemp("random-attacker"),
-                      addresses={p.name: p.address for p in launcher.read_state(cfg)})
-        yield target
-    finally:
-        if target is not None:
-            target.close()
-        launcher.down(cfg)
+    yield from running_mesh(tmp_path_factory, "random-requests")
 
 
 def _call(mesh: Mesh, path: str, method: MethodDescriptor, server: str, caller: Any, request: Any) -> Any:
