@@ -8,6 +8,7 @@ the console's own refusals are recorded; the mesh's refusals are shown with thei
 
 from __future__ import annotations
 
+import random
 from email.message import Message
 from pathlib import Path
 from typing import Any
@@ -120,6 +121,20 @@ class FakeMesh:
     def kill_switches(self) -> list[Any]:
         self._asked("kill_switches")
         return []
+
+    def analyze(self, assertion_: str, tenant_id: str, text: str, **kw: Any) -> pb.Execution:
+        self._asked("analyze", assertion_, tenant_id, text, kw)
+        return self.execution_answer
+
+    def cancel(self, assertion_: str, execution_id: str, reason: str) -> None:
+        self._asked("cancel", assertion_, execution_id, reason)
+
+    def set_kill_switch(self, *args: Any) -> None:
+        self._asked("set_kill_switch", *args)
+
+    def checkpoint(self) -> Any:
+        self._asked("checkpoint")
+        raise errors.Unavailable("audit is not in this stand-in", reason="UNAVAILABLE")
 
 
 @pytest.fixture()
@@ -322,3 +337,38 @@ def test_a_refused_watch_ends_the_stream_with_the_refusal(console: Any) -> None:
     for _ in range(MAX_STREAMS + 1):
         assert b"event: end" in b"".join(_call(app, "GET", "/executions/exe-0123456789abcdef/events",
                                                session_id).stream or [])
+
+
+PATHS = ["/", "/executions", "/executions/exe-0123456789abcdef", "/executions/exe-0123456789abcdef/events",
+         "/executions/exe-0123456789abcdef/confirm", "/executions/exe-0123456789abcdef/cancel", "/reviews",
+         "/reviews/rev-1", "/reviews/rev-1/decide", "/operator", "/operator/trail/exe-0123456789abcdef",
+         "/operator/kill-switches", "/operator/verify", "/logout", "/executions/../../etc/passwd", "/executions/%00",
+         "/reviews/" + "r" * 300, "/operator/trail/", "//", "/executions/exe-1/confirm/again", "/static/../app.py"]
+FIELDS = ["csrf", "request_text", "request_id", "release", "answer", "capability_id", "resource_id", "reason",
+          "decision", "override_decision", "assignee", "scope", "target", "enabled", "status", "page_token",
+          "execution_id"]
+VALUES = ["", "on", "APPROVE", "REJECT", "ASSIGN", "decline", "TENANT", "AGENT", "CAPABILITY", "GLOBAL", "acme",
+          "globex", "workPermit.release", "WP-10231", "x" * 5000, "\x00", "<script>", "é漢字\U0001f600", "-1",
+          "undecided", "all", "RECOMMENDED_FOR_RELEASE", "exe-0123456789abcdef", "\r\nSet-Cookie: a=b"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_pages_and_forms_are_answered_never_failed(console: Any, seed: int) -> None:
+    """Whatever is asked of the console, by whom, it answers a page, a redirect or a refusal: never a failure of
+    its own (an exception, a 500)."""
+    rng = random.Random(seed)
+    app, mesh, _, sign_in = console
+    for _ in range(150):
+        session_id, session = sign_in(rng.choice(["alice", "bob", "olga"]),
+                                      *rng.sample(["analyst", "permit-manager", "reviewer", "operator", "admin"],
+                                                  rng.randint(0, 3)))
+        form = {rng.choice(FIELDS): rng.choice(VALUES) for _ in range(rng.randint(0, 6))}
+        if rng.random() < 0.8:
+            form["csrf"] = session.csrf
+        query = {rng.choice(FIELDS): rng.choice(VALUES) for _ in range(rng.randint(0, 2))}
+        method = rng.choice(["GET", "POST", "HEAD", "PUT"])
+        answer = _call(app, method, rng.choice(PATHS), rng.choice([session_id, session_id, "", "forged"]), form,
+                       rng.choice([{}, {"Origin": "http://127.0.0.1:7490"}, {"Origin": "null"}]), query)
+        assert 200 <= answer.status < 500, (method, answer.status, answer.body[:300])
+        body = answer.body if isinstance(answer.body, bytes) else b"".join(answer.body)
+        assert b"<script>window" not in body and b"\r\nSet-Cookie" not in body
