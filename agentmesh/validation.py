@@ -23,7 +23,7 @@ then the id rule (:func:`category_of`), else ``line``. The README section
 "Input limits" is this table (a test keeps them in sync).
 
 The contents of ``google.protobuf.Struct`` / ``Value`` / ``ListValue`` are
-walked for their numbers only (their shape and strings are schema-validated by
+checked for their numbers only (their shape and strings are schema-validated by
 the services that take them), and the inside of bytes fields not at all (a
 signed grant is decoded and checked by whoever verifies it). A Struct's keys are
 the caller's data, so a refusal names the field that holds the Struct, never a
@@ -48,6 +48,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
@@ -234,41 +235,12 @@ _STRING, _MESSAGE, _ENUM, _REPEATED, _BYTES, _TIMESTAMP, _MAP, _NUMBER, _JSON = 
 
 _Step = tuple[str, int, Any]
 """(field name, kind, rule): rule is a Category (string), a sub-plan (message), the enum's
-(name, numbers), a byte maximum, the walker of a Struct, Value or ListValue (_JSON: true when every
+(name, numbers), a byte maximum, the check of a Struct, Value or ListValue (_JSON: true when every
 number inside is finite), or for _REPEATED / _MAP the step of one item (None when only the length
 is bounded) / the (key step, value step)."""
 
 _NOT_FINITE: Final = "is not a finite number (NaN or infinity)"
 _HOLDS_NOT_FINITE: Final = "holds a number that is not finite (NaN or infinity)"
-
-
-def _finite_value(value: Any) -> bool:
-    kind = value.WhichOneof("kind")
-    if kind == "string_value":
-        return True
-    if kind == "number_value":
-        return math.isfinite(value.number_value)
-    if kind == "struct_value":
-        return _finite_struct(value.struct_value)
-    if kind == "list_value":
-        return _finite_list(value.list_value)
-    return True  # a bool, null, or nothing set
-
-
-def _finite_struct(struct: Any) -> bool:
-    fields = struct.fields
-    # Loops rather than all(...): no generator frame per value on every request that carries a Struct.
-    for key in fields:  # noqa: SIM110
-        if not _finite_value(fields[key]):
-            return False
-    return True
-
-
-def _finite_list(values: Any) -> bool:
-    for item in values.values:  # noqa: SIM110
-        if not _finite_value(item):
-            return False
-    return True
 
 
 _MAYBE_NOT_FINITE: Final = re.compile(rb"\x11.{6}[\xf0-\xff][\x7f\xff]", re.DOTALL).search
@@ -278,20 +250,21 @@ byte, the low 7 bits of its 8th). Every non-finite number in a Struct is such ni
 them anywhere has none."""
 
 
-def _finite_json(walk: Callable[[Any], bool]) -> Callable[[Any], bool]:
-    def finite(message: Any) -> bool:
-        # The wire form is made and searched in C; only when it has such bytes (a non-finite number, or, rarely,
-        # string or length bytes that look like one) is the message walked value by value.
-        return _MAYBE_NOT_FINITE(message.SerializeToString()) is None or walk(message)
+def _finite_json(message: Any) -> bool:
+    """True when every number inside a Struct, Value or ListValue is finite."""
+    # The wire form is made and searched in C; only when it has such bytes (a non-finite number, or, rarely,
+    # string or length bytes that look like one) is the message converted as its readers convert it, which
+    # raises ValueError for a NaN or an infinity anywhere inside.
+    if _MAYBE_NOT_FINITE(message.SerializeToString()) is None:
+        return True
+    try:
+        json_format.MessageToDict(message)
+    except ValueError:
+        return False
+    return True
 
-    return finite
 
-
-_JSON_WALKERS: Final[Mapping[str, Callable[[Any], bool]]] = {
-    "google.protobuf.Struct": _finite_json(_finite_struct),
-    "google.protobuf.Value": _finite_json(_finite_value),
-    "google.protobuf.ListValue": _finite_json(_finite_list),
-}
+_JSON_TYPES: Final = frozenset({"google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.ListValue"})
 
 _TIMESTAMP_TYPE: Final = "google.protobuf.Timestamp"
 _MIN_SECONDS: Final = -62_135_596_800  # 0001-01-01T00:00:00Z
@@ -345,9 +318,8 @@ def _step(field: FieldDescriptor, *, item: bool = False) -> _Step | None:
     if field.type in (FieldDescriptor.TYPE_MESSAGE, FieldDescriptor.TYPE_GROUP):
         sub = field.message_type
         assert sub is not None
-        walker = _JSON_WALKERS.get(sub.full_name)
-        if walker is not None:
-            return (field.name, _JSON, walker)
+        if sub.full_name in _JSON_TYPES:
+            return (field.name, _JSON, _finite_json)
         if sub.full_name == _TIMESTAMP_TYPE:
             return (field.name, _TIMESTAMP, None)
         sub_plan = _plans.get(sub.full_name)

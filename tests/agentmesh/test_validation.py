@@ -303,7 +303,7 @@ def test_a_number_anywhere_in_a_struct_must_be_finite_and_the_key_is_never_named
 
 def test_bytes_that_only_look_like_a_non_finite_number_are_walked_and_pass() -> None:
     # A string ending in 0x11 and five bytes, then the next Value's tag and a length whose varint is f3 7f:
-    # on the wire, nine bytes shaped like a NaN's. The value-by-value walk finds none.
+    # on the wire, nine bytes shaped like a NaN's. The exact check after the search finds none.
     data = struct_pb2.Struct()
     data.update({"l": ["\x11abcde", "y" * 16_368]})
     assert validation._MAYBE_NOT_FINITE(data.SerializeToString()) is not None
