@@ -133,6 +133,10 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"non-standard JSON constant {name}")
 
 
+_MAX_DOUBLE = int(1.7976931348623157e308)
+"""The largest finite double, as an integer: a Struct carries every number as a double."""
+
+
 def _finite_float(text: str) -> float:
     number = float(text)
     if not math.isfinite(number):
@@ -145,10 +149,6 @@ def _finite_int(text: str) -> int:
     if not -_MAX_DOUBLE <= number <= _MAX_DOUBLE:
         raise ValueError("a JSON number too large for a double")
     return number
-
-
-_MAX_DOUBLE = int(1.7976931348623157e308)
-"""The largest finite double, as an integer: a Struct carries every number as a double."""
 
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
@@ -194,14 +194,17 @@ def strict_json_loads(text: str | bytes) -> Any:
     """
     data = json.loads(text, object_pairs_hook=_strict_object, parse_constant=_no_constants,
                       parse_float=_finite_float, parse_int=_finite_int)
+    if isinstance(text, str):
+        escaped = _SURROGATE_ESCAPE.search(text) is not None
+        opened = text.count("{") + text.count("[")
+    else:
+        escaped = _SURROGATE_ESCAPE_BYTES.search(text) is not None
+        opened = text.count(b"{") + text.count(b"[")
     # Only a document with a surrogate escape can hold a lone surrogate (UTF-8 bytes never decode to one);
     # it is then encoded whole once, in C, to find out.
-    escapes = _SURROGATE_ESCAPE_BYTES if isinstance(text, bytes | bytearray) else _SURROGATE_ESCAPE
-    if escapes.search(text):  # type: ignore[arg-type]
+    if escaped:
         _unicode_text(data)
     # Only a document with that many brackets (counted in C, inside strings too) can be nested that deep.
-    opened = text.count(b"{") + text.count(b"[") if isinstance(text, bytes | bytearray) else \
-        text.count("{") + text.count("[")
     if opened > MAX_JSON_DEPTH and not _depth_within(data, MAX_JSON_DEPTH):
         raise ValueError(f"JSON nested more than {MAX_JSON_DEPTH} levels deep")
     return data
